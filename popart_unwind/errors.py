@@ -1,0 +1,58 @@
+"""Typed errors of popart-unwind.
+
+Every error the library raises on bad input derives from :class:`PopartUnwindError`, so a
+caller (the CLI above all) can catch one type and print one line. Where Python users expect a
+builtin type, the error also derives from it (``ValueError`` for bad values, ``TypeError``
+for wrong kinds of argument, ``RuntimeError`` for internal limits being hit).
+Messages name the tensor, op or shape involved and what was expected.
+"""
+
+from __future__ import annotations
+
+
+class PopartUnwindError(Exception):
+    """Base of every error raised by popart-unwind."""
+
+
+class RegionError(PopartUnwindError, ValueError):
+    """A Stripe, Sett or Region was built or combined with inconsistent arguments."""
+
+
+class ChainError(PopartUnwindError, ValueError):
+    """A Chain op does not fit the shape it is applied to."""
+
+
+class CanonicalizationError(PopartUnwindError, RuntimeError):
+    """Canonicalization did not reach a fixpoint within its cap: a rewrite rule is cycling."""
+
+
+class ShapeError(PopartUnwindError, ValueError):
+    """Shapes contradict each other (inference, broadcasting, einsum specs)."""
+
+
+class GraphError(PopartUnwindError, ValueError):
+    """An unwinding Graph was used inconsistently (bad shapes, ids, permutations, ...)."""
+
+
+class SolverError(PopartUnwindError, RuntimeError):
+    """A solver could not produce a valid solution."""
+
+
+class IrError(PopartUnwindError, ValueError):
+    """The IR is malformed or an IR operation was misused."""
+
+
+class ModelImportError(IrError):
+    """A model file (ONNX, PyTorch program) could not be imported."""
+
+
+class TransformError(PopartUnwindError, RuntimeError):
+    """A transform's assumptions do not hold, or it broke a condition it preserves."""
+
+
+class TargetError(PopartUnwindError, ValueError):
+    """The target model (IPU Model) was asked for something it cannot provide."""
+
+
+class PlanError(PopartUnwindError, ValueError):
+    """A plan (tile mappings) is incomplete or inconsistent."""

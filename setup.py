@@ -1,0 +1,29 @@
+"""Build and install popart-unwind.
+
+The Python package lives in ``popart_unwind/``; the top-level ``transforms/`` folder installs
+inside it as ``popart_unwind.transforms`` (a top-level ``transforms`` module would collide with
+an unrelated published package); the C++ layout hooks in ``cpp_hooks/`` build into the
+extension module ``popart_unwind._hooks`` with pybind11.
+"""
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import find_packages, setup
+
+library_packages = find_packages(include=["popart_unwind", "popart_unwind.*"])
+transform_packages = ["popart_unwind.transforms"] + [
+    "popart_unwind.transforms." + name for name in find_packages(where="transforms")
+]
+
+hooks = Pybind11Extension(
+    "popart_unwind._hooks",
+    sources=["cpp_hooks/bindings.cpp", "cpp_hooks/linear_mapping.cpp"],
+    include_dirs=["cpp_hooks"],
+    cxx_std=17,
+)
+
+setup(
+    packages=library_packages + transform_packages,
+    package_dir={"popart_unwind.transforms": "transforms"},
+    ext_modules=[hooks],
+    cmdclass={"build_ext": build_ext},
+)
