@@ -62,6 +62,15 @@ class Chain:
     def copy(self) -> Chain:
         return Chain(self._in_shape, self._ops)
 
+    def then(self, other: Chain) -> Chain:
+        """A new chain: this one followed by ``other`` (which starts at this output shape)."""
+        if other.in_shape != self.out_shape:
+            raise ChainError(
+                f"cannot follow a chain ending at {self.out_shape} with one starting at "
+                f"{other.in_shape}"
+            )
+        return Chain(self._in_shape, [*self._ops, *other.ops])
+
     # ----- builder -----------------------------------------------------------------------
     def append(self, op_type: str, attr: object) -> Chain:
         """Append one op of ``op_type`` with ``attr``, checked against the current shape."""

@@ -1,0 +1,7 @@
+"""The unwinding problem (seed 001): a Graph of Sinks, Sources, Barriers, FixedPoints,
+SumLike ops and view ops tied by ValuedPairs, its exact objective, and solvers."""
+
+from popart_unwind.unwind.graph import Graph, SumLikeOut, TensorId, ValuedPair
+from popart_unwind.unwind.solution import Path, Solution, score
+
+__all__ = ["Graph", "Path", "Solution", "SumLikeOut", "TensorId", "ValuedPair", "score"]

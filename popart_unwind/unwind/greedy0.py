@@ -1,0 +1,223 @@
+"""Greedy0, the seed's algorithm: satisfy the most valuable ValuedPair first.
+
+Layouts are tracked as *inward paths*: for each tensor, which root elements its elements
+come from and through which chain. Sources and fixed-point outputs are known at once. When
+part of a tensor becomes known, its layout propagates forwards through the ops that derive
+elements (views, concat, sum_like), a barrier's outputs become known once all its inputs
+are complete, and every ValuedPair with a newly known side is queued. The queue is ordered
+by value, then by the longest path from the other side to the end of the graph (tensors
+early in the graph first), then by tensor ids. The best pair unwinds the known side's layout
+back to the sinks behind the other side, restricted to what those sinks still lack; a sink
+may so be filled in parts by several pairs of decreasing value.
+
+Extension for sinks no pair reaches: when nothing is queued but some sink is incomplete, the
+sink judged most useful (one a waiting barrier needs, then the earliest) keeps its own
+origins on what is left (its fallback, as DESIGN.md §5 defines) and propagation resumes. The
+original algorithm stops with an error there instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+from popart_unwind.memory import Chain, DisjointRegions, Region
+from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
+from popart_unwind.unwind.solution import Path, Solution
+
+
+def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
+    """For each tensor, the number of ops on the longest path from it to a graph output."""
+    length: dict[TensorId, int] = {}
+    for tensor in reversed(graph.tensors()):
+        users = graph.consumers(tensor)
+        length[tensor] = 1 + max((length[u] for u in users), default=-1)
+    return length
+
+
+def paths_back_to_sinks(graph: Graph) -> dict[TensorId, list[tuple[TensorId, Chain]]]:
+    """For each tensor, every (sink, chain from the tensor to that sink) through unwindable
+    ops: where a layout wanted at the tensor can be planted."""
+    back: dict[TensorId, list[tuple[TensorId, Chain]]] = defaultdict(list)
+    for tensor in graph.tensors():
+        node = graph.node(tensor)
+        if node.kind == "sink":
+            back[tensor].append((tensor, Chain(graph.shape(tensor))))
+            continue
+        for source, route in unwind_routes(node, graph.shape(tensor), graph.in_shapes(node)):
+            for sink, chain in back.get(source, []):
+                back[tensor].append((sink, route.then(chain).canonicalized()))
+    return back
+
+
+class _State:
+    """Inward paths and coverage of every tensor while Greedy0 runs."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.inward: dict[TensorId, list[Path]] = defaultdict(list)
+        self.covered: dict[TensorId, DisjointRegions] = {
+            t: DisjointRegions(graph.shape(t), []) for t in graph.tensors()
+        }
+        self.stack: list[Path] = []
+        self.sink_paths: list[Path] = []
+
+    def complete(self, tensor: TensorId) -> bool:
+        return self.covered[tensor].total_elms() == self.graph.numel(tensor)
+
+    def uncovered(self, tensor: TensorId) -> DisjointRegions:
+        return self.covered[tensor].complement()
+
+    def insert(self, path: Path) -> None:
+        covered = self.covered[path.dst]
+        self.covered[path.dst] = DisjointRegions(
+            covered.shape, [*covered.regions, *path.regions.regions]
+        )
+        self.inward[path.dst].append(path)
+        self.stack.append(path)
+
+    def start_root(self, tensor: TensorId) -> None:
+        shape = self.graph.shape(tensor)
+        self.insert(
+            Path(tensor, tensor, Chain(shape), DisjointRegions(shape, [Region.full(shape)]))
+        )
+
+    def propagate(self) -> list[TensorId]:
+        """Push known layouts forwards; return the tensors that gained known elements."""
+        extended: list[TensorId] = []
+        while self.stack:
+            path = self.stack.pop()
+            extended.append(path.dst)
+            for user in self.graph.consumers(path.dst):
+                self._extend_into(path, user)
+        return sorted(set(extended))
+
+    def _extend_into(self, path: Path, user: TensorId) -> None:
+        graph = self.graph
+        node = graph.node(user)
+        if node.kind in DEPENDENT_ROOT_KINDS:
+            if not self.complete(user) and all(self.complete(t) for t in node.inputs):
+                self.start_root(user)
+            return
+        for edge in forward_edges(node, graph.shape(user), graph.in_shapes(node)):
+            if edge.src != path.dst:
+                continue
+            regions = edge.chain.apply_regions(path.regions).intersect(self.uncovered(user))
+            if regions.total_elms():
+                chain = path.chain.then(edge.chain).canonicalized()
+                self.insert(Path(path.src, user, chain, regions))
+
+
+def _masked(chain: Chain, regions: DisjointRegions) -> list[Chain]:
+    """``chain`` keeping only the elements of each region of ``regions`` (one chain each)."""
+    return [chain.copy().mask(region) for region in regions.regions]
+
+
+class GreedyRun:
+    """One run of the greedy algorithm; ``deferred`` pairs (by index) are unwound only after
+    every other queued pair. It records *blockers*: less valuable pairs whose paths filled
+    the sinks a more valuable pair would have unwound to."""
+
+    def __init__(self, graph: Graph, deferred: frozenset[int] = frozenset()) -> None:
+        self.graph = graph
+        self.deferred = deferred
+        self.state = _State(graph)
+        self.length = longest_path_to_end(graph)
+        self.back = paths_back_to_sinks(graph)
+        self.pairs = graph.valued_pairs()
+        self.partners: dict[TensorId, list[tuple[TensorId, int]]] = defaultdict(list)
+        for index, pair in enumerate(self.pairs):
+            self.partners[pair.a].append((pair.b, index))
+            self.partners[pair.b].append((pair.a, index))
+        self.planted_by: dict[TensorId, list[int]] = defaultdict(list)
+        self.blockers: set[int] = set()
+        self.queue: list[tuple] = []
+
+    def run(self) -> Solution:
+        graph, state = self.graph, self.state
+        for tensor in graph.tensors():
+            if graph.kind(tensor) in ("source", "fixed_point"):
+                state.start_root(tensor)
+        while True:
+            for known in state.propagate():
+                for other, index in self.partners[known]:
+                    key = (index in self.deferred, -self.pairs[index].value, -self.length[other])
+                    heapq.heappush(self.queue, (*key, other.index, known.index, index))
+            if self._unwind_best_pair() or state.stack:
+                continue
+            sink = _sink_to_finalize(graph, state, self.length)
+            if sink is None:
+                break
+            state.insert(Path(sink, sink, Chain(graph.shape(sink)), state.uncovered(sink)))
+        return Solution(graph, state.sink_paths, algo="greedy0")
+
+    def _unwind_best_pair(self) -> bool:
+        """Pop pairs until one plants a new path into a sink; True if one did."""
+        tensors = self.graph.tensors()
+        while self.queue:
+            *_, other_index, known_index, pair_index = heapq.heappop(self.queue)
+            known, other = tensors[known_index], tensors[other_index]
+            if self._plant(known, other, pair_index):
+                return True
+            self._note_blockers(other, pair_index)
+        return False
+
+    def _plant(self, known: TensorId, other: TensorId, pair_index: int) -> bool:
+        state, graph = self.state, self.graph
+        wanted = state.uncovered(other)
+        planted = False
+        if not wanted.total_elms():
+            return False
+        for inward in list(state.inward[known]):
+            for chain_to_other in _masked(inward.chain, wanted):
+                for sink, chain_to_sink in self.back.get(other, []):
+                    through = chain_to_other.then(chain_to_sink)
+                    for free in state.uncovered(sink).regions:
+                        chain = through.copy().mask(free).canonicalized()
+                        regions = chain.apply_regions(Region.full(graph.shape(inward.src)))
+                        if regions.total_elms():
+                            path = Path(inward.src, sink, chain, regions)
+                            state.insert(path)
+                            state.sink_paths.append(path)
+                            self.planted_by[sink].append(pair_index)
+                            planted = True
+        return planted
+
+    def _note_blockers(self, other: TensorId, pair_index: int) -> None:
+        value = self.pairs[pair_index].value
+        for sink, _ in self.back.get(other, []):
+            for planter in self.planted_by[sink]:
+                if self.pairs[planter].value < value:
+                    self.blockers.add(planter)
+
+
+def solve_greedy0(graph: Graph) -> Solution:
+    """The seed's Greedy0 (see the module docstring)."""
+    return GreedyRun(graph).run()
+
+
+def _sink_to_finalize(graph: Graph, state: _State, length) -> TensorId | None:
+    """The incomplete sink to give its own origins: one a waiting barrier needs first."""
+    incomplete = [t for t in graph.sinks() if not state.complete(t)]
+    if not incomplete:
+        return None
+    needed = _needed_by_waiting_roots(graph, state)
+    return min(incomplete, key=lambda t: (t not in needed, -length[t], t.index))
+
+
+def _needed_by_waiting_roots(graph: Graph, state: _State) -> set[TensorId]:
+    """Tensors upstream of a barrier or sum_like_reduce whose outputs are still unknown."""
+    needed: set[TensorId] = set()
+    frontier = [
+        t
+        for t in graph.tensors()
+        if graph.kind(t) in DEPENDENT_ROOT_KINDS and not state.complete(t)
+    ]
+    while frontier:
+        tensor = frontier.pop()
+        for source in graph.node(tensor).inputs:
+            if source not in needed:
+                needed.add(source)
+                frontier.append(source)
+    return needed

@@ -1,0 +1,225 @@
+"""Solutions of the unwinding problem and their exact, elementwise meaning (DESIGN.md §5).
+
+A solution is a list of sink paths: each sets the elements ``regions`` of the sink ``dst`` to
+the mappings that ``chain`` brings from the tensor ``src``. Every other element of a sink is
+its own fresh origin. From these, every tensor's layout follows, element by element:
+
+* roots (sources, barrier, fixed_point and sum_like_reduce outputs) and sinks each own a
+  block of consecutive origin ids, blocks in TensorId order, ids in row-major order;
+* a non-root tensor's element takes the origin of the one input element it derives from.
+
+A path makes its sink depend on the whole layout of ``src``; barrier and sum_like_reduce
+outputs depend on all their inputs. A solution whose dependencies form a cycle is invalid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from popart_unwind.errors import SolverError
+from popart_unwind.memory import Chain, DisjointRegions, Region
+from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, ROOT_KINDS, forward_edges
+
+EMPTY = -1
+
+
+@dataclass(frozen=True)
+class Path:
+    """``dst``'s elements in ``regions`` take the mappings ``chain`` brings from ``src``."""
+
+    src: TensorId
+    dst: TensorId
+    chain: Chain
+    regions: DisjointRegions
+
+    def __repr__(self) -> str:
+        return f"Path({self.src!r} -> {self.dst!r}: {self.chain!r} on {self.regions!r})"
+
+
+def apply_to_ids(chain: Chain, ids: np.ndarray) -> np.ndarray:
+    """Origin ids moved by ``chain``; elements it leaves empty get EMPTY."""
+    return chain.apply(ids + 1) - 1
+
+
+def dependencies(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[TensorId]]:
+    """What each tensor's layout depends on."""
+    by_sink: dict[TensorId, list[TensorId]] = {}
+    for path in sink_paths:
+        by_sink.setdefault(path.dst, []).append(path.src)
+    deps = {}
+    for tensor in graph.tensors():
+        node = graph.node(tensor)
+        if node.kind == "sink":
+            deps[tensor] = sorted(set(by_sink.get(tensor, [])))
+        elif node.kind in ROOT_KINDS and node.kind not in DEPENDENT_ROOT_KINDS:
+            deps[tensor] = []
+        else:
+            deps[tensor] = sorted(set(node.inputs))
+    return deps
+
+
+def dependency_order(graph: Graph, sink_paths: list[Path]) -> list[TensorId]:
+    """Tensors in an order where each comes after everything its layout depends on."""
+    deps = dependencies(graph, sink_paths)
+    users: dict[TensorId, list[TensorId]] = {t: [] for t in deps}
+    waiting = {t: len(d) for t, d in deps.items()}
+    for tensor, needs in deps.items():
+        for need in needs:
+            users[need].append(tensor)
+    ready = sorted(t for t, n in waiting.items() if n == 0)
+    order: list[TensorId] = []
+    while ready:
+        tensor = ready.pop(0)
+        order.append(tensor)
+        for user in users[tensor]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+        ready.sort()
+    if len(order) != len(deps):
+        stuck = sorted(t for t, n in waiting.items() if n > 0)
+        raise SolverError(
+            "invalid solution: layouts depend on themselves in a cycle through "
+            f"{stuck[:8]}{' ...' if len(stuck) > 8 else ''} (a sink unwound from a tensor "
+            "that depends on it, e.g. through a barrier)"
+        )
+    return order
+
+
+def origin_blocks(graph: Graph) -> dict[TensorId, int]:
+    """The first origin id of each root's and sink's block."""
+    starts, next_id = {}, 0
+    for tensor in graph.tensors():
+        kind = graph.kind(tensor)
+        if kind in ROOT_KINDS or kind == "sink":
+            starts[tensor] = next_id
+            next_id += graph.numel(tensor)
+    return starts
+
+
+def check_paths(graph: Graph, sink_paths: list[Path]) -> None:
+    """Each path fits its tensors, covers only what its chain reaches, and paths into one
+    sink do not overlap."""
+    covered: dict[TensorId, DisjointRegions] = {}
+    for path in sink_paths:
+        if graph.kind(path.dst) != "sink":
+            raise SolverError(f"{path!r}: destination {path.dst!r} is not a sink")
+        if path.chain.in_shape != graph.shape(path.src):
+            raise SolverError(
+                f"{path!r}: chain starts at {path.chain.in_shape}, "
+                f"not {path.src!r}'s shape {graph.shape(path.src)}"
+            )
+        if path.chain.out_shape != graph.shape(path.dst) or path.regions.shape != graph.shape(
+            path.dst
+        ):
+            raise SolverError(
+                f"{path!r}: chain or regions do not have {path.dst!r}'s shape "
+                f"{graph.shape(path.dst)}"
+            )
+        reached = path.chain.apply_regions(Region.full(graph.shape(path.src)))
+        if not reached.contains(path.regions):
+            raise SolverError(f"{path!r}: covers elements its chain does not reach")
+        before = covered.get(path.dst)
+        if before is not None and before.intersect(path.regions).total_elms():
+            raise SolverError(f"{path!r}: overlaps another path into {path.dst!r}")
+        merged = [*(before.regions if before else ()), *path.regions.regions]
+        covered[path.dst] = DisjointRegions(graph.shape(path.dst), merged)
+
+
+def compute_layouts(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, np.ndarray]:
+    """Every tensor's layout as origin ids (see the module docstring)."""
+    check_paths(graph, sink_paths)
+    starts = origin_blocks(graph)
+    into: dict[TensorId, list[Path]] = {}
+    for path in sink_paths:
+        into.setdefault(path.dst, []).append(path)
+    layouts: dict[TensorId, np.ndarray] = {}
+    for tensor in dependency_order(graph, sink_paths):
+        shape = graph.shape(tensor)
+        node = graph.node(tensor)
+        if tensor in starts:
+            ids = np.arange(starts[tensor], starts[tensor] + math.prod(shape), dtype=np.int64)
+            layout = ids.reshape(shape)
+            for path in into.get(tensor, []):
+                moved = apply_to_ids(path.chain, layouts[path.src])
+                mask = path.regions.mask()
+                layout[mask] = moved[mask]
+        else:
+            layout = np.full(shape, EMPTY, dtype=np.int64)
+            for edge in forward_edges(node, shape, graph.in_shapes(node)):
+                moved = apply_to_ids(edge.chain, layouts[edge.src])
+                mask = edge.region.mask()
+                layout[mask] = moved[mask]
+        layouts[tensor] = layout
+    return layouts
+
+
+def elementwise_score(graph: Graph, layouts: dict[TensorId, np.ndarray]) -> float:
+    """The objective: for each ValuedPair, its value times the number of agreeing indices."""
+    return float(
+        sum(
+            pair.value * np.count_nonzero(layouts[pair.a] == layouts[pair.b])
+            for pair in graph.valued_pairs()
+        )
+    )
+
+
+def upper_bound(graph: Graph) -> float:
+    """Every pair satisfied at every index."""
+    return float(sum(pair.value * graph.numel(pair.a) for pair in graph.valued_pairs()))
+
+
+def score(graph: Graph, sink_paths: list[Path]) -> float:
+    """The exact objective of any user-given solution."""
+    return elementwise_score(graph, compute_layouts(graph, list(sink_paths)))
+
+
+class Solution:
+    """Sink paths chosen by a solver, with the layouts and score they imply."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        sink_paths: list[Path],
+        algo: str = "",
+        proven_optimal: bool = False,
+        stats: dict | None = None,
+    ) -> None:
+        self.graph = graph
+        self._sink_paths = list(sink_paths)
+        self.algo = algo
+        self.proven_optimal = proven_optimal
+        self.stats = dict(stats or {})
+        self._layouts: dict[TensorId, np.ndarray] | None = None
+        dependency_order(graph, self._sink_paths)  # reject cyclic solutions at once
+
+    def sink_paths(self) -> list[Path]:
+        return list(self._sink_paths)
+
+    def paths(self, tensor: TensorId) -> list[Path]:
+        """The sink paths into ``tensor`` (empty for tensors that are not sinks)."""
+        return [p for p in self._sink_paths if p.dst == tensor]
+
+    def layouts(self) -> dict[TensorId, np.ndarray]:
+        if self._layouts is None:
+            self._layouts = compute_layouts(self.graph, self._sink_paths)
+        return self._layouts
+
+    def layout(self, tensor: TensorId) -> np.ndarray:
+        return self.layouts()[tensor].copy()
+
+    def score(self) -> float:
+        return elementwise_score(self.graph, self.layouts())
+
+    def upper_bound(self) -> float:
+        return upper_bound(self.graph)
+
+    def __repr__(self) -> str:
+        return (
+            f"Solution({self.algo}, {len(self._sink_paths)} sink paths, "
+            f"score {self.score():g} of {self.upper_bound():g})"
+        )
