@@ -346,12 +346,8 @@ def _broadcasts_to(shape: Shape, target: Shape) -> bool:
     """Whether numpy broadcasting takes ``shape`` to exactly ``target``."""
     if len(shape) > len(target):
         return False
-    return all(
-        s in (1, t)
-        for s, t in zip(
-            reversed(shape), reversed(target[-len(shape) :] if shape else ()), strict=True
-        )
-    )
+    trailing = target[len(target) - len(shape) :]
+    return all(s in (1, t) for s, t in zip(shape, trailing, strict=True))
 
 
 def _pair_values(value: float | Mapping, count: int):
