@@ -79,7 +79,7 @@ class Graph:
 
     def __init__(self) -> None:
         self._tensors: list[_Tensor] = []
-        self._names: list[str] = []
+        self._ids: list[TensorId] = []
         self._pairs: list[ValuedPair] = []
         self._consumers: list[list[TensorId]] = []
 
@@ -97,7 +97,11 @@ class Graph:
         return math.prod(self.shape(tensor))
 
     def tensors(self) -> list[TensorId]:
-        return [TensorId(i, name) for i, name in enumerate(self._names)]
+        return list(self._ids)
+
+    def tensor(self, index: int) -> TensorId:
+        """The tensor created ``index``-th."""
+        return self._ids[index]
 
     def sinks(self) -> list[TensorId]:
         return [t for t in self.tensors() if self.kind(t) == "sink"]
@@ -128,7 +132,7 @@ class Graph:
     def _add(self, shape: Shape, node: Node, out_index: int = 0, name: str = "") -> TensorId:
         tensor = TensorId(len(self._tensors), name)
         self._tensors.append(_Tensor(shape, node, out_index))
-        self._names.append(name)
+        self._ids.append(tensor)
         self._consumers.append([])
         for source in dict.fromkeys(node.inputs):
             self._consumers[source.index].append(tensor)

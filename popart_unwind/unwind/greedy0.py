@@ -154,10 +154,9 @@ class GreedyRun:
 
     def _unwind_best_pair(self) -> bool:
         """Pop pairs until one plants a new path into a sink; True if one did."""
-        tensors = self.graph.tensors()
         while self.queue:
             *_, other_index, known_index, pair_index = heapq.heappop(self.queue)
-            known, other = tensors[known_index], tensors[other_index]
+            known, other = self.graph.tensor(known_index), self.graph.tensor(other_index)
             if self._plant(known, other, pair_index):
                 return True
             self._note_blockers(other, pair_index)

@@ -14,6 +14,7 @@ outputs depend on all their inputs. A solution whose dependencies form a cycle i
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -71,15 +72,15 @@ def dependency_order(graph: Graph, sink_paths: list[Path]) -> list[TensorId]:
         for need in needs:
             users[need].append(tensor)
     ready = sorted(t for t, n in waiting.items() if n == 0)
+    heapq.heapify(ready)
     order: list[TensorId] = []
     while ready:
-        tensor = ready.pop(0)
+        tensor = heapq.heappop(ready)
         order.append(tensor)
         for user in users[tensor]:
             waiting[user] -= 1
             if waiting[user] == 0:
-                ready.append(user)
-        ready.sort()
+                heapq.heappush(ready, user)
     if len(order) != len(deps):
         stuck = sorted(t for t, n in waiting.items() if n > 0)
         raise SolverError(
@@ -217,6 +218,13 @@ class Solution:
 
     def upper_bound(self) -> float:
         return upper_bound(self.graph)
+
+    def symbolic_score(self) -> float:
+        """The same number as ``score()``, from regions and chains: its cost does not grow
+        with tensor sizes where chains agree (see ``symbolic.py``)."""
+        from popart_unwind.unwind.symbolic import inward_paths, symbolic_score
+
+        return symbolic_score(self.graph, inward_paths(self.graph, self._sink_paths))
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,90 @@
+"""The objective computed from regions and chains, at a cost that need not grow with sizes.
+
+Every tensor's layout is described by *inward paths*: (root, chain from the root, region of
+the tensor it covers), the regions of one tensor being disjoint and covering it. Two
+elements have the same mapping iff they come from the same root element. So for a pair
+(a, b), only paths of a and b from the same root can agree, and only on the intersection of
+their regions; there they agree everywhere when their canonical chains are identical.
+When the chains differ they may still agree at some elements (a concat of a tensor with its
+own reverse is a palindrome), so those intersections are compared element by element:
+the result is always exactly the elementwise objective.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popart_unwind.memory import Chain, DisjointRegions, Region
+from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.ops import ROOT_KINDS, forward_edges
+from popart_unwind.unwind.solution import Path, dependency_order
+
+
+def inward_paths(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
+    """For every tensor, the paths from roots (or sinks' own origins) that make its layout."""
+    into: dict[TensorId, list[Path]] = {}
+    for path in sink_paths:
+        into.setdefault(path.dst, []).append(path)
+    inward: dict[TensorId, list[Path]] = {}
+    for tensor in dependency_order(graph, sink_paths):
+        shape = graph.shape(tensor)
+        node = graph.node(tensor)
+        if node.kind in ROOT_KINDS:
+            inward[tensor] = [_identity(tensor, shape, DisjointRegions(shape, [Region.full(shape)]))]
+            continue
+        if node.kind == "sink":
+            found = [
+                _through(before, path.chain, path.dst, path.regions)
+                for path in into.get(tensor, [])
+                for before in inward[path.src]
+            ]
+            covered = DisjointRegions(shape, [r for p in found if p for r in p.regions.regions])
+            own = covered.complement()
+            found.append(_identity(tensor, shape, own) if own.total_elms() else None)
+        else:
+            found = [
+                _through(before, edge.chain, tensor, DisjointRegions(shape, [edge.region]))
+                for edge in forward_edges(node, shape, graph.in_shapes(node))
+                for before in inward[edge.src]
+            ]
+        inward[tensor] = [p for p in found if p is not None]
+    return inward
+
+
+def _identity(tensor: TensorId, shape, regions: DisjointRegions) -> Path:
+    return Path(tensor, tensor, Chain(shape), regions)
+
+
+def _through(before: Path, chain: Chain, dst: TensorId, within: DisjointRegions) -> Path | None:
+    """``before`` continued by ``chain``, kept to ``within``; None when nothing is left."""
+    regions = chain.apply_regions(before.regions).intersect(within)
+    if not regions.total_elms():
+        return None
+    return Path(before.src, dst, before.chain.then(chain).canonicalized(), regions)
+
+
+def symbolic_score(graph: Graph, inward: dict[TensorId, list[Path]]) -> float:
+    """The exact objective from inward paths (see the module docstring)."""
+    total = 0.0
+    for pair in graph.valued_pairs():
+        agreeing = 0
+        for left in inward[pair.a]:
+            for right in inward[pair.b]:
+                if left.src != right.src:
+                    continue
+                common = left.regions.intersect(right.regions)
+                if not common.total_elms():
+                    continue
+                if left.chain == right.chain:
+                    agreeing += common.total_elms()
+                else:
+                    agreeing += _agreeing_elements(graph, left, right, common)
+        total += pair.value * agreeing
+    return total
+
+
+def _agreeing_elements(graph: Graph, left: Path, right: Path, common: DisjointRegions) -> int:
+    """Where two different chains from one root bring the same root element."""
+    ids = np.arange(1, graph.numel(left.src) + 1).reshape(graph.shape(left.src))
+    same = left.chain.apply(ids) == right.chain.apply(ids)
+    return int(np.count_nonzero(same & common.mask()))
