@@ -11,18 +11,19 @@ result is never below Greedy0's.
 from __future__ import annotations
 
 from popart_unwind.unwind.graph import Graph
-from popart_unwind.unwind.greedy0 import GreedyRun
+from popart_unwind.unwind.greedy0 import GraphAnalysis, GreedyRun
 from popart_unwind.unwind.solution import Solution
 
 
 def solve_deferral(graph: Graph, max_rounds: int = 8) -> Solution:
+    analysis = GraphAnalysis(graph)
     deferred: frozenset[int] = frozenset()
-    run = GreedyRun(graph, deferred)
+    run = GreedyRun(analysis, deferred)
     best = run.run()
     rounds = 1
     while rounds < max_rounds and not run.blockers <= deferred:
         deferred = deferred | frozenset(run.blockers)
-        run = GreedyRun(graph, deferred)
+        run = GreedyRun(analysis, deferred)
         candidate = run.run()
         rounds += 1
         if candidate.score() > best.score():

@@ -114,15 +114,11 @@ def _masked(chain: Chain, regions: DisjointRegions) -> list[Chain]:
     return [chain.copy().mask(region) for region in regions.regions]
 
 
-class GreedyRun:
-    """One run of the greedy algorithm; ``deferred`` pairs (by index) are unwound only after
-    every other queued pair. It records *blockers*: less valuable pairs whose paths filled
-    the sinks a more valuable pair would have unwound to."""
+class GraphAnalysis:
+    """What every greedy run needs to know about the graph, computed once."""
 
-    def __init__(self, graph: Graph, deferred: frozenset[int] = frozenset()) -> None:
+    def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.deferred = deferred
-        self.state = _State(graph)
         self.length = longest_path_to_end(graph)
         self.back = paths_back_to_sinks(graph)
         self.pairs = graph.valued_pairs()
@@ -130,6 +126,18 @@ class GreedyRun:
         for index, pair in enumerate(self.pairs):
             self.partners[pair.a].append((pair.b, index))
             self.partners[pair.b].append((pair.a, index))
+
+
+class GreedyRun:
+    """One run of the greedy algorithm; ``deferred`` pairs (by index) are unwound only after
+    every other queued pair. It records *blockers*: less valuable pairs whose paths filled
+    the sinks a more valuable pair would have unwound to."""
+
+    def __init__(self, analysis: GraphAnalysis, deferred: frozenset[int] = frozenset()) -> None:
+        self.graph = analysis.graph
+        self.analysis = analysis
+        self.deferred = deferred
+        self.state = _State(self.graph)
         self.planted_by: dict[TensorId, list[int]] = defaultdict(list)
         self.blockers: set[int] = set()
         self.queue: list[tuple] = []
@@ -141,12 +149,13 @@ class GreedyRun:
                 state.start_root(tensor)
         while True:
             for known in state.propagate():
-                for other, index in self.partners[known]:
-                    key = (index in self.deferred, -self.pairs[index].value, -self.length[other])
+                for other, index in self.analysis.partners[known]:
+                    value, length = self.analysis.pairs[index].value, self.analysis.length[other]
+                    key = (index in self.deferred, -value, -length)
                     heapq.heappush(self.queue, (*key, other.index, known.index, index))
             if self._unwind_best_pair() or state.stack:
                 continue
-            sink = _sink_to_finalize(graph, state, self.length)
+            sink = _sink_to_finalize(graph, state, self.analysis.length)
             if sink is None:
                 break
             state.insert(Path(sink, sink, Chain(graph.shape(sink)), state.uncovered(sink)))
@@ -170,7 +179,7 @@ class GreedyRun:
             return False
         for inward in list(state.inward[known]):
             for chain_to_other in _masked(inward.chain, wanted):
-                for sink, chain_to_sink in self.back.get(other, []):
+                for sink, chain_to_sink in self.analysis.back.get(other, []):
                     through = chain_to_other.then(chain_to_sink)
                     for free in state.uncovered(sink).regions:
                         chain = through.copy().mask(free).canonicalized()
@@ -184,16 +193,16 @@ class GreedyRun:
         return planted
 
     def _note_blockers(self, other: TensorId, pair_index: int) -> None:
-        value = self.pairs[pair_index].value
-        for sink, _ in self.back.get(other, []):
+        pairs = self.analysis.pairs
+        for sink, _ in self.analysis.back.get(other, []):
             for planter in self.planted_by[sink]:
-                if self.pairs[planter].value < value:
+                if pairs[planter].value < pairs[pair_index].value:
                     self.blockers.add(planter)
 
 
 def solve_greedy0(graph: Graph) -> Solution:
     """The seed's Greedy0 (see the module docstring)."""
-    return GreedyRun(graph).run()
+    return GreedyRun(GraphAnalysis(graph)).run()
 
 
 def _sink_to_finalize(graph: Graph, state: _State, length) -> TensorId | None:

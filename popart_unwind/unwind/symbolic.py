@@ -30,7 +30,9 @@ def inward_paths(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[Pa
         shape = graph.shape(tensor)
         node = graph.node(tensor)
         if node.kind in ROOT_KINDS:
-            inward[tensor] = [_identity(tensor, shape, DisjointRegions(shape, [Region.full(shape)]))]
+            inward[tensor] = [
+                _identity(tensor, shape, DisjointRegions(shape, [Region.full(shape)]))
+            ]
             continue
         if node.kind == "sink":
             found = [

@@ -1,0 +1,87 @@
+"""Solve a chain of N matmul-like blocks, at two tensor scales, with each solver.
+
+The graph (issue: the unwinding solver): a0 = sink(8,16) tied to a source at 1.0. Block i,
+variant 0: x = sink(8,16); u = sum_like([a_prev, x], [1], 3); lhs = dim_shuffle(reshape(u,
+(16,8)), (1,0)) tied to a source(8,16) at 9; w = sink(16,16) tied to a source(16,16) at 10;
+mm = barrier([lhs, w], [(8,16)]); b = sink(16); a = sum_like([mm, b], 0, 20).out. Variant 1:
+x is the top half (rows 0:8) of a sink(16,16) whose bottom half, reversed along axis 1, is
+tied to a_prev at 2. ``--scale 64`` multiplies every dimension by 64.
+
+    python benchmarks/unwind_blocks.py --blocks 100 1000 --scale 1 64
+
+Scores are computed symbolically (``Solution.symbolic_score``, equal to the elementwise
+objective by construction and by test); the solve time excludes scoring. A solver is skipped
+for larger N once one of its runs exceeds ``--budget`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+from popart_unwind.unwind import Graph
+
+
+def build(blocks: int, variant: int, scale: int) -> Graph:
+    rows, cols = 8 * scale, 16 * scale
+    g = Graph()
+    previous = g.sink((rows, cols), "a0")
+    g.valued_pair(previous, g.source((rows, cols)), 1.0)
+    for _ in range(blocks):
+        if variant == 0:
+            x = g.sink((rows, cols), "x")
+        else:
+            tall = g.sink((2 * rows, cols), "xx")
+            x = g.slice(tall, (0, 0), (rows, cols))
+            bottom = g.reverse(g.slice(tall, (rows, 0), (2 * rows, cols)), (1,))
+            g.valued_pair(bottom, previous, 2.0)
+        u = g.sum_like([previous, x], [1], 3.0).out
+        lhs = g.dim_shuffle(g.reshape(u, (cols, rows)), (1, 0))
+        g.valued_pair(lhs, g.source((rows, cols)), 9.0)
+        w = g.sink((cols, cols), "w")
+        g.valued_pair(w, g.source((cols, cols)), 10.0)
+        (mm,) = g.barrier([lhs, w], [(rows, cols)])
+        bias = g.sink((cols,), "b")
+        previous = g.sum_like([mm, bias], 0, 20.0).out
+    return g
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blocks", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--scale", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--solvers", nargs="+", default=["greedy0", "deferral"])
+    parser.add_argument("--budget", type=float, default=300.0)
+    args = parser.parse_args()
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(
+        f"{'variant':>7} {'scale':>5} {'blocks':>6} {'tensors':>8} {'solver':>9} "
+        f"{'solve s':>9} {'score':>14} {'upper bound':>14}"
+    )
+    for variant in (0, 1):
+        for scale in args.scale:
+            over_budget: set[str] = set()
+            for blocks in args.blocks:
+                graph = build(blocks, variant, scale)
+                for solver in args.solvers:
+                    if solver in over_budget:
+                        continue
+                    start = time.perf_counter()
+                    solution = graph.solve(solver)
+                    seconds = time.perf_counter() - start
+                    if seconds > args.budget:
+                        over_budget.add(solver)
+                    print(
+                        f"{variant:>7} {scale:>5} {blocks:>6} {len(graph):>8} {solver:>9} "
+                        f"{seconds:>9.2f} {solution.symbolic_score():>14.1f} "
+                        f"{solution.upper_bound():>14.1f}",
+                        flush=True,
+                    )
+
+
+if __name__ == "__main__":
+    main()
