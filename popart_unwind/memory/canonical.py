@@ -22,6 +22,7 @@ bugs in a rule).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -151,6 +152,15 @@ def reached(in_shape: Shape, ops: Sequence[ChainOp]) -> DisjointRegions:
 
 
 # ----- the driver --------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1 << 16)
+def canonical_ops(in_shape: Shape, ops: tuple[ChainOp, ...]) -> tuple[ChainOp, ...]:
+    """Memoised ``canonicalize``: the same chains recur across a model's repeated blocks.
+
+    Safe because ops compare by meaning (same shapes, equivalent regions) and hash alike.
+    """
+    return tuple(canonicalize(in_shape, ops))
+
+
 def canonicalize(
     in_shape: Shape, ops: Sequence[ChainOp], max_rewrites: int | None = None
 ) -> list[ChainOp]:

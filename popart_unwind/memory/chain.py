@@ -155,9 +155,9 @@ class Chain:
 
     def canonicalized(self) -> Chain:
         """An equivalent chain in canonical form (seed 000); this chain is unchanged."""
-        from popart_unwind.memory.canonical import canonicalize
+        from popart_unwind.memory.canonical import canonical_ops
 
-        return Chain(self._in_shape, canonicalize(self._in_shape, self._ops))
+        return Chain(self._in_shape, canonical_ops(self._in_shape, tuple(self._ops)))
 
     def equivalent(self, other: Chain) -> bool:
         """Whether the canonical forms of the two chains are op-wise identical."""
