@@ -196,14 +196,23 @@ class Solution:
         self.proven_optimal = proven_optimal
         self.stats = dict(stats or {})
         self._layouts: dict[TensorId, np.ndarray] | None = None
+        self._inward_paths: dict[TensorId, list[Path]] | None = None
         dependency_order(graph, self._sink_paths)  # reject cyclic solutions at once
 
     def sink_paths(self) -> list[Path]:
         return list(self._sink_paths)
 
     def paths(self, tensor: TensorId) -> list[Path]:
-        """The sink paths into ``tensor`` (empty for tensors that are not sinks)."""
-        return [p for p in self._sink_paths if p.dst == tensor]
+        """Why ``tensor`` has its layout: disjoint paths covering it, each from a root (or a
+        sink's own origins) through a canonical chain."""
+        return list(self._inward()[tensor])
+
+    def _inward(self) -> dict[TensorId, list[Path]]:
+        if self._inward_paths is None:
+            from popart_unwind.unwind.symbolic import inward_paths
+
+            self._inward_paths = inward_paths(self.graph, self._sink_paths)
+        return self._inward_paths
 
     def layouts(self) -> dict[TensorId, np.ndarray]:
         if self._layouts is None:
@@ -222,9 +231,9 @@ class Solution:
     def symbolic_score(self) -> float:
         """The same number as ``score()``, from regions and chains: its cost does not grow
         with tensor sizes where chains agree (see ``symbolic.py``)."""
-        from popart_unwind.unwind.symbolic import inward_paths, symbolic_score
+        from popart_unwind.unwind.symbolic import symbolic_score
 
-        return symbolic_score(self.graph, inward_paths(self.graph, self._sink_paths))
+        return symbolic_score(self.graph, self._inward())
 
     def __repr__(self) -> str:
         return (

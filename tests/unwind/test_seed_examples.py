@@ -113,3 +113,16 @@ def test_default_solver_defers_the_pair_that_blocked_the_reduce_pair(v_bias, v_t
     solution = bias_and_table(v_bias, v_table).solve()
     assert solution.algo == "deferral"
     assert solution.score() == pytest.approx(best)
+
+
+def test_paths_explain_each_tensor_from_its_roots():
+    g, t = examples.matmul()
+    solution = g.solve()
+    (from_target,) = solution.paths(t["Z"])
+    assert from_target.src == t["rhs_target"]
+    assert repr(from_target.chain) == "(3,4) -> Reverse(1) -> SettSample(Region((3, 4), [2:3, :]))"
+    ids = np.arange(12).reshape(3, 4)
+    assert np.array_equal(from_target.chain.apply(ids), ids[2:3, ::-1])
+    for tensor in g.tensors():
+        covered = sum(path.regions.total_elms() for path in solution.paths(tensor))
+        assert covered == g.numel(tensor)
