@@ -65,13 +65,14 @@ def unbroadcast_add(value: float = 1.0):
     return g, {"A": a, "B": b, "C": c, "matmul": product, "out": out}
 
 
-def broadcast_add(value: float = 1.0):
-    """An activation plus a (3, 1) bias: the bias takes the layout a SumLikeReduce makes."""
+def broadcast_add(value: float = 1.0, activation_shape=(2, 3, 2), bias_shape=(3, 1)):
+    """An activation plus a numpy-broadcast bias (the seed's is (6, 1) onto (20, 20, 6, 3)):
+    the bias takes the layout a SumLikeReduce of the activation makes."""
     g = Graph()
-    x = g.sink((2, 3, 2), "x")
-    g.valued_pair(x, g.source((2, 3, 2), "x_target"), value)
-    (activation,) = g.barrier([x], [(2, 3, 2)], "activation")
-    bias = g.sink((3, 1), "bias")
+    x = g.sink(activation_shape, "x")
+    g.valued_pair(x, g.source(activation_shape, "x_target"), value)
+    (activation,) = g.barrier([x], [activation_shape], "activation")
+    bias = g.sink(bias_shape, "bias")
     result = g.sum_like([activation, bias], 0, value)
     return g, {
         "x": x,
