@@ -1,0 +1,78 @@
+"""Laws of the unwinding problem on random graphs (every op type; see random_graphs.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.unwind.random_graphs import random_graph
+from popart_unwind.unwind.solution import origin_blocks
+
+SEEDS = st.integers(0, 2**32 - 1)
+SOLVERS = ("greedy0", "deferral")
+
+
+def graph_for(seed: int, size: int):
+    return random_graph(np.random.default_rng(seed), size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 4))
+def test_scores_lie_between_zero_and_the_upper_bound(seed, size):
+    graph = graph_for(seed, size)
+    for algo in SOLVERS:
+        solution = graph.solve(algo)
+        assert 0.0 <= solution.score() <= solution.upper_bound() + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 4))
+def test_the_default_solver_is_never_below_greedy0(seed, size):
+    graph = graph_for(seed, size)
+    assert graph.solve().score() >= graph.solve("greedy0").score() - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 4))
+def test_symbolic_score_equals_the_elementwise_score(seed, size):
+    graph = graph_for(seed, size)
+    for algo in SOLVERS:
+        solution = graph.solve(algo)
+        assert solution.symbolic_score() == pytest.approx(solution.score())
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 4))
+def test_layouts_are_consistent_through_every_op(seed, size):
+    """Checked with numpy directly, not with the rules that computed the layouts."""
+    graph = graph_for(seed, size)
+    solution = graph.solve()
+    layout = solution.layout
+    blocks = origin_blocks(graph)
+    for tensor in graph.tensors():
+        node = graph.node(tensor)
+        if node.kind == "view":
+            (source,) = node.inputs
+            moved = node.chain.apply(layout(source) + 1) - 1
+            assert np.array_equal(layout(tensor), moved), f"{tensor!r}: {node.chain!r}"
+        elif node.kind == "concat":
+            joined = np.concatenate([layout(t) for t in node.inputs], axis=node.axis)
+            assert np.array_equal(layout(tensor), joined)
+        elif node.kind == "sum_like":
+            assert np.array_equal(layout(tensor), layout(node.inputs[node.unwind_indices[0]]))
+        elif node.kind in ("source", "barrier", "fixed_point", "sum_like_reduce"):
+            start = blocks[tensor]
+            own = np.arange(start, start + graph.numel(tensor)).reshape(graph.shape(tensor))
+            assert np.array_equal(layout(tensor), own)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 4))
+def test_reruns_are_identical(seed, size):
+    for algo in SOLVERS:
+        first = graph_for(seed, size).solve(algo)
+        second = graph_for(seed, size).solve(algo)
+        assert repr(first.sink_paths()) == repr(second.sink_paths())
+        assert first.score() == second.score()
