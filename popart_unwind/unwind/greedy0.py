@@ -24,7 +24,7 @@ from collections import defaultdict
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
-from popart_unwind.unwind.solution import Path, Solution
+from popart_unwind.unwind.solution import Path, Solution, layout_inputs
 
 
 def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
@@ -224,7 +224,7 @@ def _needed_by_waiting_roots(graph: Graph, state: _State) -> set[TensorId]:
     ]
     while frontier:
         tensor = frontier.pop()
-        for source in graph.node(tensor).inputs:
+        for source in layout_inputs(graph, tensor):
             if source not in needed:
                 needed.add(source)
                 frontier.append(source)

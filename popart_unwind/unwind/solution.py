@@ -46,21 +46,29 @@ def apply_to_ids(chain: Chain, ids: np.ndarray) -> np.ndarray:
     return chain.apply(ids + 1) - 1
 
 
+def layout_inputs(graph: Graph, tensor: TensorId) -> tuple[TensorId, ...]:
+    """The tensors whose layouts ``tensor``'s layout is made from, through graph edges alone
+    (a sink's paths come on top): all inputs of a barrier or sum_like_reduce, the inputs a
+    view or concat takes elements from, a sum_like's first unwind input; nothing for sinks,
+    sources and fixed points."""
+    node = graph.node(tensor)
+    if node.kind == "sum_like":
+        return (node.inputs[node.unwind_indices[0]],)
+    if node.kind == "sink" or node.kind in ROOT_KINDS - DEPENDENT_ROOT_KINDS:
+        return ()
+    return tuple(dict.fromkeys(node.inputs))
+
+
 def dependencies(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[TensorId]]:
-    """What each tensor's layout depends on."""
+    """What each tensor's layout depends on: its layout inputs, and for a sink the sources
+    of its paths."""
     by_sink: dict[TensorId, list[TensorId]] = {}
     for path in sink_paths:
         by_sink.setdefault(path.dst, []).append(path.src)
-    deps = {}
-    for tensor in graph.tensors():
-        node = graph.node(tensor)
-        if node.kind == "sink":
-            deps[tensor] = sorted(set(by_sink.get(tensor, [])))
-        elif node.kind in ROOT_KINDS and node.kind not in DEPENDENT_ROOT_KINDS:
-            deps[tensor] = []
-        else:
-            deps[tensor] = sorted(set(node.inputs))
-    return deps
+    return {
+        tensor: sorted({*layout_inputs(graph, tensor), *by_sink.get(tensor, ())})
+        for tensor in graph.tensors()
+    }
 
 
 def dependency_order(graph: Graph, sink_paths: list[Path]) -> list[TensorId]:

@@ -10,9 +10,18 @@ from popart_unwind.unwind.graph import Graph
 from popart_unwind.unwind.greedy0 import solve_greedy0
 from popart_unwind.unwind.solution import Solution
 
+
+def _solve_exact(graph: Graph, **options) -> Solution:
+    """Imported on use: HiGHS is only loaded when the exact solver is asked for."""
+    from popart_unwind.unwind.exact import solve_exact
+
+    return solve_exact(graph, **options)
+
+
 SOLVERS: dict[str, Callable[..., Solution]] = {
     "greedy0": solve_greedy0,
     "deferral": solve_deferral,
+    "exact": _solve_exact,
 }
 
 DEFAULT = "deferral"

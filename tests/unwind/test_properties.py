@@ -76,3 +76,13 @@ def test_reruns_are_identical(seed, size):
         second = graph_for(seed, size).solve(algo)
         assert repr(first.sink_paths()) == repr(second.sink_paths())
         assert first.score() == second.score()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=SEEDS, size=st.integers(1, 3))
+def test_greedy0_and_the_default_never_beat_the_proven_optimum(seed, size):
+    graph = graph_for(seed, size)
+    exact = graph.solve("exact")
+    assert exact.proven_optimal
+    assert graph.solve("greedy0").score() <= graph.solve().score() + 1e-9
+    assert graph.solve().score() <= exact.score() + 1e-9 <= exact.upper_bound() + 2e-9
