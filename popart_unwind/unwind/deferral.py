@@ -3,7 +3,9 @@
 Greedy0 takes the most valuable queued pair first, but a pair can only fill what is still
 free, so a cheap pair unwound early can block a valuable one that only becomes available
 later (e.g. once a barrier's inputs are complete). Each run records those blockers; the next
-run queues them behind every other pair. Runs repeat until no new blocker appears or
+run queues them behind every other pair. Likewise a sink that had to keep its own origins
+(nothing reached it) and was later wanted by a pair is kept open longer in the next run.
+Runs repeat until no new blocker appears or
 ``max_rounds`` is reached, and the best run wins. The first run is Greedy0 itself, so the
 result is never below Greedy0's.
 """
@@ -18,12 +20,14 @@ from popart_unwind.unwind.solution import Solution
 def solve_deferral(graph: Graph, max_rounds: int = 8) -> Solution:
     analysis = GraphAnalysis(graph)
     deferred: frozenset[int] = frozenset()
-    run = GreedyRun(analysis, deferred)
+    late: frozenset = frozenset()
+    run = GreedyRun(analysis, deferred, late)
     best = run.run()
     rounds = 1
-    while rounds < max_rounds and not run.blockers <= deferred:
+    while rounds < max_rounds and not (run.blockers <= deferred and run.late_sinks <= late):
         deferred = deferred | frozenset(run.blockers)
-        run = GreedyRun(analysis, deferred)
+        late = late | frozenset(run.late_sinks)
+        run = GreedyRun(analysis, deferred, late)
         candidate = run.run()
         rounds += 1
         if candidate.score() > best.score():
@@ -32,5 +36,5 @@ def solve_deferral(graph: Graph, max_rounds: int = 8) -> Solution:
         graph,
         best.sink_paths(),
         algo="deferral",
-        stats={"rounds": rounds, "deferred_pairs": len(deferred)},
+        stats={"rounds": rounds, "deferred_pairs": len(deferred), "late_sinks": len(late)},
     )

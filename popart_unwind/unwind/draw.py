@@ -73,8 +73,16 @@ _TAB20 = matplotlib.colormaps["tab20"].colors
 PALETTE = np.array(_TAB20[0::2] + _TAB20[1::2])  # strong colours first, then light
 HATCHES = ("", "////", "\\\\\\\\", "xxxx", "....", "oo", "----", "||||")
 HEAT = matplotlib.colormaps["viridis"]
-PAIR_COLOURS = ("crimson", "royalblue", "darkorange", "darkviolet", "seagreen", "saddlebrown",
-                "deeppink", "teal")
+PAIR_COLOURS = (
+    "crimson",
+    "royalblue",
+    "darkorange",
+    "darkviolet",
+    "seagreen",
+    "saddlebrown",
+    "deeppink",
+    "teal",
+)
 EDGE_COLOUR = "0.55"
 RC = {"font.size": 7.0, "hatch.linewidth": 0.6, "hatch.color": "black"}
 
@@ -117,8 +125,9 @@ class _Styles:
             rgba = HEAT(ranks / max(len(self.all_ids) - 1, 1))
         else:
             ranks = np.searchsorted(self.cell_ids, layout)
-            rgba = np.concatenate([PALETTE[ranks % len(PALETTE)], np.ones((*ranks.shape, 1))],
-                                  axis=-1)
+            rgba = np.concatenate(
+                [PALETTE[ranks % len(PALETTE)], np.ones((*ranks.shape, 1))], axis=-1
+            )
         return rgba.reshape(*layout.shape, 4)
 
     def hatches(self, layout: np.ndarray) -> list[str]:
@@ -254,8 +263,9 @@ def _columns(graph: Graph, drawn: list[TensorId]) -> dict[TensorId, int]:
     """
     after = {t: graph.consumers(t) for t in graph.tensors()}
     edges = [e for p in graph.valued_pairs() if (e := _pair_edge(graph, p.a, p.b)) is not None]
-    anchored = {late for early, late in edges
-                if graph.node(early).inputs and _add_edge(after, early, late)}
+    anchored = {
+        late for early, late in edges if graph.node(early).inputs and _add_edge(after, early, late)
+    }
     for early, late in edges:
         if not graph.node(early).inputs and late not in anchored:
             _add_edge(after, early, late)
@@ -321,8 +331,9 @@ def _place(graph: Graph, drawn: list[TensorId], pairs: dict) -> _Layout:
     sweeps that move every box towards its neighbours in other columns."""
     column = _columns(graph, drawn)
     tensors = {t: _tensor_box(graph, t, column[t]) for t in drawn}
-    ends = [(i, t, None) for t in drawn for i in dict.fromkeys(graph.node(t).inputs)
-            if i in tensors]
+    ends = [
+        (i, t, None) for t in drawn for i in dict.fromkeys(graph.node(t).inputs) if i in tensors
+    ]
     ends += [(a, b, value) for (a, b), value in pairs.items()]
     links = [_route(tensors[a], tensors[b], value, k) for k, (a, b, value) in enumerate(ends)]
     stacks: list[list[_Box]] = [[] for _ in range(max(column.values(), default=-1) + 1)]
@@ -382,13 +393,27 @@ def _barycentre(box: _Box, near: dict[_Box, list[_Box]]) -> float:
 def _draw_tensor(ax: Axes, graph: Graph, box: _Box, layout: np.ndarray, styles: _Styles) -> None:
     colours = styles.colours(layout)
     if is_strip(layout.shape):
-        ax.imshow(colours.reshape(1, -1, 4),
-                  extent=(box.x, box.x + box.width, box.y + box.height, box.y),
-                  interpolation="nearest", aspect="auto", zorder=3)
+        ax.imshow(
+            colours.reshape(1, -1, 4),
+            extent=(box.x, box.x + box.width, box.y + box.height, box.y),
+            interpolation="nearest",
+            aspect="auto",
+            zorder=3,
+        )
     else:
         _draw_cells(ax, box, layout, colours.reshape(-1, 4), styles.hatches(layout))
-    ax.add_patch(Rectangle((box.x, box.y), box.width, box.height, fill=False, lw=0.8,
-                           edgecolor="0.25", linestyle="-" if layout.size else ":", zorder=4))
+    ax.add_patch(
+        Rectangle(
+            (box.x, box.y),
+            box.width,
+            box.height,
+            fill=False,
+            lw=0.8,
+            edgecolor="0.25",
+            linestyle="-" if layout.size else ":",
+            zorder=4,
+        )
+    )
     name, info = _label(graph, box.tensor)
     cx = box.centre[0]
     ax.text(cx, box.y - 0.75, name, ha="center", va="bottom", weight="bold", zorder=5)
@@ -403,11 +428,17 @@ def _draw_cells(ax: Axes, box: _Box, layout: np.ndarray, colours: np.ndarray, ha
     for flat, hatch in enumerate(hatches):
         groups.setdefault(hatch, []).append(flat)
     for hatch, members in groups.items():
-        cells = [Rectangle((box.x + f % cols, box.y + offsets[f // cols]), 1, 1)
-                 for f in members]
-        ax.add_collection(PatchCollection(
-            cells, facecolors=colours[members], edgecolors="white", linewidths=0.6,
-            hatch=hatch or None, zorder=3))
+        cells = [Rectangle((box.x + f % cols, box.y + offsets[f // cols]), 1, 1) for f in members]
+        ax.add_collection(
+            PatchCollection(
+                cells,
+                facecolors=colours[members],
+                edgecolors="white",
+                linewidths=0.6,
+                hatch=hatch or None,
+                zorder=3,
+            )
+        )
 
 
 def _exit(start: np.ndarray, step: np.ndarray, rect) -> np.ndarray:
@@ -445,8 +476,16 @@ def _polyline(link: _Link, pad: float) -> np.ndarray:
 
 
 def _draw_edge(ax: Axes, link: _Link) -> None:
-    ax.add_patch(FancyArrowPatch(path=MplPath(_polyline(link, 0.3)), arrowstyle="-|>",
-                                 mutation_scale=8, color=EDGE_COLOUR, lw=0.7, zorder=1))
+    ax.add_patch(
+        FancyArrowPatch(
+            path=MplPath(_polyline(link, 0.3)),
+            arrowstyle="-|>",
+            mutation_scale=8,
+            color=EDGE_COLOUR,
+            lw=0.7,
+            zorder=1,
+        )
+    )
 
 
 def _pair_effects(colour: str) -> list:
@@ -457,14 +496,30 @@ def _pair_effects(colour: str) -> list:
 def _draw_pair(ax: Axes, link: _Link, colour: str, solution: Solution) -> None:
     """Two parallel lines, labelled with the value and the number of agreeing indices."""
     points = _polyline(link, 0.15)
-    ax.plot(points[:, 0], points[:, 1], color="white", lw=1.2, zorder=2,
-            solid_capstyle="butt", solid_joinstyle="round", path_effects=_pair_effects(colour))
+    ax.plot(
+        points[:, 0],
+        points[:, 1],
+        color="white",
+        lw=1.2,
+        zorder=2,
+        solid_capstyle="butt",
+        solid_joinstyle="round",
+        path_effects=_pair_effects(colour),
+    )
     a, b = (solution.layout(box.tensor) for box in (link.boxes[0], link.boxes[-1]))
     middle = (len(points) - 2) // 2
     x, y = (points[middle] + points[middle + 1]) / 2
-    ax.text(x, y, f"{link.value:g} · {np.count_nonzero(a == b)}/{a.size}", ha="center",
-            va="center", color=colour, fontsize=6.5, zorder=6,
-            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": colour, "lw": 0.5})
+    ax.text(
+        x,
+        y,
+        f"{link.value:g} · {np.count_nonzero(a == b)}/{a.size}",
+        ha="center",
+        va="center",
+        color=colour,
+        fontsize=6.5,
+        zorder=6,
+        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": colour, "lw": 0.5},
+    )
 
 
 def _pairs(graph: Graph, drawn: set[TensorId]) -> dict[tuple[TensorId, TensorId], float]:
@@ -485,24 +540,52 @@ def _legend(fig: Figure, values: list[float], strips: bool) -> None:
     handles = [Line2D([], [], color=EDGE_COLOUR, lw=0.9, label="op: input → output")]
     for value in values:
         effects = _pair_effects(_pair_colour(value, values))
-        handles.append(Line2D([], [], color="white", lw=1.2, path_effects=effects,
-                              label=f"ValuedPair {value:g} · agreeing/numel"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="white",
+                lw=1.2,
+                path_effects=effects,
+                label=f"ValuedPair {value:g} · agreeing/numel",
+            )
+        )
     if strips:
-        handles.append(Line2D([], [], color=HEAT(0.6), lw=5,
-                              label="heat strip: origin ids, flattened"))
-    fig.legend(handles=handles, loc="lower center", ncols=min(len(handles), LEGEND_COLUMNS),
-               frameon=False, fontsize=7, handlelength=2.4)
+        handles.append(
+            Line2D([], [], color=HEAT(0.6), lw=5, label="heat strip: origin ids, flattened")
+        )
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncols=min(len(handles), LEGEND_COLUMNS),
+        frameon=False,
+        fontsize=7,
+        handlelength=2.4,
+    )
 
 
 def _header(fig: Figure, solution: Solution, title: str | None) -> None:
     score, bound = solution.score(), solution.upper_bound()
     share = f" ({100 * score / bound:.0f}%)" if bound else ""
     algo = f" ({solution.algo})" if solution.algo else ""
-    fig.text(0.5, 1 - 0.12 / fig.get_figheight(), title or f"Unwinding solution{algo}",
-             ha="center", va="top", fontsize=10, weight="bold")
-    fig.text(0.5, 1 - 0.36 / fig.get_figheight(),
-             f"score {score:g} of upper bound {bound:g}{share}   ·   cell colour and hatching "
-             "= mapping (same look ⇔ same origin)", ha="center", va="top", fontsize=7.5)
+    fig.text(
+        0.5,
+        1 - 0.12 / fig.get_figheight(),
+        title or f"Unwinding solution{algo}",
+        ha="center",
+        va="top",
+        fontsize=10,
+        weight="bold",
+    )
+    fig.text(
+        0.5,
+        1 - 0.36 / fig.get_figheight(),
+        f"score {score:g} of upper bound {bound:g}{share}   ·   cell colour and hatching "
+        "= mapping (same look ⇔ same origin)",
+        ha="center",
+        va="top",
+        fontsize=7.5,
+    )
 
 
 def _figure(solution: Solution, drawn: list[TensorId], title: str | None) -> Figure:

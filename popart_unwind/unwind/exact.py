@@ -44,11 +44,10 @@ from popart_unwind.unwind.exact_problem import (
     Terms,
     candidate_labels,
     objective_terms,
-    sink_ancestors,
 )
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.greedy0 import solve_greedy0
-from popart_unwind.unwind.solution import Path, Solution
+from popart_unwind.unwind.solution import Path, Solution, sink_ancestors
 
 TOLERANCE = 1e-6
 _STOPPED = {
@@ -60,9 +59,7 @@ _STOPPED = {
 }
 
 
-def solve_exact(
-    graph: Graph, time_limit: float = 60.0, max_sink_elements: int = 4000
-) -> Solution:
+def solve_exact(graph: Graph, time_limit: float = 60.0, max_sink_elements: int = 4000) -> Solution:
     """The best valid solution, proven optimal unless ``time_limit`` (seconds) stopped it.
 
     Meant for graphs with at most ``max_sink_elements`` sink elements (larger ones raise
@@ -82,16 +79,20 @@ def solve_exact(
     candidates = candidate_labels(graph, origins, terms)
     program = LabelProgram(graph, origins, terms, candidates)
     start = _greedy_start(graph, origins, candidates)
-    stats = {"sink_elements": total, "active_sink_elements": len(candidates.labels),
-             "label_choices": sum(len(v) for v in candidates.labels.values()),
-             "start_objective": terms.value(candidates.resolve(origins, start))}
+    stats = {
+        "sink_elements": total,
+        "active_sink_elements": len(candidates.labels),
+        "label_choices": sum(len(v) for v in candidates.labels.values()),
+        "start_objective": terms.value(candidates.resolve(origins, start)),
+    }
     chosen, proven, solver_stats = program.solve(start, time_limit)
     stats.update(solver_stats)
     label = candidates.resolve(origins, chosen)
     objective = terms.value(label)
     stats["objective"] = objective
-    solution = Solution(graph, paths_for_labels(graph, label), algo="exact",
-                        proven_optimal=proven, stats=stats)
+    solution = Solution(
+        graph, paths_for_labels(graph, label), algo="exact", proven_optimal=proven, stats=stats
+    )
     _verify(solution, objective, solver_stats.get("solver_objective"), proven)
     solution.stats["seconds"] = time.perf_counter() - began
     return solution
@@ -102,12 +103,16 @@ def _verify(solution: Solution, objective: float, solver_objective, proven: bool
     HiGHS's objective must agree with it up to its feasibility tolerance per term."""
     score = solution.score()
     if not math.isclose(score, objective, rel_tol=1e-9, abs_tol=TOLERANCE):
-        raise SolverError(f"exact solver: the solution scores {score} but the integer "
-                          f"program's objective is {objective}")
+        raise SolverError(
+            f"exact solver: the solution scores {score} but the integer "
+            f"program's objective is {objective}"
+        )
     slack = TOLERANCE * max(1.0, solution.upper_bound())
     if proven and solver_objective is not None and abs(solver_objective - objective) > slack:
-        raise SolverError(f"exact solver: HiGHS reports the objective {solver_objective} but "
-                          f"its labels score {objective}")
+        raise SolverError(
+            f"exact solver: HiGHS reports the objective {solver_objective} but "
+            f"its labels score {objective}"
+        )
 
 
 class _Program:
@@ -172,8 +177,9 @@ def _check(status, what: str) -> None:
 class LabelProgram:
     """The integer program of the module docstring for one graph."""
 
-    def __init__(self, graph: Graph, origins: Origins, terms: Terms,
-                 candidates: Candidates) -> None:
+    def __init__(
+        self, graph: Graph, origins: Origins, terms: Terms, candidates: Candidates
+    ) -> None:
         self.origins = origins
         self.terms = terms
         self.candidates = candidates
@@ -208,7 +214,8 @@ class LabelProgram:
         """The x columns of the elements stand-in ``label`` may become for ``s`` keeping
         their own origins; None when one of them is inactive (it always keeps its own)."""
         outside = self.candidates.outside(
-            self.origins, self.candidates.component[s], self.origins.owner(label))
+            self.origins, self.candidates.component[s], self.origins.owner(label)
+        )
         if any(o not in self.labels for o in outside):
             return None
         return [self.x[(o, o)] for o in outside]
@@ -244,8 +251,11 @@ class LabelProgram:
             self.p[sink] = program.column(0.0, big - 1.0, False)
         for key in sorted(self.y):
             for before in self.after[key]:
-                program.row([(self.p[key[0]], 1.0), (self.p[before], -1.0),
-                             (self.y[key], -big)], 1.0 - big, math.inf)
+                program.row(
+                    [(self.p[key[0]], 1.0), (self.p[before], -1.0), (self.y[key], -big)],
+                    1.0 - big,
+                    math.inf,
+                )
 
     def solve(self, start: dict[int, int], time_limit: float) -> tuple[dict[int, int], bool, dict]:
         """The labels HiGHS finds from ``start`` (every element's own if ``start`` does not
@@ -265,21 +275,30 @@ class LabelProgram:
         _check(solver.run(), "solving")
         status = solver.getModelStatus()
         info = solver.getInfo()
-        stats = {"status": solver.modelStatusToString(status),
-                 "columns": len(self.program.cost), "rows": len(self.program.row_lower),
-                 "nodes": int(info.mip_node_count), "bound": float(info.mip_dual_bound)}
+        stats = {
+            "status": solver.modelStatusToString(status),
+            "columns": len(self.program.cost),
+            "rows": len(self.program.row_lower),
+            "nodes": int(info.mip_node_count),
+            "bound": float(info.mip_dual_bound),
+        }
         if status != highspy.HighsModelStatus.kOptimal and status not in _STOPPED:
             raise SolverError(f"exact solver: HiGHS stopped with status {stats['status']}")
         if info.primal_solution_status != highspy.kSolutionStatusFeasible:
             return dict(start), False, stats
         stats["solver_objective"] = float(info.objective_function_value)
-        return self.labels_from(solver.getSolution().col_value), (
-            status == highspy.HighsModelStatus.kOptimal), stats
+        return (
+            self.labels_from(solver.getSolution().col_value),
+            (status == highspy.HighsModelStatus.kOptimal),
+            stats,
+        )
 
     def labels_from(self, col_value) -> dict[int, int]:
         """Each element's label: the candidate whose x is largest (1 up to tolerance)."""
-        return {s: max(offered, key=lambda label: (col_value[self.x[(s, label)]], -label))
-                for s, offered in self.labels.items()}
+        return {
+            s: max(offered, key=lambda label: (col_value[self.x[(s, label)]], -label))
+            for s, offered in self.labels.items()
+        }
 
     def start_values(self, label: dict[int, int]) -> list[float] | None:
         """Column values for ``label``, or None when it breaks a row: a label that is not
@@ -291,8 +310,7 @@ class LabelProgram:
             values[self.x[(s, chosen)]] = 1.0
         for (s1, s2, shared), col in self.z.items():
             values[col] = float(label[s1] == shared == label[s2])
-        used = {(self.origins.owner(s), self.origins.owner(chosen))
-                for s, chosen in label.items()}
+        used = {(self.origins.owner(s), self.origins.owner(chosen)) for s, chosen in label.items()}
         edges: dict[TensorId, set[TensorId]] = defaultdict(set)
         for key, col in self.y.items():
             if key in used:
@@ -305,7 +323,6 @@ class LabelProgram:
             values[col] = float(ranks.get(sink, 0))
         return values
 
-
     def _keeps_rows(self, label: dict[int, int]) -> bool:
         """Whether ``label`` picks candidates and keeps the own origins it reads."""
         for s, chosen in label.items():
@@ -313,7 +330,8 @@ class LabelProgram:
                 return False
             if chosen < 0:
                 outside = self.candidates.outside(
-                    self.origins, self.candidates.component[s], self.origins.owner(chosen))
+                    self.origins, self.candidates.component[s], self.origins.owner(chosen)
+                )
                 if not any(label.get(o, o) == o for o in outside):
                     return False
             elif chosen != s and label.get(chosen, chosen) != chosen:
@@ -348,20 +366,21 @@ def _greedy_start(graph: Graph, origins: Origins, candidates: Candidates) -> dic
         layouts = solve_greedy0(graph).layouts()
     except PopartUnwindError:
         return {s: s for s in candidates.labels}
-    found = {s: int(layouts[origins.owner(s)].ravel()[origins.flat(s)])
-             for s in candidates.labels}
+    found = {s: int(layouts[origins.owner(s)].ravel()[origins.flat(s)]) for s in candidates.labels}
     return _onto_candidates(graph, origins, candidates, found)
 
 
-def _onto_candidates(graph: Graph, origins: Origins, candidates: Candidates,
-                     found: dict[int, int]) -> dict[int, int]:
+def _onto_candidates(
+    graph: Graph, origins: Origins, candidates: Candidates, found: dict[int, int]
+) -> dict[int, int]:
     """Move each group of a component sharing a label that some member is not offered to
     an offered label of the same standing (see ``candidate_labels``): a free root when the
     graph has one, else a label of the same tensor (a sink's stand-in). A lone member
     scores nothing with such a label, so it takes its own origin instead."""
     labels = candidates.labels
-    has_free = any(graph.kind(t) in FREE_ROOT_KINDS and origins.numel[t] > 0
-                   for t in origins.tensors)
+    has_free = any(
+        graph.kind(t) in FREE_ROOT_KINDS and origins.numel[t] > 0 for t in origins.tensors
+    )
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
     for s in sorted(found):
         groups[(candidates.component[s], found[s])].append(s)
@@ -371,10 +390,16 @@ def _onto_candidates(graph: Graph, origins: Origins, candidates: Candidates,
             continue
         common = set.intersection(*(set(labels[s]) for s in members))
         owner = origins.owner(label)
-        fits = [c for c in sorted(common) if len(members) > 1 and (
-            graph.kind(origins.owner(c)) in FREE_ROOT_KINDS if has_free
-            else origins.owner(c) == owner and (c < 0 or graph.kind(owner) != "sink")
-        )]
+        fits = [
+            c
+            for c in sorted(common)
+            if len(members) > 1
+            and (
+                graph.kind(origins.owner(c)) in FREE_ROOT_KINDS
+                if has_free
+                else origins.owner(c) == owner and (c < 0 or graph.kind(owner) != "sink")
+            )
+        ]
         for s in members:
             moved[s] = fits[0] if fits else s
     return moved
@@ -394,8 +419,10 @@ def paths_for_labels(graph: Graph, label: Mapping[int, int]) -> list[Path]:
         if s == chosen:
             continue
         if not (0 <= s < origins.size and origins.is_sink[s] and 0 <= chosen < origins.size):
-            raise SolverError(f"label {s} -> {chosen}: labels map a sink element's origin to "
-                              f"an origin, and origins run from 0 to {origins.size - 1}")
+            raise SolverError(
+                f"label {s} -> {chosen}: labels map a sink element's origin to "
+                f"an origin, and origins run from 0 to {origins.size - 1}"
+            )
         key = (origins.owner(s), origins.owner(chosen))
         moves[key].append((origins.flat(s), origins.flat(chosen)))
     paths = []
@@ -429,7 +456,8 @@ def _path(graph: Graph, src: TensorId, sink: TensorId, run: list[tuple[int, int]
     taken = np.asarray([j for _, j in run], dtype=np.int64)
     placed = np.asarray([i for i, _ in run], dtype=np.int64)
     chain = (
-        Chain(graph.shape(src)).flatten()
+        Chain(graph.shape(src))
+        .flatten()
         .sett_sample(region_from_ons((src_count,), [taken]))
         .sett_fill_into(region_from_ons((sink_count,), [placed]))
         .reshape(graph.shape(sink))

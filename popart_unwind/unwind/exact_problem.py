@@ -29,7 +29,7 @@ import numpy as np
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, ROOT_KINDS
-from popart_unwind.unwind.solution import compute_layouts, layout_inputs, origin_blocks
+from popart_unwind.unwind.solution import compute_layouts, origin_blocks, sink_ancestors
 
 FREE_ROOT_KINDS = ROOT_KINDS - DEPENDENT_ROOT_KINDS
 
@@ -81,8 +81,11 @@ class Terms:
     def value(self, label: dict[int, int]) -> float:
         """The objective when sink origin ``s`` takes ``label.get(s, s)``."""
         gains = [v for (s, r), v in self.with_root.items() if label.get(s, s) == r]
-        gains += [v for (s1, s2), v in self.between_sinks.items()
-                  if label.get(s1, s1) == label.get(s2, s2)]
+        gains += [
+            v
+            for (s1, s2), v in self.between_sinks.items()
+            if label.get(s1, s1) == label.get(s2, s2)
+        ]
         return math.fsum([self.constant, *gains])
 
 
@@ -100,31 +103,18 @@ def objective_terms(graph: Graph, origins: Origins) -> Terms:
         constant.append(pair.value * int(np.count_nonzero(equal)))
         sink_a, sink_b = origins.is_sink[a], origins.is_sink[b]
         both = ~equal & sink_a & sink_b
-        for lo, hi in zip(np.minimum(a[both], b[both]).tolist(),
-                          np.maximum(a[both], b[both]).tolist(), strict=True):
+        for lo, hi in zip(
+            np.minimum(a[both], b[both]).tolist(),
+            np.maximum(a[both], b[both]).tolist(),
+            strict=True,
+        ):
             between[(lo, hi)] += pair.value
         for sinks, roots, mask in ((a, b, sink_a & ~sink_b), (b, a, ~sink_a & sink_b)):
             for s, r in zip(sinks[mask].tolist(), roots[mask].tolist(), strict=True):
                 with_root[(s, r)] += pair.value
-    return Terms(math.fsum(constant), dict(sorted(with_root.items())),
-                 dict(sorted(between.items())))
-
-
-def sink_ancestors(graph: Graph) -> dict[TensorId, frozenset[TensorId]]:
-    """For each tensor, the sinks its layout depends on through graph edges alone.
-
-    A sink counts itself; every other tensor the sinks of its layout inputs (the rule of
-    ``solution.layout_inputs``, which validity checks use too). Only sink paths can close a
-    cycle, so a cycle always runs sink -> path source -> ... -> sink.
-    """
-    ancestors: dict[TensorId, frozenset[TensorId]] = {}
-    for tensor in graph.tensors():
-        if graph.kind(tensor) == "sink":
-            ancestors[tensor] = frozenset([tensor])
-        else:
-            inputs = layout_inputs(graph, tensor)
-            ancestors[tensor] = frozenset().union(*(ancestors[t] for t in inputs))
-    return ancestors
+    return Terms(
+        math.fsum(constant), dict(sorted(with_root.items())), dict(sorted(between.items()))
+    )
 
 
 def components(active: list[int], terms: Terms) -> dict[int, int]:
@@ -176,8 +166,10 @@ class Candidates:
                 outside = self.outside(origins, self.component[s], sink)
                 kept = [o for o in outside if label.get(o, o) == o]
                 if not kept:
-                    raise SolverError(f"exact solver: sink element {s} stands in for an "
-                                      f"own origin of {sink!r}, but none is kept")
+                    raise SolverError(
+                        f"exact solver: sink element {s} stands in for an "
+                        f"own origin of {sink!r}, but none is kept"
+                    )
                 resolved[s] = kept[0]
         return resolved
 
@@ -213,8 +205,7 @@ def candidate_labels(graph: Graph, origins: Origins, terms: Terms) -> Candidates
     for s, r in terms.with_root:
         met[component[s]].add(r)
     candidates = Candidates({}, component, dict(members))
-    free = [t for t in origins.tensors
-            if graph.kind(t) in FREE_ROOT_KINDS and origins.numel[t] > 0]
+    free = [t for t in origins.tensors if graph.kind(t) in FREE_ROOT_KINDS and origins.numel[t] > 0]
     dependent = [t for t in origins.tensors if graph.kind(t) in DEPENDENT_ROOT_KINDS]
     for c, group in members.items():
         if len(group) == 1:
@@ -222,15 +213,18 @@ def candidate_labels(graph: Graph, origins: Origins, terms: Terms) -> Candidates
         elif free:
             spare = set(_first_unmet(origins, free, met[c]))
         else:
-            spare = {*group, *(stand_in(t) for t in graph.sinks()
-                               if candidates.outside(origins, c, t))}
+            spare = {
+                *group,
+                *(stand_in(t) for t in graph.sinks() if candidates.outside(origins, c, t)),
+            }
             for tensor in dependent:
                 spare.update(_first_unmet(origins, [tensor], met[c]))
         offered = sorted(met[c] | spare)
         for s in group:
             sink = origins.owner(s)
-            candidates.labels[s] = sorted({s, *(
-                L for L in offered if sink not in ancestors[origins.owner(L)])})
+            candidates.labels[s] = sorted(
+                {s, *(L for L in offered if sink not in ancestors[origins.owner(L)])}
+            )
     candidates.labels = dict(sorted(candidates.labels.items()))
     return candidates
 

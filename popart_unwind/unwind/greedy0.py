@@ -24,7 +24,7 @@ from collections import defaultdict
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
-from popart_unwind.unwind.solution import Path, Solution, layout_inputs
+from popart_unwind.unwind.solution import Path, Solution, layout_inputs, sink_ancestors
 
 
 def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
@@ -54,8 +54,14 @@ def paths_back_to_sinks(graph: Graph) -> dict[TensorId, list[tuple[TensorId, Cha
 class _State:
     """Inward paths and coverage of every tensor while Greedy0 runs."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, ancestors: dict[TensorId, frozenset[TensorId]]) -> None:
         self.graph = graph
+        self.ancestors = ancestors
+        self.roots_after: dict[TensorId, list[TensorId]] = defaultdict(list)
+        for tensor in graph.tensors():
+            if graph.kind(tensor) in DEPENDENT_ROOT_KINDS:
+                for sink in sorted(ancestors[tensor]):
+                    self.roots_after[sink].append(tensor)
         self.inward: dict[TensorId, list[Path]] = defaultdict(list)
         self.covered: dict[TensorId, DisjointRegions] = {
             t: DisjointRegions(graph.shape(t), []) for t in graph.tensors()
@@ -76,6 +82,21 @@ class _State:
         )
         self.inward[path.dst].append(path)
         self.stack.append(path)
+        if self.graph.kind(path.dst) == "sink" and self.complete(path.dst):
+            for root in self.roots_after[path.dst]:
+                self.start_if_ready(root)
+
+    def start_if_ready(self, root: TensorId) -> None:
+        """A barrier-like output becomes known once its inputs are complete and so is every
+        sink its layout is made from (an input may view only the covered part of a sink;
+        unwinding the output into the rest of that sink would be a cycle)."""
+        if self.complete(root):
+            return
+        inputs = self.graph.node(root).inputs
+        if all(self.complete(t) for t in inputs) and all(
+            self.complete(s) for s in self.ancestors[root]
+        ):
+            self.start_root(root)
 
     def start_root(self, tensor: TensorId) -> None:
         shape = self.graph.shape(tensor)
@@ -97,8 +118,7 @@ class _State:
         graph = self.graph
         node = graph.node(user)
         if node.kind in DEPENDENT_ROOT_KINDS:
-            if not self.complete(user) and all(self.complete(t) for t in node.inputs):
-                self.start_root(user)
+            self.start_if_ready(user)
             return
         for edge in forward_edges(node, graph.shape(user), graph.in_shapes(node)):
             if edge.src != path.dst:
@@ -121,6 +141,7 @@ class GraphAnalysis:
         self.graph = graph
         self.length = longest_path_to_end(graph)
         self.back = paths_back_to_sinks(graph)
+        self.ancestors = sink_ancestors(graph)
         self.pairs = graph.valued_pairs()
         self.partners: dict[TensorId, list[tuple[TensorId, int]]] = defaultdict(list)
         for index, pair in enumerate(self.pairs):
@@ -133,11 +154,19 @@ class GreedyRun:
     every other queued pair. It records *blockers*: less valuable pairs whose paths filled
     the sinks a more valuable pair would have unwound to."""
 
-    def __init__(self, analysis: GraphAnalysis, deferred: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        analysis: GraphAnalysis,
+        deferred: frozenset[int] = frozenset(),
+        late: frozenset[TensorId] = frozenset(),
+    ) -> None:
         self.graph = analysis.graph
         self.analysis = analysis
         self.deferred = deferred
-        self.state = _State(self.graph)
+        self.late = late
+        self.finalized: set[TensorId] = set()
+        self.late_sinks: set[TensorId] = set()
+        self.state = _State(self.graph, analysis.ancestors)
         self.planted_by: dict[TensorId, list[int]] = defaultdict(list)
         self.blockers: set[int] = set()
         self.queue: list[tuple] = []
@@ -155,9 +184,10 @@ class GreedyRun:
                     heapq.heappush(self.queue, (*key, other.index, known.index, index))
             if self._unwind_best_pair() or state.stack:
                 continue
-            sink = _sink_to_finalize(graph, state, self.analysis.length)
+            sink = self._sink_to_finalize()
             if sink is None:
                 break
+            self.finalized.add(sink)
             state.insert(Path(sink, sink, Chain(graph.shape(sink)), state.uncovered(sink)))
         return Solution(graph, state.sink_paths, algo="greedy0")
 
@@ -192,9 +222,38 @@ class GreedyRun:
                             planted = True
         return planted
 
+    def _sink_to_finalize(self) -> TensorId | None:
+        """The incomplete sink to give its own origins on what it lacks. Preferred, in turn:
+        one not marked ``late``; one no waiting barrier's pairs aim at (it would lose them);
+        one a waiting barrier needs; the earliest in the graph; the lowest id."""
+        graph, state = self.graph, self.state
+        incomplete = [t for t in graph.sinks() if not state.complete(t)]
+        if not incomplete:
+            return None
+        waiting = _waiting_roots(graph, state)
+        needed = _upstream(graph, waiting)
+        awaited = {
+            sink
+            for root in waiting
+            for partner, _ in self.analysis.partners[root]
+            for sink, _ in self.analysis.back.get(partner, [])
+        }
+        return min(
+            incomplete,
+            key=lambda t: (
+                t in self.late,
+                t in awaited,
+                t not in needed,
+                -self.analysis.length[t],
+                t.index,
+            ),
+        )
+
     def _note_blockers(self, other: TensorId, pair_index: int) -> None:
         pairs = self.analysis.pairs
         for sink, _ in self.analysis.back.get(other, []):
+            if sink in self.finalized:
+                self.late_sinks.add(sink)
             for planter in self.planted_by[sink]:
                 if pairs[planter].value < pairs[pair_index].value:
                     self.blockers.add(planter)
@@ -205,27 +264,23 @@ def solve_greedy0(graph: Graph) -> Solution:
     return GreedyRun(GraphAnalysis(graph)).run()
 
 
-def _sink_to_finalize(graph: Graph, state: _State, length) -> TensorId | None:
-    """The incomplete sink to give its own origins: one a waiting barrier needs first."""
-    incomplete = [t for t in graph.sinks() if not state.complete(t)]
-    if not incomplete:
-        return None
-    needed = _needed_by_waiting_roots(graph, state)
-    return min(incomplete, key=lambda t: (t not in needed, -length[t], t.index))
-
-
-def _needed_by_waiting_roots(graph: Graph, state: _State) -> set[TensorId]:
-    """Tensors upstream of a barrier or sum_like_reduce whose outputs are still unknown."""
-    needed: set[TensorId] = set()
-    frontier = [
+def _waiting_roots(graph: Graph, state: _State) -> list[TensorId]:
+    """Barrier and sum_like_reduce outputs whose layouts are not known yet."""
+    return [
         t
         for t in graph.tensors()
         if graph.kind(t) in DEPENDENT_ROOT_KINDS and not state.complete(t)
     ]
+
+
+def _upstream(graph: Graph, tensors: list[TensorId]) -> set[TensorId]:
+    """Every tensor whose layout the given tensors' layouts are made from."""
+    found: set[TensorId] = set()
+    frontier = list(tensors)
     while frontier:
         tensor = frontier.pop()
         for source in layout_inputs(graph, tensor):
-            if source not in needed:
-                needed.add(source)
+            if source not in found:
+                found.add(source)
                 frontier.append(source)
-    return needed
+    return found

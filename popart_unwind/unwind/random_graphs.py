@@ -171,8 +171,12 @@ class _Builder:
         if not shape:
             return
         axis = int(self.rng.integers(len(shape)))
-        fits = [u for u in self.pool if _joins(self.graph.shape(u), shape, axis)
-                and self.graph.numel(u) + math.prod(shape) <= self.max_elements]
+        fits = [
+            u
+            for u in self.pool
+            if _joins(self.graph.shape(u), shape, axis)
+            and self.graph.numel(u) + math.prod(shape) <= self.max_elements
+        ]
         if not fits:
             return
         first = self.pick(fits)
@@ -193,7 +197,7 @@ class _Builder:
         shape = self.graph.shape(t)
         inputs = [t] + [self.partner(t) for _ in range(int(self.rng.integers(0, 3)))]
         if shape and self.coin(0.6):
-            bias = tuple(d if self.coin() else 1 for d in shape)[int(self.rng.integers(2)):]
+            bias = tuple(d if self.coin() else 1 for d in shape)[int(self.rng.integers(2)) :]
             inputs.insert(int(self.rng.integers(len(inputs) + 1)), self.new_sink(bias))
         full = [i for i, u in enumerate(inputs) if self.graph.shape(u) == shape]
         unwind = [int(i) for i in self.rng.permutation([full[k] for k in self.subset(len(full))])]
@@ -206,7 +210,7 @@ class _Builder:
 
     def op_sum_like_reduce(self, t: TensorId) -> None:
         shape = self.graph.shape(t)
-        reduced = tuple(d if self.coin() else 1 for d in shape)[int(self.rng.integers(2)):]
+        reduced = tuple(d if self.coin() else 1 for d in shape)[int(self.rng.integers(2)) :]
         out = self.keep(self.graph.sum_like_reduce(t, reduced))
         self.graph.valued_pair(out, self.partner(out), self.value())
 
@@ -253,8 +257,11 @@ class _Builder:
             return
         a, b = self.new_sink(shape), self.new_sink(shape)
         over_a = self.keep(self.graph.barrier([a], [shape])[0])
-        over_b = self.keep(self.graph.barrier([self.graph.dim_shuffle(b, list(
-            range(len(shape))[::-1]))], [shape])[0])
+        over_b = self.keep(
+            self.graph.barrier([self.graph.dim_shuffle(b, list(range(len(shape))[::-1]))], [shape])[
+                0
+            ]
+        )
         self.graph.valued_pair(b, over_a, self.value())
         self.graph.valued_pair(a, over_b, self.value())
         self.graph.valued_pair(t, a, self.value())

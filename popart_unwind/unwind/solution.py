@@ -59,6 +59,23 @@ def layout_inputs(graph: Graph, tensor: TensorId) -> tuple[TensorId, ...]:
     return tuple(dict.fromkeys(node.inputs))
 
 
+def sink_ancestors(graph: Graph) -> dict[TensorId, frozenset[TensorId]]:
+    """For each tensor, the sinks its layout depends on through graph edges alone.
+
+    A sink counts itself; every other tensor the sinks of its layout inputs (the rule of
+    ``solution.layout_inputs``, which validity checks use too). Only sink paths can close a
+    cycle, so a cycle always runs sink -> path source -> ... -> sink.
+    """
+    ancestors: dict[TensorId, frozenset[TensorId]] = {}
+    for tensor in graph.tensors():
+        if graph.kind(tensor) == "sink":
+            ancestors[tensor] = frozenset([tensor])
+        else:
+            inputs = layout_inputs(graph, tensor)
+            ancestors[tensor] = frozenset().union(*(ancestors[t] for t in inputs))
+    return ancestors
+
+
 def dependencies(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[TensorId]]:
     """What each tensor's layout depends on: its layout inputs, and for a sink the sources
     of its paths."""

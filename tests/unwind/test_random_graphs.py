@@ -9,8 +9,8 @@ import pytest
 
 from popart_unwind.errors import GraphError
 from popart_unwind.unwind import Graph
-from popart_unwind.unwind.exact_problem import sink_ancestors
 from popart_unwind.unwind.random_graphs import random_graph
+from popart_unwind.unwind.solution import sink_ancestors
 
 GRAPH_OPS = (
     "sink", "source", "barrier", "fixed_point", "sum_like", "sum_like_reduce", "reshape",
