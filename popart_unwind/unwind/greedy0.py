@@ -237,6 +237,7 @@ class GreedyRun:
             for root in waiting
             for partner, _ in self.analysis.partners[root]
             for sink, _ in self.analysis.back.get(partner, [])
+            if sink not in self.analysis.ancestors[root]  # else that pair can never be met
         }
         return min(
             incomplete,
