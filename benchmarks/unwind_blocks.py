@@ -54,6 +54,13 @@ def main() -> None:
     parser.add_argument("--scale", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--solvers", nargs="+", default=["greedy0", "deferral"])
     parser.add_argument("--budget", type=float, default=300.0)
+    parser.add_argument(
+        "--exact-blocks",
+        type=int,
+        nargs="*",
+        default=[1, 3, 6],
+        help="also solve these (small) block counts at scale 1 with the exact solver",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -63,6 +70,10 @@ def main() -> None:
         f"{'solve s':>9} {'score':>14} {'upper bound':>14}"
     )
     for variant in (0, 1):
+        for blocks in args.exact_blocks:
+            graph = build(blocks, variant, 1)
+            for solver in (*args.solvers, "exact"):
+                report(graph, variant, 1, blocks, solver)
         for scale in args.scale:
             over_budget: set[str] = set()
             for blocks in args.blocks:
@@ -70,17 +81,22 @@ def main() -> None:
                 for solver in args.solvers:
                     if solver in over_budget:
                         continue
-                    start = time.perf_counter()
-                    solution = graph.solve(solver)
-                    seconds = time.perf_counter() - start
-                    if seconds > args.budget:
+                    if report(graph, variant, scale, blocks, solver) > args.budget:
                         over_budget.add(solver)
-                    print(
-                        f"{variant:>7} {scale:>5} {blocks:>6} {len(graph):>8} {solver:>9} "
-                        f"{seconds:>9.2f} {solution.symbolic_score():>14.1f} "
-                        f"{solution.upper_bound():>14.1f}",
-                        flush=True,
-                    )
+
+
+def report(graph: Graph, variant: int, scale: int, blocks: int, solver: str) -> float:
+    """Solve, print one row, return the solve time."""
+    start = time.perf_counter()
+    solution = graph.solve(solver)
+    seconds = time.perf_counter() - start
+    proven = "  (proven optimal)" if solution.proven_optimal else ""
+    print(
+        f"{variant:>7} {scale:>5} {blocks:>6} {len(graph):>8} {solver:>9} {seconds:>9.2f} "
+        f"{solution.symbolic_score():>14.1f} {solution.upper_bound():>14.1f}{proven}",
+        flush=True,
+    )
+    return seconds
 
 
 if __name__ == "__main__":
