@@ -50,7 +50,7 @@ def build(blocks: int, variant: int, scale: int) -> Graph:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--blocks", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--blocks", type=int, nargs="*", default=[100, 1000, 10000])
     parser.add_argument("--scale", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--solvers", nargs="+", default=["greedy0", "deferral"])
     parser.add_argument("--budget", type=float, default=300.0)
