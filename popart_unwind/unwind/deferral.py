@@ -7,17 +7,19 @@ run queues them behind every other pair. Likewise a sink that had to keep its ow
 (nothing reached it) and was later wanted by a pair is kept open longer in the next run.
 Runs repeat until no new blocker appears or
 ``max_rounds`` is reached, and the best run wins. The first run is Greedy0 itself, so the
-result is never below Greedy0's.
+result is never below Greedy0's. Where the graph has at most ``polish_up_to`` sink elements,
+an element-level local search (``polish.py``) then improves it further, never worsening it.
 """
 
 from __future__ import annotations
 
 from popart_unwind.unwind.graph import Graph
 from popart_unwind.unwind.greedy0 import GraphAnalysis, GreedyRun
+from popart_unwind.unwind.polish import polish
 from popart_unwind.unwind.solution import Solution
 
 
-def solve_deferral(graph: Graph, max_rounds: int = 8) -> Solution:
+def solve_deferral(graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000) -> Solution:
     analysis = GraphAnalysis(graph)
     deferred: frozenset[int] = frozenset()
     late: frozenset = frozenset()
@@ -32,9 +34,10 @@ def solve_deferral(graph: Graph, max_rounds: int = 8) -> Solution:
         rounds += 1
         if candidate.score() > best.score():
             best = candidate
-    return Solution(
+    found = Solution(
         graph,
         best.sink_paths(),
         algo="deferral",
         stats={"rounds": rounds, "deferred_pairs": len(deferred), "late_sinks": len(late)},
     )
+    return polish(found, max_sink_elements=polish_up_to)
