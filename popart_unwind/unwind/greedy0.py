@@ -24,7 +24,7 @@ from collections import defaultdict
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
-from popart_unwind.unwind.solution import Path, Solution, layout_inputs, sink_ancestors
+from popart_unwind.unwind.solution import Path, Solution, sink_ancestors
 
 
 def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
@@ -194,6 +194,8 @@ class GreedyRun:
     def _unwind_best_pair(self) -> bool:
         """Pop pairs until one plants a new path into a sink; True if one did."""
         while self.queue:
+            if self.queue[0][0] and self._finalizing_pays():
+                return False  # only deferred pairs are left: finalize a sink first
             *_, other_index, known_index, pair_index = heapq.heappop(self.queue)
             known, other = self.graph.tensor(known_index), self.graph.tensor(other_index)
             if self._plant(known, other, pair_index):
@@ -223,32 +225,44 @@ class GreedyRun:
         return planted
 
     def _sink_to_finalize(self) -> TensorId | None:
-        """The incomplete sink to give its own origins on what it lacks. Preferred, in turn:
-        one not marked ``late``; one no waiting barrier's pairs aim at (it would lose them);
-        one a waiting barrier needs; the earliest in the graph; the lowest id."""
-        graph, state = self.graph, self.state
+        """The incomplete sink to give its own origins on what it lacks: not marked
+        ``late`` first, then the best net value (``_finalizing_value``), then the earliest
+        in the graph, then the lowest id."""
+        ranked = self._ranked_finalizations()
+        return ranked[0][1] if ranked else None
+
+    def _ranked_finalizations(self) -> list[tuple[tuple, TensorId]]:
+        graph, state, analysis = self.graph, self.state, self.analysis
         incomplete = [t for t in graph.sinks() if not state.complete(t)]
-        if not incomplete:
-            return None
         waiting = _waiting_roots(graph, state)
-        needed = _upstream(graph, waiting)
-        awaited = {
-            sink
-            for root in waiting
-            for partner, _ in self.analysis.partners[root]
-            for sink, _ in self.analysis.back.get(partner, [])
-            if sink not in self.analysis.ancestors[root]  # else that pair can never be met
-        }
-        return min(
-            incomplete,
-            key=lambda t: (
-                t in self.late,
-                t in awaited,
-                t not in needed,
-                -self.analysis.length[t],
-                t.index,
-            ),
-        )
+        keyed = [
+            ((t in self.late, -self._finalizing_value(t, waiting), -analysis.length[t], t.index), t)
+            for t in incomplete
+        ]
+        return sorted(keyed)
+
+    def _finalizing_value(self, sink: TensorId, waiting: list[TensorId]) -> float:
+        """What finalizing ``sink`` promises: the pairs of the waiting barriers it is the last
+        missing sink of (towards other incomplete sinks), less the pairs waiting barriers aim
+        at it. Each pair counts value × elements."""
+        analysis, state = self.analysis, self.state
+        value = 0.0
+        for root in waiting:
+            missing = [s for s in analysis.ancestors[root] if not state.complete(s)]
+            for partner, index in analysis.partners[root]:
+                worth = analysis.pairs[index].value * self.graph.numel(partner)
+                behind = {s for s, _ in analysis.back.get(partner, [])}
+                behind = {s for s in behind if not state.complete(s)} - analysis.ancestors[root]
+                if missing == [sink] and behind - {sink}:
+                    value += worth
+                if sink in behind:
+                    value -= worth
+        return value
+
+    def _finalizing_pays(self) -> bool:
+        """Whether some sink is worth finalizing before any deferred pair is taken."""
+        ranked = self._ranked_finalizations()
+        return bool(ranked) and not ranked[0][0][0] and ranked[0][0][1] < 0
 
     def _note_blockers(self, other: TensorId, pair_index: int) -> None:
         pairs = self.analysis.pairs
@@ -272,16 +286,3 @@ def _waiting_roots(graph: Graph, state: _State) -> list[TensorId]:
         for t in graph.tensors()
         if graph.kind(t) in DEPENDENT_ROOT_KINDS and not state.complete(t)
     ]
-
-
-def _upstream(graph: Graph, tensors: list[TensorId]) -> set[TensorId]:
-    """Every tensor whose layout the given tensors' layouts are made from."""
-    found: set[TensorId] = set()
-    frontier = list(tensors)
-    while frontier:
-        tensor = frontier.pop()
-        for source in layout_inputs(graph, tensor):
-            if source not in found:
-                found.add(source)
-                frontier.append(source)
-    return found

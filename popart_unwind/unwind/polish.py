@@ -35,54 +35,62 @@ class _Labels:
 
     def __init__(self, graph: Graph, origins: Origins, label: dict[int, int]) -> None:
         self.graph, self.origins, self.label = graph, origins, label
-        self.uses = Counter(lab for s, lab in label.items() if lab != s and origins.is_sink[lab])
+        self._readers: dict[int, set[int]] = defaultdict(set)
         self.deps: dict[TensorId, Counter] = defaultdict(Counter)
         for s, lab in label.items():
-            self._count(s, lab, +1)
+            self._track(s, lab, +1)
 
-    def _count(self, s: int, lab: int, step: int) -> None:
+    def readers(self, s: int) -> list[int]:
+        """Elements of other sinks that take ``s``'s own origin."""
+        return sorted(self._readers[s])
+
+    def _track(self, s: int, lab: int, step: int) -> None:
         sink, owner = self.origins.owner(s), self.origins.owner(lab)
         if owner != sink:
             self.deps[sink][owner] += step
+        if lab != s and self.origins.is_sink[lab]:
+            (self._readers[lab].add if step > 0 else self._readers[lab].discard)(s)
 
-    def allowed(self, s: int, lab: int) -> bool:
+    def allowed(self, s: int, lab: int, followers: set[int]) -> bool:
+        """Whether ``s`` may take ``lab`` while the elements ``followers`` move too."""
         if lab == self.label[s]:
-            return False
-        if self.uses[s] and lab != s:
-            return False  # others read this element's own origin
-        if lab != s and self.origins.is_sink[lab] and self.label.get(lab, lab) != lab:
-            return False
+            return True
+        if lab != s and not self._readers[s] <= followers:
+            return False  # an element reading s's own origin would be left behind
         sink, owner = self.origins.owner(s), self.origins.owner(lab)
         if owner == sink:
             return lab == s  # reading another element of one's own sink is a self-loop
-        return not self._reaches(owner, sink)
+        if self.origins.is_sink[lab] and (lab in followers or self.label.get(lab, lab) != lab):
+            return False  # another sink's own origin must stay its own
+        return not self.reaches(owner, sink)
 
-    def _reaches(self, start: TensorId, goal: TensorId) -> bool:
+    def reaches(self, start: TensorId, goal: TensorId) -> bool:
         """Whether ``start``'s layout depends on ``goal``'s (graph edges and labels)."""
         seen, frontier = {start}, [start]
         while frontier:
             tensor = frontier.pop()
             if tensor == goal:
                 return True
-            nexts = [
-                *layout_inputs(self.graph, tensor),
-                *(t for t, n in self.deps[tensor].items() if n),
-            ]
-            for nxt in nexts:
+            labels = [t for t, n in self.deps[tensor].items() if n]
+            for nxt in (*layout_inputs(self.graph, tensor), *labels):
                 if nxt not in seen:
                     seen.add(nxt)
                     frontier.append(nxt)
         return False
 
-    def move(self, s: int, lab: int) -> None:
-        old = self.label[s]
-        if old != s and self.origins.is_sink[old]:
-            self.uses[old] -= 1
-        if lab != s and self.origins.is_sink[lab]:
-            self.uses[lab] += 1
-        self._count(s, old, -1)
-        self._count(s, lab, +1)
-        self.label[s] = lab
+    def apply(self, moves: dict[int, int]) -> dict[int, int]:
+        """Take the moves; return the labels they replaced."""
+        before = {s: self.label[s] for s in moves}
+        for s, lab in moves.items():
+            self._track(s, self.label[s], -1)
+            self._track(s, lab, +1)
+            self.label[s] = lab
+        return before
+
+    def cyclic(self, moved: dict[int, int]) -> bool:
+        """Whether the moved elements' sinks now depend on themselves through labels."""
+        sinks = {self.origins.owner(s) for s in moved}
+        return any(self.reaches(t, sink) for sink in sinks for t, n in self.deps[sink].items() if n)
 
 
 def polish(
@@ -109,13 +117,16 @@ def polish(
         partners[s1].append((s2, v))
         partners[s2].append((s1, v))
     spares = _spare_origins(graph, origins)
-    moves = 0
+    moves, taboo = 0, set()
     while moves < max_moves:
-        best = _best_move(state, with_root, partners, spares)
+        best = _best_move(state, with_root, partners, spares, taboo)
         if best is None:
             break
-        for s, lab in best:
-            state.move(s, lab)
+        replaced = state.apply(best)
+        if state.cyclic(best):  # several moves together closed a cycle: undo, never retry
+            state.apply(replaced)
+            taboo.add(frozenset(best.items()))
+            continue
         moves += 1
     if moves == 0:
         return solution
@@ -139,38 +150,60 @@ def _spare_origins(graph: Graph, origins: Origins) -> list[int]:
     return [origins.start_of[t] for t in free + [t for t in tensors if t not in free]]
 
 
-def _gain(state: _Labels, s: int, lab: int, with_root, partners, skip: int | None = None) -> float:
-    """Change of the objective if ``s`` alone took ``lab`` (ignoring its term with ``skip``)."""
-    old = state.label[s]
-    gain = sum(v * ((lab == r) - (old == r)) for r, v in with_root[s])
-    for other, v in partners[s]:
-        if other != skip:
-            theirs = state.label[other]
-            gain += v * ((lab == theirs) - (old == theirs))
+def _delta(state: _Labels, moves: dict[int, int], with_root, partners) -> float:
+    """Change of the objective if every ``s`` in ``moves`` took ``moves[s]``."""
+
+    def now(x: int) -> int:
+        return moves.get(x, state.label[x])
+
+    gain, seen = 0.0, set()
+    for s, lab in moves.items():
+        old = state.label[s]
+        gain += sum(v * ((lab == r) - (old == r)) for r, v in with_root[s])
+        for other, v in partners[s]:
+            key = (min(s, other), max(s, other))
+            if key not in seen:
+                seen.add(key)
+                before = state.label[s] == state.label[other]
+                gain += v * ((now(s) == now(other)) - before)
     return gain
 
 
-def _best_move(state: _Labels, with_root, partners, spares) -> list[tuple[int, int]] | None:
-    """The most improving single or joint move (ties: lowest element, lowest label)."""
+def _with_readers(state: _Labels, moves: dict[int, int]) -> dict[int, int] | None:
+    """``moves`` plus the elements reading a moved element's own origin, which follow it;
+    None if any of the moves is not allowed."""
+    grown = dict(moves)
+    for s, lab in moves.items():
+        if lab != s:
+            for reader in state.readers(s):
+                grown.setdefault(reader, lab)
+    for s, lab in grown.items():
+        if not state.allowed(s, lab, followers=set(grown)):
+            return None
+    return grown
+
+
+def _best_move(state: _Labels, with_root, partners, spares, taboo) -> dict[int, int] | None:
+    """The most improving move of one element, or of the two of a sink-with-sink term, with
+    the elements that read their own origins (ties: first found in element order)."""
     best_gain, best = 1e-9, None
+
+    def consider(moves: dict[int, int]) -> None:
+        nonlocal best_gain, best
+        grown = _with_readers(state, moves)
+        if grown is not None and frozenset(grown.items()) not in taboo:
+            gain = _delta(state, grown, with_root, partners)
+            if gain > best_gain:
+                best_gain, best = gain, grown
+
     for s in sorted(set(with_root) | set(partners)):
         options = {r for r, _ in with_root[s]} | {state.label[o] for o, _ in partners[s]} | {s}
-        for lab in sorted(options):
-            if state.allowed(s, lab):
-                gain = _gain(state, s, lab, with_root, partners)
-                if gain > best_gain:
-                    best_gain, best = gain, [(s, lab)]
-        for other, v in partners[s]:
+        for lab in sorted(options - {state.label[s]}):
+            consider({s: lab})
+        for other, _ in partners[s]:
             if other < s or state.label[s] == state.label[other]:
                 continue
             shared = {r for r, _ in with_root[s]} & {r for r, _ in with_root[other]}
             for lab in [*sorted(shared), *spares]:
-                if state.allowed(s, lab) and state.allowed(other, lab):
-                    gain = (
-                        v
-                        + _gain(state, s, lab, with_root, partners, other)
-                        + _gain(state, other, lab, with_root, partners, s)
-                    )
-                    if gain > best_gain:
-                        best_gain, best = gain, [(s, lab), (other, lab)]
+                consider({s: lab, other: lab})
     return best
