@@ -98,9 +98,9 @@ def polish(
 ) -> Solution:
     """``solution`` improved by element moves, or ``solution`` itself if none helps."""
     graph = solution.graph
+    if sum(graph.numel(sink) for sink in graph.sinks()) > max_sink_elements:
+        return solution  # checked before any element-level table is built
     origins = Origins(graph)
-    if int(origins.is_sink.sum()) > max_sink_elements:
-        return solution
     terms = objective_terms(graph, origins)
     layouts = solution.layouts()
     label = {

@@ -86,3 +86,16 @@ def test_greedy0_and_the_default_never_beat_the_proven_optimum(seed, size):
     assert exact.proven_optimal
     assert graph.solve("greedy0").score() <= graph.solve().score() + 1e-9
     assert graph.solve().score() <= exact.score() + 1e-9 <= exact.upper_bound() + 2e-9
+
+
+def test_polish_leaves_large_graphs_alone_without_building_element_tables():
+    """A graph with more sink elements than polish allows is returned as deferral found it,
+    even when its tensors are far too large for element-level tables."""
+    from popart_unwind.unwind import Graph
+
+    g = Graph()
+    sink = g.sink((1 << 20, 1 << 16), "huge")
+    g.valued_pair(g.reverse(sink, (0,)), sink, 1.0)
+    solution = g.solve()
+    assert "polish_moves" not in solution.stats
+    assert solution.sink_paths() == []
