@@ -32,7 +32,7 @@ def solve_deferral(graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000
         run = GreedyRun(analysis, deferred, late)
         candidate = run.run()
         rounds += 1
-        if candidate.score() > best.score():
+        if candidate.symbolic_score() > best.symbolic_score():
             best = candidate
     found = Solution(
         graph,

@@ -139,7 +139,7 @@ def polish(
         )
     except SolverError:  # a joint move the per-element checks let through: keep the input
         return solution
-    return improved if improved.score() > solution.score() else solution
+    return improved if improved.symbolic_score() > solution.symbolic_score() else solution
 
 
 def _spare_origins(graph: Graph, origins: Origins) -> list[int]:
