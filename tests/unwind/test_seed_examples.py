@@ -126,3 +126,37 @@ def test_paths_explain_each_tensor_from_its_roots():
     for tensor in g.tensors():
         covered = sum(path.regions.total_elms() for path in solution.paths(tensor))
         assert covered == g.numel(tensor)
+
+
+FIXED_POINT_VALUES = [
+    (5.0, 1.0, 0.5),  # 6·4 = 24 > 6: Solution 1
+    (3.0, 1.0, 1.0),  # 12 > 12 is false: a tie, both score 54
+    (2.0, 1.0, 1.0),  # 6 < 12: Solution 2
+    (1.0, 4.0, 0.5),  # negative left side: Solution 2
+    (9.0, 0.5, 2.0),  # 51 > 24: Solution 1
+]
+
+
+@pytest.mark.parametrize(("v_target", "v_chain", "v_copy"), FIXED_POINT_VALUES)
+def test_exact_picks_solution_one_exactly_when_the_seed_says(v_target, v_chain, v_copy):
+    g, t = examples.fixed_point_calls(v_target, v_chain, v_copy)
+    solution = g.solve("exact")
+    assert solution.proven_optimal
+    one = 10 * v_target + 24 * v_copy
+    two = 4 * v_target + 6 * v_chain + 36 * v_copy
+    assert solution.score() == pytest.approx(max(one, two))
+    x_takes_target = [p.src for p in solution.paths(t["x"])] == [g.valued_pairs()[1].b]
+    if 6 * (v_target - v_chain) > 12 * v_copy:
+        assert x_takes_target
+    elif two > one:
+        assert np.array_equal(solution.layout(t["x"]), solution.layout(t["out"]))
+
+
+def test_with_a_barrier_matmul_solution_two_is_a_cycle_and_exact_avoids_it():
+    """The seed's motivation for FixedPoints: as a Barrier, the output depends on x, so x
+    cannot take the output's layout, whatever it would score."""
+    g, t = examples.fixed_point_calls(1.0, 4.0, 0.5, as_barrier=True)
+    solution = g.solve("exact")
+    assert solution.proven_optimal
+    assert not np.array_equal(solution.layout(t["x"]), solution.layout(t["out"]))
+    assert solution.score() < 4 * 1.0 + 6 * 4.0 + 36 * 0.5
