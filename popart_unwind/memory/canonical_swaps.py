@@ -59,6 +59,22 @@ def reshape_groups(in_shape: Shape, out_shape: Shape) -> list[Group] | None:
     return groups
 
 
+def _whole_groups(
+    groups: list[Group], side: int, shape: Shape, touched: set[int]
+) -> list[Group] | None:
+    """The groups whose axes of size > 1 on ``side`` (0: input, 1: output) are all in
+    ``touched``; None if some group is touched only in part."""
+    whole = []
+    for group in groups:
+        wide = {a for a in group[side] if shape[a] > 1}
+        hit = wide & touched
+        if hit and hit != wide:
+            return None
+        if hit:
+            whole.append(group)
+    return whole
+
+
 def _replace(shape: Shape, axes: dict[int, int]) -> Shape:
     return tuple(axes.get(a, d) for a, d in enumerate(shape))
 
@@ -168,15 +184,10 @@ def _reshape_then_reduce(reshape: ChainOp, reduce: ChainOp) -> list[ChainOp] | N
     groups = reshape_groups(reshape.in_shape, reshape.out_shape)
     if groups is None:
         return None
-    summed = set(reduced_axes(reduce))
-    squeeze: dict[int, int] = {}
-    for ins, outs in groups:
-        wide = {o for o in outs if reshape.out_shape[o] > 1}
-        hit = wide & summed
-        if hit and hit != wide:
-            return None
-        if hit:
-            squeeze.update({a: 1 for a in ins})
+    summed = _whole_groups(groups, 1, reshape.out_shape, set(reduced_axes(reduce)))
+    if summed is None:
+        return None
+    squeeze = {a: 1 for ins, _ in summed for a in ins}
     total = make_op("Reduce", reshape.in_shape, _replace(reshape.in_shape, squeeze))
     return [total, make_op("Reshape", total.out_shape, reduce.out_shape)]
 
@@ -206,15 +217,10 @@ def _reverse_then_reshape(reverse: ChainOp, reshape: ChainOp) -> list[ChainOp] |
     groups = reshape_groups(reshape.in_shape, reshape.out_shape)
     if groups is None:
         return None
-    flipped = set(reverse.attr)
-    out_dims: list[int] = []
-    for ins, outs in groups:
-        wide = {a for a in ins if reshape.in_shape[a] > 1}
-        hit = wide & flipped
-        if hit and hit != wide:
-            return None
-        if hit:
-            out_dims.extend(o for o in outs if reshape.out_shape[o] > 1)
+    flipped = _whole_groups(groups, 0, reshape.in_shape, set(reverse.attr))
+    if flipped is None:
+        return None
+    out_dims = [o for _, outs in flipped for o in outs if reshape.out_shape[o] > 1]
     moved = make_op("Reshape", reverse.in_shape, reshape.out_shape)
     return [moved, make_op("Reverse", moved.out_shape, out_dims)]
 

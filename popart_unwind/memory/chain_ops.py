@@ -22,6 +22,7 @@ import numpy as np
 
 from popart_unwind.errors import ChainError
 from popart_unwind.memory.region import DisjointRegions, Region
+from popart_unwind.validation import as_shape
 
 Shape = tuple[int, ...]
 
@@ -64,13 +65,7 @@ def make_op(op_type: str, in_shape: Shape, attr: object) -> ChainOp:
 
 
 def _check_shape(shape: object, what: str) -> Shape:
-    try:
-        dims = tuple(int(d) for d in shape)  # type: ignore[union-attr]
-    except TypeError as error:
-        raise ChainError(f"{what} must be a sequence of ints, got {shape!r}") from error
-    if any(d < 0 for d in dims):
-        raise ChainError(f"{what} {dims} has a negative dimension")
-    return dims
+    return as_shape(shape, what, ChainError)
 
 
 class OpRule:

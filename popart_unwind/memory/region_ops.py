@@ -15,6 +15,7 @@ import numpy as np
 from popart_unwind.errors import RegionError
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.memory.sett import DisjointSetts, Sett
+from popart_unwind.validation import as_shape
 
 Dims = tuple[DisjointSetts, ...]
 Shape = tuple[int, ...]
@@ -29,10 +30,7 @@ def as_ints(values: Iterable[int], what: str) -> tuple[int, ...]:
 
 def check_shape(shape: Iterable[int], what: str = "shape") -> Shape:
     """A tuple of ints >= 0, or RegionError naming the shape."""
-    out = as_ints(shape, what)
-    if any(n < 0 for n in out):
-        raise RegionError(f"{what} {out} has a negative entry")
-    return out
+    return as_shape(shape, what, RegionError)
 
 
 def coerce_dim(entry: object, shape: Shape) -> DisjointSetts:

@@ -17,6 +17,7 @@ import numpy as np
 from popart_unwind.errors import ChainError, GraphError, RegionError
 from popart_unwind.memory import Chain, Region
 from popart_unwind.unwind.ops import Node
+from popart_unwind.validation import as_shape
 
 Shape = tuple[int, ...]
 
@@ -58,13 +59,7 @@ class _Tensor:
 
 
 def _as_shape(shape: object, what: str) -> Shape:
-    try:
-        dims = tuple(int(d) for d in shape)  # type: ignore[union-attr]
-    except TypeError as error:
-        raise GraphError(f"{what}: shape must be a sequence of ints, got {shape!r}") from error
-    if any(d < 0 for d in dims):
-        raise GraphError(f"{what}: shape {dims} has a negative dimension")
-    return dims
+    return as_shape(shape, f"{what}: shape", GraphError)
 
 
 def _as_value(value: object, what: str) -> float:

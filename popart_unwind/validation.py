@@ -1,0 +1,21 @@
+"""Argument checks shared by every layer, raising the caller's typed error."""
+
+from __future__ import annotations
+
+from operator import index
+
+from popart_unwind.errors import PopartUnwindError
+
+
+def as_shape(value: object, what: str, error: type[PopartUnwindError]) -> tuple[int, ...]:
+    """``value`` as a tuple of ints >= 0, or ``error`` naming ``what`` and the value.
+
+    Non-integers (2.5, "3") are refused rather than truncated.
+    """
+    try:
+        dims = tuple(index(d) for d in value)  # type: ignore[union-attr]
+    except TypeError:
+        raise error(f"{what} {value!r} must be a sequence of ints") from None
+    if any(d < 0 for d in dims):
+        raise error(f"{what} {dims} has a negative dimension")
+    return dims
