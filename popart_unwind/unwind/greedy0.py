@@ -234,29 +234,27 @@ class GreedyRun:
     def _ranked_finalizations(self) -> list[tuple[tuple, TensorId]]:
         graph, state, analysis = self.graph, self.state, self.analysis
         incomplete = [t for t in graph.sinks() if not state.complete(t)]
-        waiting = _waiting_roots(graph, state)
-        keyed = [
-            ((t in self.late, -self._finalizing_value(t, waiting), -analysis.length[t], t.index), t)
-            for t in incomplete
-        ]
+        value = self._finalizing_values(_waiting_roots(graph, state))
+        keyed = [((t in self.late, -value[t], -analysis.length[t], t.index), t) for t in incomplete]
         return sorted(keyed)
 
-    def _finalizing_value(self, sink: TensorId, waiting: list[TensorId]) -> float:
-        """What finalizing ``sink`` promises: the pairs of the waiting barriers it is the last
-        missing sink of (towards other incomplete sinks), less the pairs waiting barriers aim
-        at it. Each pair counts value × elements."""
+    def _finalizing_values(self, waiting: list[TensorId]) -> dict[TensorId, float]:
+        """What finalizing each sink promises, in one pass over the waiting barriers: the
+        pairs of the barriers it is the last missing sink of (towards other incomplete
+        sinks), less the pairs waiting barriers aim at it. A pair counts value × elements."""
         analysis, state = self.analysis, self.state
-        value = 0.0
+        value: dict[TensorId, float] = defaultdict(float)
         for root in waiting:
             missing = [s for s in analysis.ancestors[root] if not state.complete(s)]
             for partner, index in analysis.partners[root]:
                 worth = analysis.pairs[index].value * self.graph.numel(partner)
-                behind = {s for s, _ in analysis.back.get(partner, [])}
-                behind = {s for s in behind if not state.complete(s)} - analysis.ancestors[root]
-                if missing == [sink] and behind - {sink}:
-                    value += worth
-                if sink in behind:
-                    value -= worth
+                behind = {
+                    s for s, _ in analysis.back.get(partner, []) if not state.complete(s)
+                } - analysis.ancestors[root]
+                for sink in behind:
+                    value[sink] -= worth
+                if len(missing) == 1 and behind - {missing[0]}:
+                    value[missing[0]] += worth
         return value
 
     def _finalizing_pays(self) -> bool:
