@@ -12,6 +12,8 @@ def as_shape(value: object, what: str, error: type[PopartUnwindError]) -> tuple[
 
     Non-integers (2.5, "3") are refused rather than truncated.
     """
+    if type(value) is tuple and all(type(d) is int and d >= 0 for d in value):
+        return value  # the common, internal case: already a valid shape
     try:
         dims = tuple(index(d) for d in value)  # type: ignore[union-attr]
     except TypeError:

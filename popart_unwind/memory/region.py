@@ -19,6 +19,7 @@ exact; ``mask()`` is the brute-force view used to test them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import index
@@ -75,8 +76,7 @@ class Region:
     # --- constructors -------------------------------------------------------------------
     @classmethod
     def full(cls, shape: Iterable[int]) -> Region:
-        shape = ops.check_shape(shape)
-        return cls._make(shape, (sb.FULL,) * len(shape))
+        return _full_region(ops.check_shape(shape))
 
     @classmethod
     def empty(cls, shape: Iterable[int]) -> Region:
@@ -461,3 +461,9 @@ class DisjointRegions:
 
     def __repr__(self) -> str:
         return f"DisjointRegions({self._shape}, [{', '.join(map(repr, self._regions))}])"
+
+
+@functools.lru_cache(maxsize=4096)
+def _full_region(shape: tuple[int, ...]) -> Region:
+    """Full regions are immutable and asked for constantly: one per shape."""
+    return Region._make(shape, (sb.FULL,) * len(shape))

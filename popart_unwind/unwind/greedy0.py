@@ -63,23 +63,24 @@ class _State:
                 for sink in sorted(ancestors[tensor]):
                     self.roots_after[sink].append(tensor)
         self.inward: dict[TensorId, list[Path]] = defaultdict(list)
-        self.covered: dict[TensorId, DisjointRegions] = {
-            t: DisjointRegions(graph.shape(t), []) for t in graph.tensors()
-        }
+        # What each tensor still lacks, kept up to date instead of recomputed per query.
+        self.free: dict[TensorId, DisjointRegions] = {}
+        self.missing: dict[TensorId, int] = {t: graph.numel(t) for t in graph.tensors()}
         self.stack: list[Path] = []
         self.sink_paths: list[Path] = []
 
     def complete(self, tensor: TensorId) -> bool:
-        return self.covered[tensor].total_elms() == self.graph.numel(tensor)
+        return self.missing[tensor] == 0
 
     def uncovered(self, tensor: TensorId) -> DisjointRegions:
-        return self.covered[tensor].complement()
+        if tensor not in self.free:
+            shape = self.graph.shape(tensor)
+            self.free[tensor] = DisjointRegions(shape, [Region.full(shape)])
+        return self.free[tensor]
 
     def insert(self, path: Path) -> None:
-        covered = self.covered[path.dst]
-        self.covered[path.dst] = DisjointRegions(
-            covered.shape, [*covered.regions, *path.regions.regions]
-        )
+        self.free[path.dst] = self.uncovered(path.dst).subtract(path.regions)
+        self.missing[path.dst] -= path.regions.total_elms()
         self.inward[path.dst].append(path)
         self.stack.append(path)
         if self.graph.kind(path.dst) == "sink" and self.complete(path.dst):

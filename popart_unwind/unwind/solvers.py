@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
 
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind.deferral import solve_deferral
@@ -31,4 +33,20 @@ def solve(graph: Graph, algo: str = "default", **options) -> Solution:
     name = DEFAULT if algo == "default" else algo
     if name not in SOLVERS:
         raise SolverError(f"unknown unwinding algorithm {algo!r}; choose from {sorted(SOLVERS)}")
-    return SOLVERS[name](graph, **options)
+    with _cyclic_gc_paused():
+        return SOLVERS[name](graph, **options)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Solvers allocate many small acyclic objects (paths, chains, regions), which keep
+    triggering the cyclic collector over an ever larger heap: about half the solve time on
+    large graphs (benchmarks/RESULTS.md). Reference counting still frees them; the collector
+    is restored to its previous state afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -141,3 +141,22 @@ def test_paths_that_overlap_or_overreach_are_rejected():
                 Path(source, sink, Chain((4,)), full((4,))),
             ],
         )
+
+
+def test_solving_restores_the_garbage_collector_state():
+    import gc
+
+    g = Graph()
+    g.valued_pair(g.sink((2,)), g.source((2,)), 1.0)
+    assert gc.isenabled()
+    g.solve()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        g.solve()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(SolverError):
+        g.solve("no-such-solver")
+    assert gc.isenabled()
