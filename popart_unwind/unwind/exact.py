@@ -38,7 +38,6 @@ from popart_unwind.errors import PopartUnwindError, SolverError
 from popart_unwind.memory import Chain, Region
 from popart_unwind.memory.fill_sample import region_from_ons
 from popart_unwind.unwind.exact_problem import (
-    FREE_ROOT_KINDS,
     Candidates,
     Origins,
     Terms,
@@ -47,6 +46,7 @@ from popart_unwind.unwind.exact_problem import (
 )
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.greedy0 import solve_greedy0
+from popart_unwind.unwind.ops import FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import Path, Solution, sink_ancestors
 
 TOLERANCE = 1e-6

@@ -28,10 +28,8 @@ import numpy as np
 
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind.graph import Graph, TensorId
-from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, ROOT_KINDS
+from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import compute_layouts, origin_blocks, sink_ancestors
-
-FREE_ROOT_KINDS = ROOT_KINDS - DEPENDENT_ROOT_KINDS
 
 
 class Origins:

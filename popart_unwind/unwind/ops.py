@@ -26,6 +26,8 @@ from popart_unwind.memory.chain_ops import ChainOp, expanded_axes
 
 ROOT_KINDS = frozenset({"source", "barrier", "fixed_point", "sum_like_reduce"})
 DEPENDENT_ROOT_KINDS = frozenset({"barrier", "sum_like_reduce"})
+#: Roots whose layouts depend on nothing: depending on them can never close a cycle.
+FREE_ROOT_KINDS = ROOT_KINDS - DEPENDENT_ROOT_KINDS
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,8 @@ from popart_unwind.errors import SolverError
 from popart_unwind.unwind.exact import paths_for_labels
 from popart_unwind.unwind.exact_problem import Origins, objective_terms
 from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.ops import FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import Solution, layout_inputs
-
-FREE_KINDS = ("source", "fixed_point")
 
 
 class _Labels:
@@ -146,7 +145,7 @@ def _spare_origins(graph: Graph, origins: Origins) -> list[int]:
     """One origin per root and per sink, free roots first: labels two elements may share
     when nothing they meet fits (a free root never closes a cycle; others are checked)."""
     tensors = [t for t in graph.tensors() if t in origins.start_of and graph.numel(t)]
-    free = [t for t in tensors if graph.kind(t) in FREE_KINDS]
+    free = [t for t in tensors if graph.kind(t) in FREE_ROOT_KINDS]
     return [origins.start_of[t] for t in free + [t for t in tensors if t not in free]]
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
-from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, ROOT_KINDS, forward_edges
+from popart_unwind.unwind.ops import FREE_ROOT_KINDS, ROOT_KINDS, forward_edges
 
 EMPTY = -1
 
@@ -54,7 +54,7 @@ def layout_inputs(graph: Graph, tensor: TensorId) -> tuple[TensorId, ...]:
     node = graph.node(tensor)
     if node.kind == "sum_like":
         return (node.inputs[node.unwind_indices[0]],)
-    if node.kind == "sink" or node.kind in ROOT_KINDS - DEPENDENT_ROOT_KINDS:
+    if node.kind == "sink" or node.kind in FREE_ROOT_KINDS:
         return ()
     return tuple(dict.fromkeys(node.inputs))
 
