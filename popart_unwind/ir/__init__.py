@@ -1,0 +1,41 @@
+"""The PopART-modelled IR: ``Ir`` → ``Graph`` → ``Op`` / ``Tensor``.
+
+The core (this package) knows structure only. What each op type means — shapes, folds,
+canonicalization patterns, unwind rules — lives in ``popart_unwind.ops``; the front ends
+(ONNX, PyTorch, the ``Builder``) live in ``popart_unwind.frontends`` and are reached lazily
+from here so that the core does not depend on them.
+"""
+
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import MAIN_GRAPH_ID, Ir
+from popart_unwind.ir.op import (
+    GRAPHCORE_DOMAIN,
+    ONNX_DOMAIN,
+    UNUSED_BATCH_SERIALIZED_PHASE,
+    UNUSED_EXECUTION_PHASE,
+    UNUSED_PIPELINE_STAGE,
+    UNUSED_VGRAPH_ID,
+    CallOp,
+    IfOp,
+    LoopOp,
+    Op,
+    OpSettings,
+    OpType,
+    SubgraphOp,
+)
+from popart_unwind.ir.tensor import Tensor, TensorType, TileMapping
+
+__all__ = [
+    "GRAPHCORE_DOMAIN", "MAIN_GRAPH_ID", "ONNX_DOMAIN", "UNUSED_BATCH_SERIALIZED_PHASE",
+    "UNUSED_EXECUTION_PHASE", "UNUSED_PIPELINE_STAGE", "UNUSED_VGRAPH_ID", "Builder", "CallOp",
+    "Graph", "IfOp", "Ir", "LoopOp", "Op", "OpSettings", "OpType", "SubgraphOp", "Tensor",
+    "TensorType", "TileMapping",
+]
+
+
+def __getattr__(name: str):
+    if name == "Builder":  # lazily: the builder sits above the op definitions
+        from popart_unwind.frontends.builder import Builder
+
+        return Builder
+    raise AttributeError(f"module 'popart_unwind.ir' has no attribute {name!r}")

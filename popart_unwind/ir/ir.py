@@ -1,0 +1,109 @@
+"""The whole program, modelled on PopART's ``Ir``: graphs by id, a main graph, options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from popart_unwind.errors import IrError
+from popart_unwind.ir.graph import Graph
+from popart_unwind.options import SessionOptions
+
+if TYPE_CHECKING:
+    import onnx
+
+MAIN_GRAPH_ID = ""
+
+
+class Ir:
+    """Owns every graph; op ids are unique across the whole IR, as in PopART."""
+
+    def __init__(self, options: SessionOptions | None = None) -> None:
+        self.options = options or SessionOptions()
+        self._graphs: dict[str, Graph] = {MAIN_GRAPH_ID: Graph(self, MAIN_GRAPH_ID)}
+        self._op_counter = 0
+        self.metadata: dict[str, str] = {}  # where the model came from, for reports
+
+    @property
+    def main_graph(self) -> Graph:
+        return self._graphs[MAIN_GRAPH_ID]
+
+    def graph(self, graph_id: str) -> Graph:
+        try:
+            return self._graphs[graph_id]
+        except KeyError:
+            raise IrError(f"no graph with id {graph_id!r}") from None
+
+    def has_graph(self, graph_id: str) -> bool:
+        return graph_id in self._graphs
+
+    @property
+    def graphs(self) -> list[Graph]:
+        """The main graph first, then subgraphs in id order."""
+        return [self._graphs[g] for g in sorted(self._graphs)]
+
+    def create_graph(self, graph_id: str) -> Graph:
+        if not graph_id:
+            raise IrError("subgraph ids must be non-empty (\"\" is the main graph)")
+        if graph_id in self._graphs:
+            raise IrError(f"graph {graph_id!r} already exists")
+        graph = Graph(self, graph_id)
+        self._graphs[graph_id] = graph
+        return graph
+
+    def remove_graph(self, graph_id: str) -> None:
+        if graph_id == MAIN_GRAPH_ID:
+            raise IrError("the main graph cannot be removed")
+        callers = [op for g in self.graphs for op in g.ops
+                   if graph_id in (c.id for c in op.called_graphs())]
+        if callers:
+            raise IrError(f"graph {graph_id!r} is still called by {callers[0].debug_name()}")
+        del self._graphs[self.graph(graph_id).id]
+
+    def all_ops(self) -> list:
+        return [op for graph in self.graphs for op in graph.ops]
+
+    def _next_op_id(self) -> int:
+        self._op_counter += 1
+        return self._op_counter - 1
+
+    # -- checking and serialising --------------------------------------------------------
+    def verify(self, require_shapes: bool = True) -> None:
+        """Raise ``IrError`` naming the first broken invariant (see ``ir.verify``)."""
+        from popart_unwind.ir.verify import verify_ir
+
+        verify_ir(self, require_shapes=require_shapes)
+
+    def to_json(self, include_data: bool = False) -> str:
+        """Stable JSON: equal IRs give byte-identical text (see ``ir.serialize``)."""
+        from popart_unwind.ir.serialize import ir_to_json
+
+        return ir_to_json(self, include_data=include_data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Ir:
+        from popart_unwind.ir.serialize import ir_from_json
+
+        return ir_from_json(text)
+
+    # -- front ends (imported lazily: the IR core does not depend on them) ---------------
+    @classmethod
+    def from_onnx(cls, model: str | Path | onnx.ModelProto,
+                  options: SessionOptions | None = None) -> Ir:
+        """Import an ONNX model (a path, with external data beside it, or a ModelProto)."""
+        from popart_unwind.frontends.onnx_import import import_onnx
+
+        return import_onnx(model, options=options)
+
+    @classmethod
+    def from_torch(cls, module: Any, example_args: tuple, training: bool = False,
+                   options: SessionOptions | None = None, **training_options: Any) -> Ir:
+        """Import a PyTorch module through ``torch.export`` (needs the ``torch`` extra).
+
+        With ``training=True`` the graph is one training step: forward, loss, backward
+        and an SGD update of every parameter.
+        """
+        from popart_unwind.frontends.torch_import import import_torch
+
+        return import_torch(module, example_args, training=training, options=options,
+                            **training_options)

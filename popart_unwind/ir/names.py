@@ -1,0 +1,29 @@
+"""Reserved prefixes for tensors the tool creates, as PopART's ``tensornames.hpp`` has.
+
+Transforms name every tensor they introduce with one of these, so a tensor's origin can be
+told from its id and user names never collide with generated ones.
+"""
+
+from __future__ import annotations
+
+from popart_unwind.errors import IrError
+
+CONSTANT_PREFIX = "Constant___"
+FOLDED_PREFIX = "Folded___"
+GRADIENT_PREFIX = "Gradient___"
+UPDATED_PREFIX = "Updated___"
+TRANSFORM_PREFIX = "Transform___"
+
+RESERVED_PREFIXES = (CONSTANT_PREFIX, FOLDED_PREFIX, GRADIENT_PREFIX, UPDATED_PREFIX,
+                     TRANSFORM_PREFIX)
+
+
+def has_reserved_prefix(tensor_id: str) -> bool:
+    return tensor_id.startswith(RESERVED_PREFIXES)
+
+
+def reserved_id(graph, prefix: str, stem: str) -> str:
+    """A fresh id ``prefix + stem`` in ``graph`` (suffixed if taken)."""
+    if prefix not in RESERVED_PREFIXES:
+        raise IrError(f"{prefix!r} is not a reserved prefix")
+    return graph.unique_id(prefix + stem)

@@ -1,0 +1,86 @@
+"""The op registry: for each op type, every rule about it, stated in one place.
+
+An :class:`OpDef` is registered once, by the module of its op family (``ops/views.py``,
+``ops/elementwise.py``, ...). Everything that needs to know what an op means — shape
+inference, the canonicalizer, later the layout planner and the cost model — looks the
+op up here instead of switching on type names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popart_unwind.errors import IrError
+from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
+
+if TYPE_CHECKING:
+    from popart_unwind.ir.tensor import Tensor
+
+#: (dtype, shape) of each output, in output-index order.
+InferredOutputs = list[tuple[str, tuple[int, ...]]]
+#: A shape rule. It reads input dtypes/shapes (and constant input data where the op's
+#: meaning needs it, e.g. Reshape's target shape) and raises ShapeError on a mismatch.
+InferRule = Callable[[Op], InferredOutputs]
+#: A fold hook (seed 003): given the op and, per input index, its constant value or None,
+#: return one replacement per output — an existing Tensor or a numpy constant — or None to
+#: leave the op alone. It must not create ops.
+FoldRule = Callable[[Op, Sequence[np.ndarray | None]], "Sequence[Tensor | np.ndarray] | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    """Everything the tool knows about one op type (matched by domain and name; rules
+    that differ between opset versions read ``op.type.version``)."""
+
+    name: str
+    domain: str = ONNX_DOMAIN
+    infer: InferRule | None = None
+    fold: FoldRule | None = None
+    #: Canonicalization patterns rooted at this op type (``popart_unwind.rewrite.Pattern``).
+    patterns: tuple[Any, ...] = ()
+    #: Operands may be swapped (the canonicalizer moves constants to the right).
+    commutative: bool = False
+    #: Has effects beyond its outputs: never erased, merged or folded away.
+    side_effects: bool = False
+
+
+class OpRegistry:
+    """Op definitions by (domain, name)."""
+
+    def __init__(self) -> None:
+        self._defs: dict[tuple[str, str], OpDef] = {}
+
+    def register(self, opdef: OpDef) -> OpDef:
+        key = (opdef.domain, opdef.name)
+        if key in self._defs:
+            raise IrError(f"op type {opdef.domain}.{opdef.name} is registered twice")
+        self._defs[key] = opdef
+        return opdef
+
+    def lookup(self, op: Op | OpType) -> OpDef | None:
+        """The definition of ``op``'s type, or None for an op the tool treats as opaque."""
+        op_type = op.type if isinstance(op, Op) else op
+        return self._defs.get((op_type.domain, op_type.name))
+
+    def names(self) -> list[tuple[str, str]]:
+        return sorted(self._defs)
+
+    def patterns_for(self, op: Op) -> tuple[Any, ...]:
+        opdef = self.lookup(op)
+        return () if opdef is None else opdef.patterns
+
+    def has_side_effects(self, op: Op) -> bool:
+        """Unknown (opaque) ops are assumed to have side effects: never erased."""
+        opdef = self.lookup(op)
+        return True if opdef is None else opdef.side_effects
+
+
+REGISTRY = OpRegistry()
+
+
+def register(opdef: OpDef) -> OpDef:
+    return REGISTRY.register(opdef)

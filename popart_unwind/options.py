@@ -1,0 +1,48 @@
+"""Session options: which transforms run, and how layouts are unwound.
+
+Modelled on PopART's ``SessionOptions`` (one flat object of settings handed to the session,
+each with a default), see docs/transforms.md for how each field maps to PopART's names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+#: The transform pipeline, in order (each transform is applied once).
+DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps")
+
+
+@dataclasses.dataclass(frozen=True)
+class UnwindValuations:
+    """Values of the ValuedPairs the planner builds (seed 001's v's), per kind of agreement.
+
+    Defaults rank what costs most on the IPU when missed: a matmul operand in the wrong
+    layout is rearranged by exchange before every use; elementwise partners disagreeing
+    cost one copy; a bias off its channel's tiles costs a broadcast exchange.
+    """
+
+    matmul: float = 10.0
+    elementwise: float = 1.0
+    bias: float = 2.0
+    call_copy: float = 1.0
+    sliceable: float = 4.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionOptions:
+    """Settings of one planning session (PopART: ``popart.SessionOptions``)."""
+
+    #: Transforms to run, in order; ``UnwindLayouts`` is appended when enabled.
+    pipeline: tuple[str, ...] = DEFAULT_PIPELINE
+    #: Run the layout planner (PopART would gate a transform on a flag like this).
+    enable_unwind_layouts: bool = True
+    #: The unwind solver: ``greedy0``, ``deferral`` (default) or ``exact``.
+    unwind_algorithm: str = "deferral"
+    unwind_valuations: UnwindValuations = UnwindValuations()
+    #: Canonicalizer caps (seed 003: iterations and rewrites), and whether reaching the
+    #: iteration cap without a fixpoint is an error.
+    canonicalize_max_iterations: int = 10
+    canonicalize_max_rewrites: int = 100_000
+    canonicalize_test_convergence: bool = False
+    #: Check each transform's declared assumptions and preserved conditions around it.
+    check_transform_conditions: bool = False
