@@ -16,7 +16,15 @@ transform_packages = ["popart_unwind.transforms"] + [
 
 hooks = Pybind11Extension(
     "popart_unwind._hooks",
-    sources=["cpp_hooks/bindings.cpp", "cpp_hooks/linear_mapping.cpp"],
+    sources=[
+        "cpp_hooks/bindings.cpp",
+        "cpp_hooks/tile_mapping.cpp",
+        "cpp_hooks/linear_mapping.cpp",
+        "cpp_hooks/matmul_mapping.cpp",
+        "cpp_hooks/bias_mapping.cpp",
+        "cpp_hooks/sliceable_mapping.cpp",
+        "cpp_hooks/elementwise_choice.cpp",
+    ],
     include_dirs=["cpp_hooks"],
     cxx_std=17,
 )

@@ -2,13 +2,9 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace popart_unwind {
-namespace {
-
-std::size_t ceilDiv(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-
-} // namespace
 
 TileMapping linearTileMapping(std::size_t numElements, std::size_t numTiles,
                               std::size_t grainSize, std::size_t minElementsPerTile) {
@@ -41,6 +37,19 @@ TileMapping linearTileMapping(std::size_t numElements, std::size_t numTiles,
       mapping[tile].emplace_back(begin, end);
     }
   }
+  return mapping;
+}
+
+TileMapping rotatedLinearTileMapping(std::size_t numElements, std::size_t numTiles,
+                                     std::size_t grainSize, std::size_t minElementsPerTile,
+                                     std::size_t startTile) {
+  if (numTiles != 0 && startTile >= numTiles) {
+    throw std::invalid_argument("linear tile mapping: start tile " + std::to_string(startTile) +
+                                " is not below the tile count " + std::to_string(numTiles));
+  }
+  TileMapping mapping = linearTileMapping(numElements, numTiles, grainSize, minElementsPerTile);
+  std::rotate(mapping.begin(), mapping.end() - static_cast<std::ptrdiff_t>(startTile),
+              mapping.end());
   return mapping;
 }
 
