@@ -123,6 +123,9 @@ class Graph:
         except KeyError:
             raise IrError(f"no op with id {op_id} in graph {self.id!r}") from None
 
+    def has_op(self, op_id: int) -> bool:
+        return op_id in self._ops
+
     @property
     def ops(self) -> list[Op]:
         """All ops in id order."""

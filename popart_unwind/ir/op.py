@@ -251,9 +251,36 @@ class IfOp(SubgraphOp):
         return inverse.get(graph_out)
 
 
+class ScanOp(SubgraphOp):
+    """ONNX Scan (PopART's ``ScanOp``): op and body inputs are N state variables, M scan
+    inputs (attribute ``num_scan_inputs``), then implicit inputs; op and body outputs are N
+    final states then K scan outputs. Indices map one to one; scan inputs and outputs differ
+    in shape from their body counterparts by the scanned axis.
+    """
+
+    CALLED_GRAPH_ATTRIBUTES = ("body",)
+
+    def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
+        self._check_called(graph)
+        return op_in if op_in < len(graph.input_ids) else None
+
+    def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
+        self._check_called(graph)
+        return graph_in if self.has_input(graph_in) else None
+
+    def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
+        self._check_called(graph)
+        return op_out if op_out < len(graph.output_ids) else None
+
+    def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
+        self._check_called(graph)
+        return graph_out if self.has_output(graph_out) else None
+
+
 #: Op classes by type name, for op types whose behaviour the IR itself must know.
 OP_CLASSES: dict[tuple[str, str], type[Op]] = {
     (GRAPHCORE_DOMAIN, "Call"): CallOp,
     (ONNX_DOMAIN, "Loop"): LoopOp,
     (ONNX_DOMAIN, "If"): IfOp,
+    (ONNX_DOMAIN, "Scan"): ScanOp,
 }

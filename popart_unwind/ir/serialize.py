@@ -26,8 +26,8 @@ FORMAT_VERSION = 1
 
 
 def array_digest(array: np.ndarray) -> str:
-    contiguous = np.ascontiguousarray(array)
-    header = f"{contiguous.dtype.str}{contiguous.shape}".encode()
+    contiguous = np.ascontiguousarray(array)  # at least 1-d: take the shape from ``array``
+    header = f"{contiguous.dtype.str}{tuple(array.shape)}".encode()
     return hashlib.sha256(header + contiguous.tobytes()).hexdigest()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir.op import SubgraphOp
+from popart_unwind.ir.op import LoopOp, SubgraphOp
 from popart_unwind.ir.tensor import TensorType
 
 if TYPE_CHECKING:
@@ -100,6 +100,8 @@ def _verify_call_site(op: SubgraphOp) -> None:
             if graph_out is None or graph_out >= len(callee.output_ids):
                 raise IrError(f"op {op.debug_name()} output {op_out} has no counterpart "
                               f"among the {len(callee.output_ids)} outputs of {callee.id!r}")
+            if isinstance(op, LoopOp) and op_out >= len(op.inputs) - 2:
+                continue  # a Loop scan output stacks the body's per-iteration values
             _same_shape(op, tensor, callee.outputs[graph_out])
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
+from popart_unwind.ops.layout import BARRIER, LayoutRule
 
 if TYPE_CHECKING:
     from popart_unwind.ir.tensor import Tensor
@@ -46,6 +47,8 @@ class OpDef:
     commutative: bool = False
     #: Has effects beyond its outputs: never erased, merged or folded away.
     side_effects: bool = False
+    #: How the op bears on tile layouts (``ops/layout.py``); unmodelled ops are barriers.
+    layout: LayoutRule = BARRIER
 
 
 class OpRegistry:
@@ -72,6 +75,10 @@ class OpRegistry:
     def patterns_for(self, op: Op) -> tuple[Any, ...]:
         opdef = self.lookup(op)
         return () if opdef is None else opdef.patterns
+
+    def layout_rule(self, op: Op) -> LayoutRule:
+        opdef = self.lookup(op)
+        return BARRIER if opdef is None else opdef.layout
 
     def has_side_effects(self, op: Op) -> bool:
         """Unknown (opaque) ops are assumed to have side effects: never erased."""
