@@ -30,6 +30,11 @@ class ShapeError(PopartUnwindError, ValueError):
     """Shapes contradict each other (inference, broadcasting, einsum specs)."""
 
 
+class ShapeUndecided(ShapeError):
+    """A shape rule cannot decide (a data-dependent output, a shape input computed at run
+    time): the op's outputs keep the shapes they were seeded with, or stay unknown."""
+
+
 class GraphError(PopartUnwindError, ValueError):
     """An unwinding Graph was used inconsistently (bad shapes, ids, permutations, ...)."""
 

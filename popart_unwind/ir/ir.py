@@ -88,12 +88,13 @@ class Ir:
 
     # -- front ends (imported lazily: the IR core does not depend on them) ---------------
     @classmethod
-    def from_onnx(cls, model: str | Path | onnx.ModelProto,
-                  options: SessionOptions | None = None) -> Ir:
-        """Import an ONNX model (a path, with external data beside it, or a ModelProto)."""
+    def from_onnx(cls, model: str | Path | bytes | onnx.ModelProto,
+                  options: SessionOptions | None = None, **import_options: Any) -> Ir:
+        """Import an ONNX model (a path, with external data beside it, bytes or a
+        ModelProto); ``import_options``: ``input_shapes``, ``base_dir`` (see the importer)."""
         from popart_unwind.frontends.onnx_import import import_onnx
 
-        return import_onnx(model, options=options)
+        return import_onnx(model, options=options, **import_options)
 
     @classmethod
     def from_torch(cls, module: Any, example_args: tuple, training: bool = False,

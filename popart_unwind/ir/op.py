@@ -166,6 +166,20 @@ class SubgraphOp(Op):
     def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
         raise NotImplementedError
 
+    def stacked_input(self, op_in: int) -> bool:
+        """Whether op input ``op_in`` is sliced per iteration (its subgraph counterpart
+        lacks the scanned axis), so the two need not agree in shape."""
+        return False
+
+    def stacked_output(self, op_out: int) -> bool:
+        """Whether op output ``op_out`` stacks the subgraph's per-iteration values."""
+        return False
+
+    def _explicit_inputs(self) -> int:
+        """Input slots before the implicit (outer-scope) inputs the importer appends."""
+        slots = max(self._inputs, default=-1) + 1
+        return slots - int(self.attributes.get("num_implicit_inputs", 0))
+
     def _check_called(self, graph: Graph) -> None:
         if graph not in self.called_graphs():
             raise IrError(f"op {self.debug_name()} does not call graph {graph.id!r}")
@@ -218,6 +232,10 @@ class LoopOp(SubgraphOp):
     def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
         self._check_called(graph)
         return graph_out - 1 if graph_out >= 1 and self.has_output(graph_out - 1) else None
+
+    def stacked_output(self, op_out: int) -> bool:
+        """Outputs after the loop-carried values (inputs 2..) are scan outputs."""
+        return op_out >= self._explicit_inputs() - 2
 
 
 class IfOp(SubgraphOp):
@@ -275,6 +293,15 @@ class ScanOp(SubgraphOp):
     def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
         self._check_called(graph)
         return graph_out if self.has_output(graph_out) else None
+
+    def _num_states(self) -> int:
+        return self._explicit_inputs() - int(self.attributes.get("num_scan_inputs", 0))
+
+    def stacked_input(self, op_in: int) -> bool:
+        return self._num_states() <= op_in < self._explicit_inputs()
+
+    def stacked_output(self, op_out: int) -> bool:
+        return op_out >= self._num_states()
 
 
 #: Op classes by type name, for op types whose behaviour the IR itself must know.

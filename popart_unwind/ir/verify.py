@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir.op import LoopOp, SubgraphOp
+from popart_unwind.ir.op import SubgraphOp
 from popart_unwind.ir.tensor import TensorType
 
 if TYPE_CHECKING:
@@ -94,15 +94,15 @@ def _verify_call_site(op: SubgraphOp) -> None:
             if graph_in >= len(callee.input_ids):
                 raise IrError(f"op {op.debug_name()} input {op_in} maps to input {graph_in} "
                               f"of graph {callee.id!r}, which has {len(callee.input_ids)}")
-            _same_shape(op, tensor, callee.inputs[graph_in])
+            if not op.stacked_input(op_in):
+                _same_shape(op, tensor, callee.inputs[graph_in])
         for op_out, tensor in op.output_map().items():
             graph_out = op.op_out_to_subgraph_out_index(callee, op_out)
             if graph_out is None or graph_out >= len(callee.output_ids):
                 raise IrError(f"op {op.debug_name()} output {op_out} has no counterpart "
                               f"among the {len(callee.output_ids)} outputs of {callee.id!r}")
-            if isinstance(op, LoopOp) and op_out >= len(op.inputs) - 2:
-                continue  # a Loop scan output stacks the body's per-iteration values
-            _same_shape(op, tensor, callee.outputs[graph_out])
+            if not op.stacked_output(op_out):
+                _same_shape(op, tensor, callee.outputs[graph_out])
 
 
 def _same_shape(op: SubgraphOp, outer, inner) -> None:

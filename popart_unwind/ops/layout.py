@@ -13,9 +13,14 @@ the cost model and the PopART baseline never switch on op names:
 - ``exchange`` — which input elements must reach which tiles before the op computes;
 - ``agreement`` — the op's ValuedPairs scored on concrete tiles (any plan, one scale);
 - ``creates_input`` — whether PopART would let this op *create* an input's layout (its
-  ``Opx::createInput``), with the priority PopART's search ranks creators by.
+  ``Opx::createInput``), with the priority PopART's search ranks creators by;
+- ``unwind_tiles`` — the input layout that gives an output a wanted layout (PopART's
+  ``unwindTensorLayout``), for ops that can pass a layout back.
 
-The base class is the conservative rule for any op the tool does not model (a Barrier,
+The rule families live in ``layout_views`` (view ops), ``layout_compute`` (elementwise,
+MatMul/Gemm, Gather) and ``layout_control`` (Call/Loop/If); their classes and ready-made
+instances (``MATMUL``, ``GATHER``, ``SUBGRAPH``, ...) can be imported from here too. The
+base class is the conservative rule for any op the tool does not model (a Barrier,
 linear outputs, no exchange counted): see docs/ipu-model.md for what that approximates.
 Rules receive the target and the planner's emitter as arguments (protocols below), so this
 module depends on neither.
@@ -23,6 +28,7 @@ module depends on neither.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -76,20 +82,42 @@ class ExchangeNeed:
                             self.regions + other.regions)
 
 
+#: A layout a root of the unwinding problem carries: flat tiles, or a function of the target
+#: giving them (called only if the planner needs that root's tiles).
+RootTiles = np.ndarray | Callable[[TileTarget], np.ndarray]
+
+
 class UnwindEmitter(Protocol):
-    """The planner's side of building the unwinding problem from the IR."""
+    """The planner's side of building the unwinding problem from the IR.
+
+    ``tensor`` is the unwind tensor standing for an IR tensor (every op output must be
+    ``define``d by its op's rule); ``source`` and ``fixed_point`` make roots with known
+    layouts; ``barrier`` makes the op's outputs roots laid out by the rule's
+    ``output_tiles``; ``sink`` makes an op output a tensor the solver lays out (call
+    outputs), whose mapping the planner writes back like a producer-less tensor's.
+    """
 
     graph: Graph
     valuations: Any  # options.UnwindValuations
+    target: TileTarget
 
     def tensor(self, tensor: Tensor) -> TensorId: ...
     def define(self, tensor: Tensor, unwind_tensor: TensorId) -> None: ...
-    def source(self, tensor: Tensor, tiles: Any, name: str) -> TensorId: ...
+    def source(self, tensor: Tensor, tiles: RootTiles, name: str) -> TensorId: ...
+    def fixed_point(self, inputs: Sequence[TensorId], shapes: Sequence[tuple[int, ...]],
+                    tiles: Sequence[RootTiles], name: str) -> list[TensorId]: ...
     def barrier(self, op: Op) -> None: ...
+    def sink(self, tensor: Tensor) -> TensorId: ...
 
 
 class LayoutRule:
-    """The rule of an op the tool does not model: a barrier with linearly mapped outputs."""
+    """The rule of an op the tool does not model: a barrier with linearly mapped outputs.
+
+    Tile arrays are flat (row-major); ``input_tiles[i]`` holds input index ``i``'s layout
+    (None where the input is absent or its layout is not known), and ``output_tiles``
+    returns one flat array per output in index order. ``kind`` names the rule family:
+    "view", "elementwise", "matmul", "gather", "subgraph" or "barrier".
+    """
 
     kind = "barrier"
 
@@ -120,5 +148,73 @@ class LayoutRule:
         """PopART's creator priority for input ``in_index`` (higher wins), or None."""
         return None
 
+    def unwind_tiles(self, op: Op, in_index: int, out_index: int,
+                     out_tiles: np.ndarray) -> np.ndarray | None:
+        """The layout of input ``in_index`` that gives output ``out_index`` the layout
+        ``out_tiles`` (PopART's ``unwindTensorLayout``), -1 where the output does not
+        determine an element; None if the op cannot unwind that way."""
+        return None
+
 
 BARRIER = LayoutRule()
+
+
+def tile_array_of(mapping: Sequence[Sequence[tuple[int, int]]], numel: int) -> np.ndarray:
+    """Each element's tile from a Poplar-format mapping (-1 where no interval covers it)."""
+    tiles = np.full(numel, -1, dtype=np.int64)
+    for tile, intervals in enumerate(mapping):
+        for begin, end in intervals:
+            tiles[begin:end] = tile
+    return tiles
+
+
+def read_need(reader_tiles: np.ndarray, source_index: np.ndarray, source_tiles: np.ndarray,
+              element_bytes: int, num_tiles: int, distinct: bool = True) -> ExchangeNeed:
+    """What tiles must receive when element k is computed on ``reader_tiles[k]`` from
+    source element ``source_index[k]`` held on ``source_tiles[source_index[k]]``.
+
+    Each (tile, source element) pair is received once; a tile's regions are its maximal
+    runs of consecutive source elements coming from one tile. ``distinct=False`` promises
+    that no pair repeats and that ``source_index`` ascends (a same-shape operand).
+    """
+    readers = np.asarray(reader_tiles).reshape(-1).astype(np.int64, copy=False)
+    index = np.asarray(source_index).reshape(-1).astype(np.int64, copy=False)
+    held = np.asarray(source_tiles).reshape(-1).astype(np.int64, copy=False)
+    remote = held[index] != readers
+    tile, element = readers[remote], index[remote]
+    if distinct:
+        keys = np.unique(tile * max(held.size, 1) + element)
+        tile, element = keys // max(held.size, 1), keys % max(held.size, 1)
+    else:
+        order = np.argsort(tile, kind="stable")
+        tile, element = tile[order], element[order]
+    if not tile.size:
+        return ExchangeNeed.none(num_tiles)
+    source = held[element]
+    starts = np.ones(tile.size, dtype=bool)
+    starts[1:] = ((tile[1:] != tile[:-1]) | (element[1:] != element[:-1] + 1)
+                  | (source[1:] != source[:-1]))
+    received = np.bincount(tile, minlength=num_tiles)[:num_tiles] * element_bytes
+    regions = np.bincount(tile[starts], minlength=num_tiles)[:num_tiles]
+    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
+
+
+_RULE_MODULES = {
+    **dict.fromkeys(("ViewRule", "ReshapeRule", "TransposeRule", "SliceRule", "IdentityRule",
+                     "ExpandRule", "SplitRule", "ConcatRule", "RESHAPE", "TRANSPOSE", "SLICE",
+                     "IDENTITY", "EXPAND", "SPLIT", "CONCAT"), "layout_views"),
+    **dict.fromkeys(("ElementwiseRule", "MatMulRule", "GatherRule", "ELEMENTWISE",
+                     "FIRST_INPUT_ELEMENTWISE", "MATMUL", "GATHER", "matmul_groups"),
+                    "layout_compute"),
+    **dict.fromkeys(("SubgraphRule", "SUBGRAPH"), "layout_control"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The rule classes live in family modules (which import this one); reach them here."""
+    module = _RULE_MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"popart_unwind.ops.{module}"), name)

@@ -45,10 +45,16 @@ class OpDef:
     patterns: tuple[Any, ...] = ()
     #: Operands may be swapped (the canonicalizer moves constants to the right).
     commutative: bool = False
-    #: Has effects beyond its outputs: never erased, merged or folded away.
-    side_effects: bool = False
+    #: Has effects beyond its outputs: never erased, merged or folded away. A predicate
+    #: where it depends on the op (a Call has effects if its body has).
+    side_effects: bool | Callable[[Op], bool] = False
     #: How the op bears on tile layouts (``ops/layout.py``); unmodelled ops are barriers.
     layout: LayoutRule = BARRIER
+
+
+    def has_side_effects(self, op: Op) -> bool:
+        effect = self.side_effects
+        return bool(effect(op)) if callable(effect) else effect
 
 
 class OpRegistry:
@@ -83,7 +89,7 @@ class OpRegistry:
     def has_side_effects(self, op: Op) -> bool:
         """Unknown (opaque) ops are assumed to have side effects: never erased."""
         opdef = self.lookup(op)
-        return True if opdef is None else opdef.side_effects
+        return True if opdef is None else opdef.has_side_effects(op)
 
 
 REGISTRY = OpRegistry()

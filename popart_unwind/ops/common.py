@@ -1,0 +1,42 @@
+"""Small helpers every op family's rules share: reading inputs, constants and axes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor, TensorType
+
+
+def constant_value(tensor: Tensor) -> np.ndarray | None:
+    """The value of a Const tensor, or None (variables can change, so they never count)."""
+    return tensor.data if tensor.tensor_type is TensorType.CONST else None
+
+
+def input_shape(op: Op, index: int) -> tuple[int, ...]:
+    """The known shape of input ``index``, or ShapeError naming the op and the input."""
+    if not op.has_input(index):
+        raise ShapeError(f"op {op.debug_name()} needs input {index}")
+    tensor = op.input(index)
+    if tensor.shape is None:
+        raise ShapeError(f"op {op.debug_name()}: input {index} ({tensor.id!r}) has no shape yet")
+    return tensor.shape
+
+
+def constant_input(op: Op, index: int, what: str) -> np.ndarray:
+    """The constant value of input ``index`` (e.g. Reshape's target shape), or ShapeError."""
+    if not op.has_input(index):
+        raise ShapeError(f"op {op.debug_name()} needs input {index} ({what})")
+    value = constant_value(op.input(index))
+    if value is None:
+        raise ShapeUndecided(f"op {op.debug_name()}: {what} (input {index}, "
+                         f"{op.input(index).id!r}) must be a constant to know the shape")
+    return value
+
+
+def normalize_axis(op: Op, axis: int, rank: int) -> int:
+    """``axis`` in [0, rank), accepting ONNX's negative axes; ShapeError if out of range."""
+    if not -rank <= axis < rank:
+        raise ShapeError(f"op {op.debug_name()}: axis {axis} is out of range for rank {rank}")
+    return axis % rank

@@ -1,0 +1,166 @@
+"""Op family: constants — ops whose value is known without running the model.
+
+Our IR keeps constants as Const tensors, not ops (as PopART does), so each op here folds:
+``Constant`` to its attribute value, ``ConstantOfShape`` and ``Range`` once their inputs are
+constant, ``Shape`` and ``Size`` as soon as the input's shape is known (shapes are static).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+import numpy as np
+
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir.dtypes import ONNX_DTYPES, dtype_of_array
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.common import constant_input, input_shape
+from popart_unwind.ops.registry import InferredOutputs, OpDef, register
+
+Constants = Sequence[np.ndarray | None]
+FoldResult = list[Tensor | np.ndarray] | None
+
+#: Constant's value attributes and how each becomes an array.
+_VALUE_ATTRIBUTES = {
+    "value": lambda v: np.asarray(v),
+    "value_float": lambda v: np.asarray(v, np.float32).reshape(()),
+    "value_floats": lambda v: np.asarray(v, np.float32).reshape(-1),
+    "value_int": lambda v: np.asarray(v, np.int64).reshape(()),
+    "value_ints": lambda v: np.asarray(v, np.int64).reshape(-1),
+}
+
+
+def _typed(op: Op, array: np.ndarray) -> tuple[str, tuple[int, ...]]:
+    if str(array.dtype) not in ONNX_DTYPES:
+        raise ShapeError(f"op {op.debug_name()}: values of dtype {array.dtype} are not "
+                         f"supported")
+    return dtype_of_array(array, op.debug_name()), tuple(array.shape)
+
+
+# -- Constant ---------------------------------------------------------------------------------
+def constant_value(op: Op) -> np.ndarray:
+    """The value a Constant op holds, from whichever value attribute it has."""
+    given = [key for key in op.attributes if key.startswith(("value", "sparse_value"))]
+    if len(given) != 1:
+        raise ShapeError(f"op {op.debug_name()} needs exactly one value attribute, has "
+                         f"{given or 'none'}")
+    if given[0] not in _VALUE_ATTRIBUTES:
+        raise ShapeError(f"op {op.debug_name()}: attribute {given[0]!r} is not supported")
+    return _VALUE_ATTRIBUTES[given[0]](op.attributes[given[0]])
+
+
+def _infer_constant(op: Op) -> InferredOutputs:
+    return [_typed(op, constant_value(op))]
+
+
+def _fold_constant(op: Op, constants: Constants) -> FoldResult:
+    return [constant_value(op).copy()]
+
+
+# -- ConstantOfShape --------------------------------------------------------------------------
+def _fill(op: Op) -> np.ndarray:
+    value = op.attributes.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    if value.size != 1:
+        raise ShapeError(f"op {op.debug_name()}: 'value' must hold one element, has "
+                         f"{value.size}")
+    return value.reshape(-1)
+
+
+def _target_shape(op: Op) -> tuple[int, ...]:
+    dims = tuple(int(d) for d in np.asarray(constant_input(op, 0, "the shape")).reshape(-1))
+    if any(d < 0 for d in dims):
+        raise ShapeError(f"op {op.debug_name()}: negative dim in shape {dims}")
+    return dims
+
+
+def _infer_constant_of_shape(op: Op) -> InferredOutputs:
+    return [(_typed(op, _fill(op))[0], _target_shape(op))]
+
+
+def _fold_constant_of_shape(op: Op, constants: Constants) -> FoldResult:
+    if not constants or constants[0] is None:
+        return None
+    fill = _fill(op)
+    return [np.full(_target_shape(op), fill[0], dtype=fill.dtype)]
+
+
+# -- Shape, Size ------------------------------------------------------------------------------
+def _shape_window(op: Op, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape-15's start/end window, clamped as Python slices clamp."""
+    if op.type.version < 15:
+        return shape
+    start = int(op.attributes.get("start", 0))
+    end = op.attributes.get("end")
+    return shape[start:None if end is None else int(end)]
+
+
+def _infer_shape(op: Op) -> InferredOutputs:
+    return [("int64", (len(_shape_window(op, input_shape(op, 0))),))]
+
+
+def _fold_shape(op: Op, constants: Constants) -> FoldResult:
+    shape = op.input(0).shape
+    return None if shape is None else [np.array(_shape_window(op, shape), np.int64)]
+
+
+def _infer_size(op: Op) -> InferredOutputs:
+    input_shape(op, 0)
+    return [("int64", ())]
+
+
+def _fold_size(op: Op, constants: Constants) -> FoldResult:
+    shape = op.input(0).shape
+    return None if shape is None else [np.array(prod(shape), np.int64)]
+
+
+# -- Range ------------------------------------------------------------------------------------
+def _range_operands(op: Op) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    start, limit, delta = (constant_input(op, i, what)
+                           for i, what in enumerate(("start", "limit", "delta")))
+    for what, value in (("start", start), ("limit", limit), ("delta", delta)):
+        if value.size != 1:
+            raise ShapeError(f"op {op.debug_name()}: {what} must be a scalar, has shape "
+                             f"{value.shape}")
+    if delta.reshape(-1)[0] == 0:
+        raise ShapeError(f"op {op.debug_name()}: delta is 0")
+    return start.reshape(()), limit.reshape(()), delta.reshape(())
+
+
+def range_length(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
+    """ONNX Range: max(ceil((limit - start) / delta), 0), computed in the operands' dtype
+    (as numpy.arange does), exactly for integers."""
+    if start.dtype.kind in "iu":
+        first, last, step = int(start), int(limit), int(delta)
+        return max(-((first - last) // step), 0)
+    with np.errstate(all="ignore"):
+        count = np.ceil((limit - start) / delta)
+    if not np.isfinite(count):
+        raise ShapeError(f"a range from {start} to {limit} by {delta} has no finite length")
+    return max(int(count), 0)
+
+
+def _infer_range(op: Op) -> InferredOutputs:
+    start, limit, delta = _range_operands(op)
+    try:
+        return [(op.input(0).dtype, (range_length(start, limit, delta),))]
+    except ShapeError as error:
+        raise ShapeError(f"op {op.debug_name()}: {error}") from None
+
+
+def _fold_range(op: Op, constants: Constants) -> FoldResult:
+    if len(constants) < 3 or any(c is None for c in constants[:3]):
+        return None
+    start, limit, delta = _range_operands(op)
+    count = range_length(start, limit, delta)
+    with np.errstate(all="ignore"):
+        return [(start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)]
+
+
+register(OpDef("Constant", infer=_infer_constant, fold=_fold_constant))
+register(OpDef("ConstantOfShape", infer=_infer_constant_of_shape, fold=_fold_constant_of_shape))
+register(OpDef("Shape", infer=_infer_shape, fold=_fold_shape))
+register(OpDef("Size", infer=_infer_size, fold=_fold_size))
+register(OpDef("Range", infer=_infer_range, fold=_fold_range))

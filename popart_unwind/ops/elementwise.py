@@ -1,0 +1,310 @@
+"""Op family: elementwise — unary maps, broadcasting binary and variadic ops, Where.
+
+Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
+and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
+first data input. Folds compute with numpy on constant inputs (integer Div truncates toward
+zero as ONNX defines; an integer division by zero is left unfolded) and drop identities
+(x + 0, x - 0, x * 1, x / 1, x ** 1, Neg(Neg x), ...) only where the result has exactly
+x's dtype and shape: a constant that broadcasts x wider must stay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import lru_cache, reduce
+
+import numpy as np
+
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops import layout_compute
+from popart_unwind.ops.common import input_shape
+from popart_unwind.ops.registry import InferredOutputs, OpDef, register
+from popart_unwind.shapes import broadcast_shapes
+
+Constants = Sequence[np.ndarray | None]
+FoldResult = list[Tensor | np.ndarray] | None
+#: A numpy kernel: (op, input values) -> result, or None where folding would be wrong.
+Kernel = Callable[[Op, list[np.ndarray]], np.ndarray | None]
+MICROSOFT_DOMAIN = "com.microsoft"
+
+
+# -- shape and dtype rules ------------------------------------------------------------------
+@lru_cache(maxsize=4096)
+def _broadcast(shapes: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """The shape engine's broadcast, remembered: models repeat a few shape combinations."""
+    return broadcast_shapes(*shapes)
+
+
+def broadcast_result(op: Op) -> tuple[int, ...]:
+    shapes = [input_shape(op, i) for i in op.input_map()]
+    try:
+        return _broadcast(tuple(shapes))
+    except ShapeError as error:
+        raise ShapeError(f"op {op.debug_name()}: inputs of shapes {shapes} do not broadcast: "
+                         f"{error}") from None
+
+
+def _cast_target(op: Op) -> str:
+    to = op.attributes.get("to")
+    if to not in DTYPE_OF_ONNX:
+        raise ShapeError(f"op {op.debug_name()}: 'to' is {to!r}, expected an ONNX dtype "
+                         f"number among {sorted(DTYPE_OF_ONNX)}")
+    return DTYPE_OF_ONNX[to]
+
+
+def _dtype_rule(kind: str) -> Callable[[Op], str]:
+    rules: dict[str, Callable[[Op], str]] = {
+        "same": lambda op: op.input(0).dtype,
+        "bool": lambda op: "bool",
+        "cast": _cast_target,
+        "like": lambda op: op.input(1).dtype,
+        "where": lambda op: op.input(1).dtype,
+    }
+    return rules[kind]
+
+
+def _infer_rule(kind: str, arity: int | None, broadcast: bool):
+    dtype_of = _dtype_rule(kind)
+
+    def infer(op: Op) -> InferredOutputs:
+        count = len(op.input_map())
+        if (arity is not None and count != arity) or count == 0:
+            raise ShapeError(f"op {op.debug_name()} takes {arity or 'one or more'} inputs, "
+                             f"got {count}")
+        shape = broadcast_result(op) if broadcast else input_shape(op, 0)
+        return [(dtype_of(op), shape)]
+
+    return infer
+
+
+# -- numpy kernels ----------------------------------------------------------------------------
+def _is_int(array: np.ndarray) -> bool:
+    return array.dtype.kind in "iu"
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _gelu(op: Op, x: np.ndarray) -> np.ndarray:
+    if op.attributes.get("approximate", "none") == "tanh":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+        return 0.5 * x * (1 + np.tanh(inner))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _is_inf(op: Op, x: np.ndarray) -> np.ndarray:
+    negative = bool(op.attributes.get("detect_negative", 1))
+    positive = bool(op.attributes.get("detect_positive", 1))
+    return np.isinf(x) & (((x < 0) & negative) | ((x > 0) & positive))
+
+
+def _unary(function: Callable[[np.ndarray], np.ndarray]) -> Kernel:
+    return lambda op, values: function(values[0])
+
+
+def _cast(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    target = _cast_target(op)
+    return None if target == "bfloat16" else values[0].astype(numpy_dtype(target))
+
+
+def _divide(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    a, b = values
+    if not (_is_int(a) and _is_int(b)):
+        return np.divide(a, b)
+    if np.any(b == 0):
+        return None
+    floor = a // b
+    return floor + ((a - floor * b != 0) & ((a < 0) != (b < 0)))  # toward zero, as ONNX
+
+
+def _power(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    base, exponent = values
+    if _is_int(base) and _is_int(exponent) and np.any(exponent < 0):
+        return None
+    return np.power(base, exponent)
+
+
+def _modulo(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    a, b = values
+    if _is_int(b) and np.any(b == 0):
+        return None
+    return np.fmod(a, b) if op.attributes.get("fmod", 0) else np.mod(a, b)
+
+
+def _variadic(function: np.ufunc) -> Kernel:
+    return lambda op, values: reduce(function, values)
+
+
+def _mean(op: Op, values: list[np.ndarray]) -> np.ndarray:
+    return reduce(np.add, values) / np.asarray(len(values), dtype=values[0].dtype)
+
+
+def _where(op: Op, values: list[np.ndarray]) -> np.ndarray:
+    return np.where(values[0], values[1], values[2])
+
+
+# -- folds ------------------------------------------------------------------------------------
+def _typed_result(op: Op) -> tuple[str, tuple[int, ...]] | None:
+    """The op's (dtype, shape): as shape inference set it, else inferred now; None while an
+    input shape is unknown."""
+    out = op.output(0)
+    if out.shape is not None:
+        return out.dtype, out.shape
+    if any(t.shape is None for t in op.inputs):
+        return None
+    [(dtype, shape)] = _INFER[op.type.name](op)
+    return dtype, tuple(shape)
+
+
+def _passthrough(op: Op, index: int) -> FoldResult:
+    """``[input index]`` when the op's result is exactly that input's dtype and shape."""
+    source = op.input(index)
+    result = _typed_result(op)
+    return [source] if result == (source.dtype, source.shape) else None
+
+
+def _all_equal(value: np.ndarray | None, scalar: int) -> bool:
+    return value is not None and value.size > 0 and bool(np.all(value == scalar))
+
+
+def _identity(op: Op, constants: Constants) -> FoldResult:
+    """Drop x + 0, x - 0, x * 1, x / 1, x ** 1, single-input variadics, Where on a constant
+    condition, Neg(Neg x), Not(Not x) and Cast to the same type."""
+    name, count = op.type.name, len(op.input_map())
+    right = constants[1] if len(constants) > 1 else None
+    left = constants[0] if constants else None
+    if name in ("Add", "Sub", "Mul", "Div", "Pow") and count == 2:
+        unit = 0 if name in ("Add", "Sub") else 1
+        if _all_equal(right, unit):
+            return _passthrough(op, 0)
+        if name in ("Add", "Mul") and _all_equal(left, unit):
+            return _passthrough(op, 1)
+    elif name in _VARIADIC and count == 1:
+        return _passthrough(op, 0)
+    elif name == "Where" and left is not None and left.size and (left.all() or not left.any()):
+        return _passthrough(op, 1 if left.all() else 2)
+    elif name in ("Neg", "Not"):
+        inner = op.input(0).producer
+        if inner is not None and inner.is_type(name) and inner.has_input(0):
+            source = inner.input(0)
+            result = _typed_result(op)
+            return [source] if result == (source.dtype, source.shape) else None
+    elif name == "Cast" and op.input(0).dtype == _cast_target(op):
+        return _passthrough(op, 0)
+    return None
+
+
+def _fold_rule(kernel: Kernel):
+    def fold(op: Op, constants: Constants) -> FoldResult:
+        present = op.input_map()
+        if present and all(constants[i] is not None for i in present):
+            result = _typed_result(op)
+            if result is None:
+                return None
+            dtype, shape = result
+            with np.errstate(all="ignore"):
+                value = kernel(op, [constants[i] for i in present])
+                if value is None:
+                    return None
+                value = np.asarray(value).astype(numpy_dtype(dtype))
+            return [np.broadcast_to(value, shape).copy()]
+        return _identity(op, constants)
+
+    return fold
+
+
+# -- the table ----------------------------------------------------------------------------
+_UNARY: dict[str, Kernel] = {
+    "Relu": _unary(lambda x: np.maximum(x, np.zeros((), x.dtype))),
+    "Tanh": _unary(np.tanh),
+    "Sigmoid": _unary(lambda x: 1 / (1 + np.exp(-x))),
+    "Erf": _unary(_erf),
+    "Sqrt": _unary(np.sqrt),
+    "Exp": _unary(np.exp),
+    "Log": _unary(np.log),
+    "Neg": _unary(np.negative),
+    "Abs": _unary(np.abs),
+    "Reciprocal": _unary(lambda x: 1 / x),
+    "Softplus": _unary(lambda x: np.logaddexp(np.zeros((), x.dtype), x)),
+    "Sin": _unary(np.sin),
+    "Cos": _unary(np.cos),
+    "Tan": _unary(np.tan),
+    "Asin": _unary(np.arcsin),
+    "Acos": _unary(np.arccos),
+    "Atan": _unary(np.arctan),
+    "Sinh": _unary(np.sinh),
+    "Cosh": _unary(np.cosh),
+    "Asinh": _unary(np.arcsinh),
+    "Acosh": _unary(np.arccosh),
+    "Atanh": _unary(np.arctanh),
+    "Floor": _unary(np.floor),
+    "Ceil": _unary(np.ceil),
+    "Round": _unary(np.round),  # half to even, as ONNX
+    "Sign": _unary(np.sign),
+    "Not": _unary(np.logical_not),
+}
+_UNARY_BOOL: dict[str, Kernel] = {
+    "IsNaN": _unary(np.isnan),
+    "IsInf": lambda op, values: _is_inf(op, values[0]),
+}
+_BINARY: dict[str, Kernel] = {
+    "Add": lambda op, v: np.add(*v),
+    "Sub": lambda op, v: np.subtract(*v),
+    "Mul": lambda op, v: np.multiply(*v),
+    "Div": _divide,
+    "Pow": _power,
+    "Mod": _modulo,
+}
+_COMPARISONS: dict[str, Kernel] = {
+    "Equal": lambda op, v: np.equal(*v),
+    "Less": lambda op, v: np.less(*v),
+    "Greater": lambda op, v: np.greater(*v),
+    "LessOrEqual": lambda op, v: np.less_equal(*v),
+    "GreaterOrEqual": lambda op, v: np.greater_equal(*v),
+    "And": lambda op, v: np.logical_and(*v),
+    "Or": lambda op, v: np.logical_or(*v),
+    "Xor": lambda op, v: np.logical_xor(*v),
+}
+_VARIADIC: dict[str, Kernel] = {
+    "Max": _variadic(np.maximum),
+    "Min": _variadic(np.minimum),
+    "Sum": _variadic(np.add),
+    "Mean": _mean,
+}
+#: Operands may be swapped (only binary instances are, by the canonicalizer).
+COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal", "Sum",
+                         "Mean"})
+
+_INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
+
+
+def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
+            domain: str = "ai.onnx") -> None:
+    infer = _INFER.setdefault(name, _infer_rule(kind, arity, broadcast))
+    layout = layout_compute.FIRST_INPUT_ELEMENTWISE if kind == "like" \
+        else layout_compute.ELEMENTWISE
+    register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
+                   commutative=name in COMMUTATIVE, layout=layout))
+
+
+for _name, _kernel in _UNARY.items():
+    _define(_name, _kernel, "same", 1, broadcast=False)
+for _name, _kernel in _UNARY_BOOL.items():
+    _define(_name, _kernel, "bool", 1, broadcast=False)
+for _name, _kernel in _BINARY.items():
+    _define(_name, _kernel, "same", 2, broadcast=True)
+for _name, _kernel in _COMPARISONS.items():
+    _define(_name, _kernel, "bool", 2, broadcast=True)
+for _name, _kernel in _VARIADIC.items():
+    _define(_name, _kernel, "same", None, broadcast=True)
+_define("Cast", _cast, "cast", 1, broadcast=False)
+_define("CastLike", lambda op, v: None if op.input(1).dtype == "bfloat16" else v[0], "like", 2,
+        broadcast=False)
+_define("Where", _where, "where", 3, broadcast=True)
+for _domain in ("ai.onnx", MICROSOFT_DOMAIN):
+    _define("Gelu", lambda op, v: _gelu(op, v[0]), "same", 1, broadcast=False, domain=_domain)

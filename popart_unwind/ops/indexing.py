@@ -1,0 +1,414 @@
+"""Op family: indexing and data movement by index (Gather*, Scatter*, Tile, Pad, Trilu,
+CumSum, OneHot, TopK, NonZero, Resize), with ONNX semantics.
+
+Where a shape depends on an input's values (Tile's repeats, Pad's pads, TopK's k), the rule
+needs that input to be a constant and otherwise cannot decide; NonZero's output length
+depends on data, so it is known only for a constant input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir.op import Op
+from popart_unwind.ops.common import constant_value, input_shape, normalize_axis
+from popart_unwind.ops.layout_compute import GATHER
+from popart_unwind.ops.registry import OpDef, register
+from popart_unwind.ops.shape_inference import ShapeUndecided
+
+FOLD_MAX_ELEMENTS = 1 << 16
+_INDEX_DTYPES = ("int32", "int64")
+
+
+def _value(op: Op, index: int, what: str) -> np.ndarray:
+    """Input ``index``'s constant value; ShapeUndecided if it is computed at run time."""
+    if not op.has_input(index):
+        raise ShapeError(f"op {op.debug_name()} needs input {index} ({what})")
+    value = constant_value(op.input(index))
+    if value is None:
+        raise ShapeUndecided(f"op {op.debug_name()}: {what} is not a constant")
+    return np.asarray(value)
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _index_input(op: Op, index: int) -> tuple[int, ...]:
+    if op.input(index).dtype not in _INDEX_DTYPES:
+        raise ShapeError(f"op {op.debug_name()}: indices (input {index}) must be int32 or "
+                         f"int64, got {op.input(index).dtype}")
+    return input_shape(op, index)
+
+
+def _in_range(indices: np.ndarray, size: int) -> np.ndarray | None:
+    """Indices with negatives counted from the end, or None if any is out of range."""
+    if indices.size and (indices.min() < -size or indices.max() >= size):
+        return None
+    return np.where(indices < 0, indices + size, indices)
+
+
+def _small(*arrays) -> bool:
+    return all(a is not None and a.size <= FOLD_MAX_ELEMENTS for a in arrays)
+
+
+# -- Gather family ------------------------------------------------------------------------
+def _infer_gather(op: Op) -> list:
+    data, indices = input_shape(op, 0), _index_input(op, 1)
+    if not data:
+        raise ShapeError(f"op {op.debug_name()}: cannot gather from a scalar")
+    axis = normalize_axis(op, op.attributes.get("axis", 0), len(data))
+    return [(op.input(0).dtype, data[:axis] + indices + data[axis + 1:])]
+
+
+def _fold_gather(op: Op, constants) -> list | None:
+    data, indices = constants[0], constants[1]
+    if not _small(data, indices) or data.ndim == 0:
+        return None
+    axis = normalize_axis(op, op.attributes.get("axis", 0), data.ndim)
+    checked = _in_range(indices, data.shape[axis])
+    if checked is None or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
+        return None
+    return [np.take(data, checked, axis=axis)]
+
+
+def _infer_gather_elements(op: Op) -> list:
+    data, indices = input_shape(op, 0), _index_input(op, 1)
+    if len(data) != len(indices) or not data:
+        raise ShapeError(f"op {op.debug_name()}: data {data} and indices {indices} must "
+                         f"have one rank >= 1")
+    normalize_axis(op, op.attributes.get("axis", 0), len(data))
+    return [(op.input(0).dtype, indices)]
+
+
+def _element_index(op: Op, data: np.ndarray, indices: np.ndarray) -> tuple | None:
+    """Full index arrays addressing ``data`` at each element of ``indices`` along axis."""
+    axis = normalize_axis(op, op.attributes.get("axis", 0), data.ndim)
+    checked = _in_range(indices, data.shape[axis])
+    if checked is None:
+        return None
+    full = list(np.indices(indices.shape, sparse=True))
+    full[axis] = checked
+    return tuple(full)
+
+
+def _fold_gather_elements(op: Op, constants) -> list | None:
+    data, indices = constants[0], constants[1]
+    if not _small(data, indices) or data.ndim == 0:
+        return None
+    where = _element_index(op, data, indices)
+    return None if where is None else [data[where]]
+
+
+def _infer_gather_nd(op: Op) -> list:
+    data, indices = input_shape(op, 0), _index_input(op, 1)
+    batch = op.attributes.get("batch_dims", 0)
+    if not indices or data[:batch] != indices[:batch]:
+        raise ShapeError(f"op {op.debug_name()}: indices {indices} do not fit data {data} "
+                         f"with batch_dims {batch}")
+    depth = indices[-1]
+    if not 1 <= depth <= len(data) - batch:
+        raise ShapeError(f"op {op.debug_name()}: index tuples of length {depth} do not fit "
+                         f"data of rank {len(data)} with batch_dims {batch}")
+    return [(op.input(0).dtype, indices[:-1] + data[batch + depth:])]
+
+
+def _nd_where(data: np.ndarray, indices: np.ndarray) -> tuple | None:
+    depth = indices.shape[-1]
+    columns = []
+    for axis in range(depth):
+        checked = _in_range(indices[..., axis], data.shape[axis])
+        if checked is None:
+            return None
+        columns.append(checked)
+    return tuple(columns)
+
+
+def _fold_gather_nd(op: Op, constants) -> list | None:
+    data, indices = constants[0], constants[1]
+    if not _small(data, indices) or op.attributes.get("batch_dims", 0):
+        return None
+    where = _nd_where(data, indices)
+    return None if where is None else [data[where]]
+
+
+# -- Scatter family -----------------------------------------------------------------------
+_REDUCE_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _infer_scatter_nd(op: Op) -> list:
+    data, indices, updates = input_shape(op, 0), _index_input(op, 1), input_shape(op, 2)
+    if not indices or not 1 <= indices[-1] <= len(data):
+        raise ShapeError(f"op {op.debug_name()}: indices {indices} do not fit data {data}")
+    expected = indices[:-1] + data[indices[-1]:]
+    if updates != expected:
+        raise ShapeError(f"op {op.debug_name()}: updates must have shape {expected}, got "
+                         f"{updates}")
+    return [(op.input(0).dtype, data)]
+
+
+def _scatter(op: Op, data: np.ndarray, where: tuple, updates: np.ndarray) -> list | None:
+    reduction = op.attributes.get("reduction", "none")
+    result = data.copy()
+    if reduction == "none":
+        result[where] = updates
+    elif reduction in _REDUCE_UFUNCS:
+        _REDUCE_UFUNCS[reduction].at(result, where, updates)
+    else:
+        return None
+    return [result]
+
+
+def _fold_scatter_nd(op: Op, constants) -> list | None:
+    data, indices, updates = constants[0], constants[1], constants[2]
+    if not _small(data, indices, updates):
+        return None
+    where = _nd_where(data, indices)
+    return None if where is None else _scatter(op, data, where, updates)
+
+
+def _infer_scatter_elements(op: Op) -> list:
+    data, indices, updates = input_shape(op, 0), _index_input(op, 1), input_shape(op, 2)
+    if indices != updates or len(indices) != len(data) or not data:
+        raise ShapeError(f"op {op.debug_name()}: indices {indices} and updates {updates} "
+                         f"must have one shape, of the rank of data {data}")
+    normalize_axis(op, op.attributes.get("axis", 0), len(data))
+    return [(op.input(0).dtype, data)]
+
+
+def _fold_scatter_elements(op: Op, constants) -> list | None:
+    data, indices, updates = constants[0], constants[1], constants[2]
+    if not _small(data, indices, updates) or data.ndim == 0:
+        return None
+    where = _element_index(op, data, indices)
+    return None if where is None else _scatter(op, data, where, updates)
+
+
+# -- Tile, Pad, Trilu, CumSum ---------------------------------------------------------------
+def _infer_tile(op: Op) -> list:
+    shape = input_shape(op, 0)
+    repeats = _ints(_value(op, 1, "repeats"))
+    if len(repeats) != len(shape) or min(repeats, default=0) < 0:
+        raise ShapeError(f"op {op.debug_name()}: repeats {repeats} must be {len(shape)} "
+                         f"non-negative counts")
+    return [(op.input(0).dtype, tuple(d * r for d, r in zip(shape, repeats, strict=True)))]
+
+
+def _fold_tile(op: Op, constants) -> list | None:
+    x, repeats = constants[0], constants[1]
+    if x is None or repeats is None or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
+        return None
+    return [np.tile(x, _ints(repeats))]
+
+
+def _pads(op: Op, rank: int) -> list[int]:
+    """Begin pads of every axis, then end pads (axes not named by ``axes`` get 0)."""
+    if op.type.version < 11:
+        pads = list(op.attributes.get("pads", []))
+        axes = list(range(rank))
+    else:
+        pads = _ints(_value(op, 1, "pads"))
+        axes = (list(range(rank)) if not op.has_input(3)
+                else [normalize_axis(op, a, rank) for a in _ints(_value(op, 3, "axes"))])
+    if len(pads) != 2 * len(axes):
+        raise ShapeError(f"op {op.debug_name()}: {len(pads)} pads for {len(axes)} axes")
+    full = [0] * (2 * rank)
+    for position, axis in enumerate(axes):
+        full[axis], full[axis + rank] = pads[position], pads[position + len(axes)]
+    return full
+
+
+def _infer_pad(op: Op) -> list:
+    shape = input_shape(op, 0)
+    pads = _pads(op, len(shape))
+    out = tuple(d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape))
+    if min(out, default=0) < 0:
+        raise ShapeError(f"op {op.debug_name()}: pads {pads} crop {shape} below zero")
+    return [(op.input(0).dtype, out)]
+
+
+def _fold_pad(op: Op, constants) -> list | None:
+    x = constants[0]
+    if not _small(x) or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
+        return None
+    try:
+        pads = _pads(op, x.ndim)
+    except ShapeError:
+        return None
+    mode = op.attributes.get("mode", "constant")
+    if min(pads, default=0) < 0 or mode not in ("constant", "reflect", "edge", "wrap"):
+        return None
+    widths = [(pads[i], pads[i + x.ndim]) for i in range(x.ndim)]
+    if mode != "constant":
+        return [np.pad(x, widths, mode=mode)]
+    if op.type.version < 11:
+        value = op.attributes.get("value", 0.0)
+    elif op.has_input(2):
+        if constants[2] is None:
+            return None
+        value = np.asarray(constants[2]).reshape(-1)[0]
+    else:
+        value = 0
+    return [np.pad(x, widths, mode="constant", constant_values=value).astype(x.dtype)]
+
+
+def _infer_trilu(op: Op) -> list:
+    shape = input_shape(op, 0)
+    if len(shape) < 2:
+        raise ShapeError(f"op {op.debug_name()}: Trilu needs rank >= 2, got {shape}")
+    return [(op.input(0).dtype, shape)]
+
+
+def _fold_trilu(op: Op, constants) -> list | None:
+    x = constants[0]
+    k = 0
+    if op.has_input(1):
+        if constants[1] is None:
+            return None
+        k = _ints(constants[1])[0]
+    if not _small(x):
+        return None
+    return [np.triu(x, k) if op.attributes.get("upper", 1) else np.tril(x, k)]
+
+
+def _infer_cumsum(op: Op) -> list:
+    shape = input_shape(op, 0)
+    axis = constant_value(op.input(1))
+    if axis is not None:
+        normalize_axis(op, _ints(axis)[0], max(len(shape), 1))
+    return [(op.input(0).dtype, shape)]
+
+
+def _fold_cumsum(op: Op, constants) -> list | None:
+    x, axis = constants[0], constants[1]
+    if not _small(x) or axis is None or x.ndim == 0:
+        return None
+    axis = normalize_axis(op, _ints(axis)[0], x.ndim)
+    reverse = op.attributes.get("reverse", 0)
+    work = np.flip(x, axis) if reverse else x
+    total = np.cumsum(work, axis=axis, dtype=x.dtype)
+    if op.attributes.get("exclusive", 0):
+        head = np.zeros_like(np.take(total, [0], axis=axis))
+        total = np.concatenate([head, np.take(total, range(x.shape[axis] - 1), axis=axis)],
+                               axis=axis)
+    return [np.flip(total, axis) if reverse else total]
+
+
+# -- OneHot, TopK, NonZero --------------------------------------------------------------------
+def _infer_one_hot(op: Op) -> list:
+    indices = input_shape(op, 0)
+    if input_shape(op, 2) != (2,):
+        raise ShapeError(f"op {op.debug_name()}: values must hold 2 elements (off, on), got "
+                         f"shape {input_shape(op, 2)}")
+    depth = np.asarray(_value(op, 1, "depth")).reshape(-1)
+    if depth.size != 1 or depth[0] < 1:
+        raise ShapeError(f"op {op.debug_name()}: depth must be one positive number")
+    axis = normalize_axis(op, op.attributes.get("axis", -1), len(indices) + 1)
+    shape = (*indices[:axis], int(depth[0]), *indices[axis:])
+    return [(op.input(2).dtype, shape)]
+
+
+def _infer_top_k(op: Op) -> list:
+    shape = input_shape(op, 0)
+    if op.type.version < 10:
+        k = op.attributes.get("k")
+        if k is None:
+            raise ShapeError(f"op {op.debug_name()}: attribute k is required")
+    else:
+        values = _ints(_value(op, 1, "K"))
+        if len(values) != 1:
+            raise ShapeError(f"op {op.debug_name()}: K must hold one number, got {values}")
+        k = values[0]
+    axis = normalize_axis(op, op.attributes.get("axis", -1), max(len(shape), 1))
+    if not 0 <= k <= shape[axis]:
+        raise ShapeError(f"op {op.debug_name()}: k = {k} for an axis of size {shape[axis]}")
+    out = (*shape[:axis], k, *shape[axis + 1:])
+    return [(op.input(0).dtype, out), ("int64", out)]
+
+
+def _infer_non_zero(op: Op) -> list:
+    shape = input_shape(op, 0)
+    data = constant_value(op.input(0))
+    if data is None:
+        return [("int64", None)]  # the count depends on data: keep a seeded shape
+    return [("int64", (len(shape), int(np.count_nonzero(data))))]
+
+
+def _fold_non_zero(op: Op, constants) -> list | None:
+    x = constants[0]
+    if not _small(x):
+        return None
+    return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+# -- Resize, Upsample ---------------------------------------------------------------------------
+def _scaled(op: Op, shape: tuple[int, ...], scales: list[float]) -> tuple[int, ...]:
+    if len(scales) != len(shape):
+        raise ShapeError(f"op {op.debug_name()}: {len(scales)} scales for rank {len(shape)}")
+    return tuple(math.floor(d * s) for d, s in zip(shape, scales, strict=True))
+
+
+def _resize_sizes(op: Op, shape: tuple[int, ...], sizes: list[int]) -> tuple[int, ...]:
+    rank = len(shape)
+    axes = [normalize_axis(op, a, rank) for a in op.attributes.get("axes", range(rank))]
+    if len(sizes) != len(axes):
+        raise ShapeError(f"op {op.debug_name()}: {len(sizes)} sizes for {len(axes)} axes")
+    out = list(shape)
+    policy = op.attributes.get("keep_aspect_ratio_policy", "stretch")
+    if policy == "stretch":
+        for axis, size in zip(axes, sizes, strict=True):
+            out[axis] = size
+        return tuple(out)
+    ratios = [size / shape[axis] for axis, size in zip(axes, sizes, strict=True)]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    for axis in axes:
+        out[axis] = math.floor(scale * shape[axis] + 0.5)
+    return tuple(out)
+
+
+def _infer_resize(op: Op) -> list:
+    shape = input_shape(op, 0)
+    if op.attributes.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        raise ShapeUndecided(f"op {op.debug_name()}: tf_crop_and_resize sizes need the roi")
+    if op.type.version < 11:
+        return [(op.input(0).dtype, _scaled(op, shape, list(_value(op, 1, "scales"))))]
+    if op.has_input(3):
+        return [(op.input(0).dtype, _resize_sizes(op, shape, _ints(_value(op, 3, "sizes"))))]
+    scales = [float(s) for s in _value(op, 2, "scales").reshape(-1)]
+    rank = len(shape)
+    axes = [normalize_axis(op, a, rank) for a in op.attributes.get("axes", range(rank))]
+    if len(scales) != len(axes):
+        raise ShapeError(f"op {op.debug_name()}: {len(scales)} scales for {len(axes)} axes")
+    full = [1.0] * rank
+    for axis, scale in zip(axes, scales, strict=True):
+        full[axis] = scale
+    return [(op.input(0).dtype, _scaled(op, shape, full))]
+
+
+def _infer_upsample(op: Op) -> list:
+    shape = input_shape(op, 0)
+    if op.type.version < 9:
+        scales = list(op.attributes.get("scales", []))
+    else:
+        scales = [float(s) for s in _value(op, 1, "scales").reshape(-1)]
+    return [(op.input(0).dtype, _scaled(op, shape, scales))]
+
+
+register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GATHER))
+register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements))
+register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
+register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd))
+register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements))
+register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements))
+register(OpDef("Tile", infer=_infer_tile, fold=_fold_tile))
+register(OpDef("Pad", infer=_infer_pad, fold=_fold_pad))
+register(OpDef("Trilu", infer=_infer_trilu, fold=_fold_trilu))
+register(OpDef("CumSum", infer=_infer_cumsum, fold=_fold_cumsum))
+register(OpDef("OneHot", infer=_infer_one_hot))
+register(OpDef("TopK", infer=_infer_top_k))
+register(OpDef("NonZero", infer=_infer_non_zero, fold=_fold_non_zero))
+register(OpDef("Resize", infer=_infer_resize))
+register(OpDef("Upsample", infer=_infer_upsample))

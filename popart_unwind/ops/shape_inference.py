@@ -1,0 +1,127 @@
+"""Shape inference over the IR: each op's registered shape rule, applied in schedule order.
+
+This is a walk that annotates the IR (dtype and shape of every op output), entering called
+subgraphs before the op that calls them so that Call/Loop/If/Scan can read their bodies.
+Outputs that already carry a shape (seeded by ONNX's own inference) must agree with the rule.
+Opaque ops (no ``OpDef``) and rules that cannot decide keep whatever shapes were seeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import Op, SubgraphOp
+from popart_unwind.ops.registry import REGISTRY, OpRegistry
+
+#: What a rule gives per output: the dtype, and the shape or None where it cannot decide.
+Inferred = tuple[str, tuple[int, ...] | None]
+
+
+def run_rule(op: Op, registry: OpRegistry = REGISTRY) -> list[Inferred] | None:
+    """The rule's (dtype, shape) per output index, or None if the op is opaque or the rule
+    cannot decide (an input's shape is unknown, or it raised ShapeUndecided)."""
+    opdef = registry.lookup(op)
+    if opdef is None or opdef.infer is None:
+        return None
+    if any(tensor.shape is None for tensor in op.inputs):
+        return None
+    try:
+        results = list(opdef.infer(op))
+    except ShapeUndecided:
+        return None
+    needed = max(op.output_map(), default=-1) + 1
+    if len(results) < needed:
+        raise ShapeError(f"the shape rule of {op.type} gives {len(results)} output(s), but op "
+                         f"{op.debug_name()} has an output at index {needed - 1}")
+    return results
+
+
+def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False) -> bool:
+    """Apply ``op``'s shape rule to its outputs; True if any output changed.
+
+    With ``trust_seeded`` a rule that fails on an op whose outputs all carry seeded shapes
+    keeps them (the importer's first pass: ONNX's inference may know data we do not).
+    """
+    try:
+        results = run_rule(op, registry)
+    except ShapeError:
+        if trust_seeded and op.outputs and all(t.shape is not None for t in op.outputs):
+            return False
+        raise
+    if results is None:
+        return False
+    changed = False
+    for index, tensor in op.output_map().items():
+        dtype, shape = results[index]
+        if tensor.shape is None:
+            if shape is not None or tensor.dtype != dtype:
+                tensor.dtype, tensor.shape = dtype, shape
+                changed = True
+        elif shape is not None and (tuple(shape) != tensor.shape or dtype != tensor.dtype):
+            raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}): the shape "
+                             f"rule gives {dtype} {tuple(shape)}, but the tensor is "
+                             f"{tensor.dtype} {tensor.shape}")
+    return changed
+
+
+class _Walk:
+    """One inference pass: each graph once, callees before the ops that call them."""
+
+    def __init__(self, registry: OpRegistry, trust_seeded: bool) -> None:
+        self.registry = registry
+        self.trust_seeded = trust_seeded
+        self.visited: set[str] = set()
+        self.changed = False
+
+    def graph(self, graph: Graph) -> None:
+        from popart_unwind.ops.control import seed_callee_inputs  # control imports this module
+
+        if graph.id in self.visited:
+            return
+        self.visited.add(graph.id)
+        for op in graph.schedule():
+            if isinstance(op, SubgraphOp):
+                self.changed |= seed_callee_inputs(op)
+                for callee in op.called_graphs():
+                    self.graph(callee)
+            self.changed |= infer_op(op, self.registry, self.trust_seeded)
+
+
+def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
+                 trust_seeded: bool = False) -> bool:
+    """Infer every op output's dtype and shape; returns whether anything changed.
+
+    Given an Ir, the main graph is walked first (entering the subgraphs it calls), then any
+    graph not reached from it, in id order. Raises ShapeError naming the op on a mismatch.
+    """
+    walk = _Walk(registry or REGISTRY, trust_seeded)
+    graphs: Sequence[Graph] = (graph_or_ir.graphs if isinstance(graph_or_ir, Ir)
+                               else [graph_or_ir])
+    for graph in graphs:
+        walk.graph(graph)
+    return walk.changed
+
+
+def check_shapes(ir: Ir, registry: OpRegistry | None = None) -> None:
+    """Raise ShapeError at the first op whose outputs disagree with its shape rule, or whose
+    output lacks a shape the rule can give (run ``infer_shapes`` first)."""
+    registry = registry or REGISTRY
+    for graph in ir.graphs:
+        for op in graph.schedule():
+            results = run_rule(op, registry)
+            if results is None:
+                continue
+            for index, tensor in op.output_map().items():
+                dtype, shape = results[index]
+                if shape is None:
+                    continue
+                if tensor.shape is None:
+                    raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
+                                     f"has no shape; its rule gives {dtype} {tuple(shape)}")
+                if tuple(shape) != tensor.shape or dtype != tensor.dtype:
+                    raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
+                                     f"is {tensor.dtype} {tensor.shape}, but its rule gives "
+                                     f"{dtype} {tuple(shape)}")

@@ -1,0 +1,15 @@
+"""The examples in docs/ir.md run and print what the page says."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "ir.md"
+
+
+def test_ir_page_examples_run():
+    result = doctest.testfile(str(DOC), module_relative=False,
+                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0

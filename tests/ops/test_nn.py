@@ -1,0 +1,199 @@
+"""Neural-network ops: convolution and pooling shapes agree with ONNX's own shape inference
+on random geometries; normalizations, softmax and dropout follow the opset rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto
+from onnx import helper as oh
+
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir import Ir, OpType, TensorType
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.shape_inference import infer_op
+
+SETTINGS = settings(max_examples=120, deadline=None)
+
+
+def build(op_type, specs, attributes=None, outputs=1, version=18):
+    graph = Ir().main_graph
+    inputs = []
+    for index, spec in enumerate(specs):
+        if isinstance(spec, np.ndarray):
+            inputs.append(graph.add_constant(f"c{index}", spec))
+        elif spec is None:
+            inputs.append(None)
+        else:
+            inputs.append(graph.add_input(f"x{index}", "float32", spec))
+    return graph.create_op(OpType("ai.onnx", op_type, version), inputs, outputs, attributes)
+
+
+def shapes_of(op_type, specs, attributes=None, outputs=1, version=18):
+    op = build(op_type, specs, attributes, outputs, version)
+    infer_op(op)
+    return [(t.dtype, t.shape) for t in op.outputs]
+
+
+def onnx_shapes(op_type, specs, attributes, outputs, version):
+    """Output shapes by onnx.shape_inference (strict), or ShapeError if it refuses."""
+    names = [f"x{i}" for i in range(len(specs))]
+    outs = [f"y{i}" for i in range(outputs)]
+    node = oh.make_node(op_type, names, outs, **attributes)
+    inputs = [oh.make_tensor_value_info(n, TensorProto.FLOAT, s)
+              for n, s in zip(names, specs, strict=True)]
+    graph = oh.make_graph([node], "g", inputs, [onnx.ValueInfoProto(name=o) for o in outs])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", version)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception:
+        return ShapeError
+    found = {v.name: v for v in [*inferred.graph.output, *inferred.graph.value_info]}
+    return [tuple(d.dim_value for d in found[o].type.tensor_type.shape.dim) for o in outs]
+
+
+def ours(op_type, specs, attributes, outputs, version):
+    try:
+        return [shape for _, shape in shapes_of(op_type, specs, attributes, outputs, version)]
+    except ShapeError:
+        return ShapeError
+
+
+@st.composite
+def conv_case(draw):
+    spatial = draw(st.integers(1, 2))
+    group = draw(st.sampled_from([1, 2]))
+    channels, maps = group * draw(st.integers(1, 2)), group * draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    sizes = [draw(st.integers(5, 9)) for _ in range(spatial)]  # the window always fits
+    attributes = {"group": group, "strides": [draw(st.integers(1, 3)) for _ in kernel],
+                  "dilations": [draw(st.integers(1, 2)) for _ in kernel]}
+    auto_pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad == "NOTSET":
+        attributes["pads"] = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
+    else:
+        attributes["auto_pad"] = auto_pad
+    if draw(st.booleans()):
+        attributes["kernel_shape"] = kernel
+    x = (2, channels, *sizes)
+    w = (maps, channels // group, *kernel)
+    return [x, w] + ([(maps,)] if draw(st.booleans()) else []), attributes
+
+
+@SETTINGS
+@given(conv_case())
+def test_conv_shape_agrees_with_onnx_inference(case):
+    specs, attributes = case
+    assert ours("Conv", specs, attributes, 1, 18) == onnx_shapes("Conv", specs, attributes,
+                                                                 1, 18)
+
+
+@st.composite
+def pool_case(draw):
+    spatial = draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    attributes = {"kernel_shape": kernel, "strides": [draw(st.integers(1, 3)) for _ in kernel],
+                  "ceil_mode": int(draw(st.booleans()))}
+    if draw(st.booleans()):
+        attributes["pads"] = [draw(st.integers(0, k - 1)) for k in kernel * 2]
+    op_type = draw(st.sampled_from(["MaxPool", "AveragePool"]))
+    if op_type == "MaxPool" and draw(st.booleans()):
+        attributes["dilations"] = [draw(st.integers(1, 2)) for _ in kernel]
+    x = (1, 3, *(draw(st.integers(5, 9)) for _ in kernel))  # the window always fits
+    return op_type, [x], attributes
+
+
+@SETTINGS
+@given(pool_case())
+def test_pool_shape_agrees_with_onnx_inference(case):
+    op_type, specs, attributes = case
+    assert ours(op_type, specs, attributes, 1, 19) == onnx_shapes(op_type, specs, attributes,
+                                                                  1, 19)
+
+
+@SETTINGS
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 3), st.integers(0, 1),
+       st.booleans())
+def test_conv_transpose_agrees_with_onnx_inference(spatial, stride, kernel, pad, extra):
+    x, w = (1, 2, *[4] * spatial), (2, 3, *[kernel] * spatial)
+    attributes = {"strides": [stride] * spatial, "pads": [pad] * 2 * spatial}
+    if extra and stride > 1:
+        attributes["output_padding"] = [1] * spatial
+    expected = onnx_shapes("ConvTranspose", [x, w], attributes, 1, 18)
+    assert ours("ConvTranspose", [x, w], attributes, 1, 18) == expected
+
+
+def test_max_pool_indices_are_int64_and_global_pool_keeps_rank():
+    assert shapes_of("MaxPool", [(1, 2, 6, 6)], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                     outputs=2) == [("float32", (1, 2, 3, 3)), ("int64", (1, 2, 3, 3))]
+    assert shapes_of("GlobalAveragePool", [(2, 5, 7, 3)]) == [("float32", (2, 5, 1, 1))]
+
+
+def test_conv_with_mismatched_channels_or_oversized_window_names_the_op():
+    with pytest.raises(ShapeError, match=r"Conv#0.*do not fit"):
+        shapes_of("Conv", [(1, 3, 8, 8), (4, 2, 3, 3)])
+    with pytest.raises(ShapeError, match="window 5 is larger"):
+        shapes_of("Conv", [(1, 1, 3, 3), (1, 1, 3, 1)], {"dilations": [2, 1]})
+
+
+@pytest.mark.parametrize(("version", "axis", "ok"), [(13, -1, True), (11, 3, False),
+                                                      (11, 1, True), (13, -3, True)])
+def test_softmax_checks_its_axis_per_opset(version, axis, ok):
+    if ok:
+        assert shapes_of("Softmax", [(2, 3, 4)], {"axis": axis}, version=version) == \
+            [("float32", (2, 3, 4))]
+    else:
+        with pytest.raises(ShapeError, match="out of range"):
+            shapes_of("Softmax", [(2, 3, 4)], {"axis": axis}, version=version)
+
+
+@pytest.mark.parametrize("version", [11, 13])
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_softmax_folds_with_the_opsets_meaning(version, op_type):
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    op = build(op_type, [x], {"axis": 1}, version=version)
+    infer_op(op)
+    [value] = REGISTRY.lookup(op).fold(op, [x])
+    flat = x.reshape(2, 12) if version < 13 else x
+    axis = 1
+    expected = np.exp(flat - flat.max(axis, keepdims=True))
+    expected /= expected.sum(axis, keepdims=True)
+    if op_type == "LogSoftmax":
+        expected = np.log(expected)
+    np.testing.assert_allclose(value, expected.reshape(x.shape), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_normalization_outputs_and_scale_check():
+    result = shapes_of("LayerNormalization", [(2, 5, 8), (8,), (8,)], {"axis": -1}, outputs=3,
+                       version=17)
+    assert result == [("float32", (2, 5, 8)), ("float32", (2, 5, 1)), ("float32", (2, 5, 1))]
+    result = shapes_of("LayerNormalization", [(2, 5, 8), (5, 8)], {"axis": 1}, outputs=3,
+                       version=17)
+    assert [s for _, s in result] == [(2, 5, 8), (2, 1, 1), (2, 1, 1)]
+    with pytest.raises(ShapeError, match="Scale"):
+        shapes_of("LayerNormalization", [(2, 5, 8), (5,)], version=17)
+
+
+def test_batch_normalization_outputs_per_opset():
+    specs = [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
+    assert [s for _, s in shapes_of("BatchNormalization", specs, {"training_mode": 1},
+                                    outputs=3, version=15)] == [(4, 3, 5, 5), (3,), (3,)]
+    assert [s for _, s in shapes_of("BatchNormalization", specs, outputs=5, version=9)] == \
+        [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
+    with pytest.raises(ShapeError, match="scale must have shape"):
+        shapes_of("BatchNormalization", [(4, 3, 5, 5), (4,), (3,), (3,), (3,)], version=15)
+
+
+def test_dropout_outputs_a_bool_mask_and_folds_outside_training():
+    op = build("Dropout", [(2, 3)], outputs=2, version=13)
+    infer_op(op)
+    assert [(t.dtype, t.shape) for t in op.outputs] == [("float32", (2, 3)), ("bool", (2, 3))]
+    x, mask = REGISTRY.lookup(op).fold(op, [None])
+    assert x is op.input(0) and mask.dtype == bool and mask.all()
+    training = build("Dropout", [(2, 3), None, np.array(True)], version=13)
+    infer_op(training)
+    assert REGISTRY.lookup(training).fold(training, [None, None, np.array(True)]) is None
+    assert training.input(2).tensor_type is TensorType.CONST
