@@ -1,0 +1,315 @@
+"""How each ATen op of a ``torch.export`` graph becomes IR ops, one converter per op.
+
+The IR speaks ONNX's op vocabulary (PopART imports ONNX), so ATen ops are written as the
+ONNX ops PopART would see for the same computation: ``view`` → Reshape, ``permute`` →
+Transpose, ``addmm`` → MatMul + Add (PopART's Gemm decomposition), ``embedding`` → Gather.
+Static values (``arange``, ``full``, scalars) become Const tensors. ATen ops with no ONNX
+counterpart here (most backward kernels; any converter may decline by returning
+``NotImplemented``) stay opaque ops in the ``aten`` domain, carrying
+the shapes torch computed — the planner treats them as barriers, never as errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.frontends.torch_values import TorchContext, scalar_constant
+
+Converter = Callable[[TorchContext, Any, tuple, dict], Any]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converts(*names: str) -> Callable[[Converter], Converter]:
+    def register(function: Converter) -> Converter:
+        for name in names:
+            CONVERTERS[name] = function
+        return function
+    return register
+
+
+def _ints(values: Any) -> list[int]:
+    return [int(v) for v in values]
+
+
+# -- views ------------------------------------------------------------------------------
+@converts("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default")
+def _reshape(ctx: TorchContext, node, args, kwargs):
+    shape = ctx.out_shape(node)
+    return ctx.op(node, "Reshape", [args[0], ctx.int_constant(shape)])
+
+
+@converts("permute.default", "permute_copy.default")
+def _permute(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    return ctx.op(node, "Transpose", [args[0]], {"perm": [d % rank for d in _ints(args[1])]})
+
+
+@converts("t.default")
+def _t(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    return ctx.op(node, "Transpose", [args[0]], {"perm": list(range(rank))[::-1]})
+
+
+@converts("transpose.int")
+def _transpose(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    perm = list(range(rank))
+    a, b = args[1] % rank, args[2] % rank
+    perm[a], perm[b] = perm[b], perm[a]
+    return ctx.op(node, "Transpose", [args[0]], {"perm": perm})
+
+
+@converts("unsqueeze.default")
+def _unsqueeze(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0])) + 1
+    return ctx.op(node, "Unsqueeze", [args[0], ctx.int_constant([args[1] % rank])])
+
+
+@converts("squeeze.dims", "squeeze.dim", "squeeze.default")
+def _squeeze(ctx, node, args, kwargs):
+    shape = ctx.shape(args[0])
+    if len(args) > 1:
+        dims = [args[1]] if isinstance(args[1], int) else list(args[1])
+        dims = [d % max(len(shape), 1) for d in dims if shape and shape[d] == 1]
+    else:
+        dims = [d for d, size in enumerate(shape) if size == 1]
+    if not dims:
+        return ctx.op(node, "Identity", [args[0]])
+    return ctx.op(node, "Squeeze", [args[0], ctx.int_constant(dims)])
+
+
+@converts("expand.default", "expand_copy.default")
+def _expand(ctx, node, args, kwargs):
+    return ctx.op(node, "Expand", [args[0], ctx.int_constant(ctx.out_shape(node))])
+
+
+@converts("slice.Tensor", "slice_copy.Tensor")
+def _slice(ctx, node, args, kwargs):
+    dim = args[1] if len(args) > 1 else 0
+    start = args[2] if len(args) > 2 and args[2] is not None else 0
+    end = args[3] if len(args) > 3 and args[3] is not None else np.iinfo(np.int64).max
+    step = args[4] if len(args) > 4 else 1
+    inputs = [args[0], ctx.int_constant([start]), ctx.int_constant([min(end, 2**62)]),
+              ctx.int_constant([dim % len(ctx.shape(args[0]))]), ctx.int_constant([step])]
+    return ctx.op(node, "Slice", inputs)
+
+
+@converts("select.int")
+def _select(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    dim, index = args[1] % rank, args[2] % ctx.shape(args[0])[args[1]]
+    sliced = ctx.op(None, "Slice", [args[0], ctx.int_constant([index]),
+                                    ctx.int_constant([index + 1]), ctx.int_constant([dim])])
+    return ctx.op(node, "Squeeze", [sliced, ctx.int_constant([dim])])
+
+
+@converts("cat.default")
+def _cat(ctx, node, args, kwargs):
+    tensors = [t for t in args[0] if ctx.shape(t) != (0,)]
+    rank = len(ctx.out_shape(node))
+    axis = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % rank
+    return ctx.op(node, "Concat", tensors, {"axis": axis})
+
+
+@converts("split_with_sizes.default", "split.Tensor")
+def _split(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    dim = (args[2] if len(args) > 2 else kwargs.get("dim", 0)) % rank
+    sizes = [shape[dim] for shape in ctx.out_shapes(node)]
+    return ctx.op(node, "Split", [args[0], ctx.int_constant(sizes)], {"axis": dim},
+                  num_outputs=len(sizes))
+
+
+@converts("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default",
+          "contiguous.default")
+def _identity(ctx, node, args, kwargs):
+    return ctx.op(node, "Identity", [args[0]])
+
+
+@converts("_to_copy.default", "to.dtype")
+def _to_copy(ctx, node, args, kwargs):
+    if ctx.dtype(args[0]) == ctx.out_dtype(node):
+        return ctx.op(node, "Identity", [args[0]])
+    return ctx.op(node, "Cast", [args[0]], {"to": ctx.onnx_dtype(ctx.out_dtype(node))})
+
+
+# -- linear algebra ---------------------------------------------------------------------
+@converts("mm.default", "bmm.default", "matmul.default")
+def _matmul(ctx, node, args, kwargs):
+    return ctx.op(node, "MatMul", [args[0], args[1]])
+
+
+@converts("addmm.default", "baddbmm.default")
+def _addmm(ctx, node, args, kwargs):
+    """bias + mat1 @ mat2 as MatMul then Add, as PopART decomposes Gemm."""
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    product = ctx.op(None, "MatMul", [args[1], args[2]])
+    if alpha != 1:
+        product = ctx.op(None, "Mul", [product, scalar_constant(ctx, alpha, args[1])])
+    bias = args[0]
+    if beta != 1:
+        bias = ctx.op(None, "Mul", [bias, scalar_constant(ctx, beta, args[0])])
+    return ctx.op(node, "Add", [product, bias])
+
+
+@converts("convolution.default")
+def _convolution(ctx, node, args, kwargs):
+    """A forward convolution as ONNX Conv (PopART's ConvOp); transposed ones stay opaque."""
+    x, weight, bias, stride, padding, dilation, transposed, _, groups = args
+    if transposed:
+        return NotImplemented
+    pads = [int(p) for p in padding] * 2
+    attributes = {"strides": _ints(stride), "pads": pads, "dilations": _ints(dilation),
+                  "group": int(groups), "kernel_shape": list(ctx.shape(weight)[2:])}
+    return ctx.op(node, "Conv", [x, weight, bias], attributes)
+
+
+# -- elementwise ------------------------------------------------------------------------
+COMPARISONS = {"Equal", "NotEqual", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+               "And", "Or"}
+
+
+def _binary(onnx_name: str) -> Converter:
+    """Python scalars become 0-d constants; arithmetic runs in the result's dtype (torch's
+    type promotion), so operands of another dtype are cast first."""
+    def convert(ctx, node, args, kwargs):
+        a, b = args[0], args[1]
+        like = a if ctx.is_tensor(a) else b
+        compute = ctx.dtype(like) if onnx_name in COMPARISONS else ctx.out_dtype(node)
+        operands = []
+        for value in (a, b):
+            if not ctx.is_tensor(value):
+                value = ctx.constant(np.asarray(value, dtype=compute))
+            elif ctx.dtype(value) != compute:
+                value = ctx.op(None, "Cast", [value], {"to": ctx.onnx_dtype(compute)})
+            operands.append(value)
+        alpha = kwargs.get("alpha", 1)
+        if alpha != 1:
+            scale = ctx.constant(np.asarray(alpha, dtype=compute))
+            operands[1] = ctx.op(None, "Mul", [operands[1], scale])
+        return ctx.op(node, onnx_name, operands)
+    return convert
+
+
+for _aten, _onnx in {
+    "add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow",
+    "eq": "Equal", "ne": "NotEqual", "lt": "Less", "gt": "Greater", "le": "LessOrEqual",
+    "ge": "GreaterOrEqual", "bitwise_and": "And", "bitwise_or": "Or", "logical_and": "And",
+    "logical_or": "Or", "maximum": "Max", "minimum": "Min", "remainder": "Mod",
+}.items():
+    converts(f"{_aten}.Tensor", f"{_aten}.Scalar", f"{_aten}.Tensor_Scalar",
+             f"{_aten}.Tensor_Tensor", f"{_aten}.default")(_binary(_onnx))
+
+
+@converts("rsub.Scalar", "rsub.Tensor")
+def _rsub(ctx, node, args, kwargs):
+    return _binary("Sub")(ctx, node, (args[1], args[0]), kwargs)
+
+
+def _unary(onnx_name: str) -> Converter:
+    def convert(ctx, node, args, kwargs):
+        return ctx.op(node, onnx_name, [args[0]])
+    return convert
+
+
+for _aten, _onnx in {
+    "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf", "sqrt": "Sqrt",
+    "rsqrt": "Rsqrt", "exp": "Exp", "log": "Log", "neg": "Neg", "abs": "Abs",
+    "reciprocal": "Reciprocal", "bitwise_not": "Not", "logical_not": "Not", "sin": "Sin",
+    "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "isnan": "IsNaN", "silu": "Silu",
+}.items():
+    converts(f"{_aten}.default")(_unary(_onnx))
+
+
+@converts("gelu.default")
+def _gelu(ctx, node, args, kwargs):
+    approximate = kwargs.get("approximate", "none")
+    return ctx.op(node, "Gelu", [args[0]], {"approximate": approximate})
+
+
+@converts("where.self")
+def _where(ctx, node, args, kwargs):
+    like = next(v for v in args[1:] if ctx.is_tensor(v)) if any(
+        ctx.is_tensor(v) for v in args[1:]) else None
+    values = [v if ctx.is_tensor(v) else scalar_constant(ctx, v, like, node) for v in args[1:]]
+    return ctx.op(node, "Where", [args[0], *values])
+
+
+# -- normalisation, softmax, embedding, reductions ---------------------------------------
+@converts("native_layer_norm.default")
+def _layer_norm(ctx, node, args, kwargs):
+    x, normalized_shape, weight, bias, eps = args
+    axis = len(ctx.shape(x)) - len(normalized_shape)
+    inputs = [x, weight if weight is not None else ctx.float_constant(
+        np.ones(normalized_shape), x), bias]
+    return ctx.op(node, "LayerNormalization", inputs, {"axis": axis, "epsilon": float(eps)},
+                  num_outputs=3)
+
+
+@converts("_softmax.default", "softmax.int")
+def _softmax(ctx, node, args, kwargs):
+    return ctx.op(node, "Softmax", [args[0]], {"axis": args[1] % len(ctx.shape(args[0]))})
+
+
+@converts("_log_softmax.default", "log_softmax.int")
+def _log_softmax(ctx, node, args, kwargs):
+    return ctx.op(node, "LogSoftmax", [args[0]], {"axis": args[1] % len(ctx.shape(args[0]))})
+
+
+@converts("embedding.default")
+def _embedding(ctx, node, args, kwargs):
+    return ctx.op(node, "Gather", [args[0], args[1]], {"axis": 0})
+
+
+@converts("gather.default")
+def _gather(ctx, node, args, kwargs):
+    return ctx.op(node, "GatherElements", [args[0], args[2]],
+                  {"axis": args[1] % len(ctx.shape(args[0]))})
+
+
+@converts("sum.dim_IntList", "mean.dim", "amax.default", "amin.default")
+def _reduce(ctx, node, args, kwargs):
+    name = {"sum": "ReduceSum", "mean": "ReduceMean", "amax": "ReduceMax",
+            "amin": "ReduceMin"}[str(node.target).split(".")[1]]
+    rank = len(ctx.shape(args[0]))
+    dims = args[1] if len(args) > 1 and args[1] is not None else list(range(rank))
+    dims = sorted({d % rank for d in ([dims] if isinstance(dims, int) else dims)})
+    keepdims = int(bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False)))
+    return ctx.op(node, name, [args[0], ctx.int_constant(dims)], {"keepdims": keepdims})
+
+
+@converts("sum.default")
+def _reduce_all(ctx, node, args, kwargs):
+    rank = len(ctx.shape(args[0]))
+    return ctx.op(node, "ReduceSum", [args[0], ctx.int_constant(list(range(rank)))],
+                  {"keepdims": 0})
+
+
+# -- static values ----------------------------------------------------------------------
+@converts("arange.start_step", "arange.default", "arange.start", "full.default",
+          "scalar_tensor.default", "zeros.default", "ones.default", "empty.memory_format")
+def _static(ctx, node, args, kwargs):
+    """Values fixed at trace time: evaluated now, kept as a Const tensor."""
+    return ctx.static_value(node)
+
+
+@converts("zeros_like.default", "ones_like.default", "full_like.default",
+          "empty_like.default")
+def _filled_like(ctx, node, args, kwargs):
+    """A tensor filled with one value: shapes are static, so it is a constant here
+    (``empty_like`` is filled with zeros: its contents are unspecified)."""
+    kind = str(node.target).split(".")[1]
+    fill = {"zeros_like": 0, "ones_like": 1, "empty_like": 0}.get(kind)
+    if fill is None:
+        fill = args[1]
+    array = np.full(ctx.out_shape(node), fill, dtype=ctx.out_dtype(node))
+    return ctx.graph.add_constant(ctx.graph.unique_id(node.name), array)
+
+
+@converts("_assert_tensor_metadata.default", "_assert_scalar.default",
+          "sym_constrain_range_for_size.default")
+def _assertion(ctx, node, args, kwargs):
+    return None  # a trace-time check with no value; nothing to plan

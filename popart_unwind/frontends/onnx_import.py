@@ -1,0 +1,471 @@
+"""The ONNX front end: a model file or ModelProto becomes an :class:`Ir`, as PopART imports.
+
+Mapping (see docs/ir.md): graph inputs that are not initializers are Stream inputs of the
+main graph; float initializers are Variables (weights), other initializers and ``Constant``
+nodes are Const tensors; nodes become ops typed (domain, name, opset version of the model);
+Loop/If/Scan bodies become subgraphs whose outer-scope reads are made explicit (PopART's
+implicit inputs, appended after the explicit ones on the op and on the subgraph). Ops the
+tool does not know stay opaque, keeping the shapes ONNX's own inference gave them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PureWindowsPath
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popart_unwind.errors import IrError, ModelImportError, ShapeError
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
+from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.options import SessionOptions
+
+if TYPE_CHECKING:
+    import onnx
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: ONNX attributes placing a node, by the OpSettings field they set.
+_PLACEMENT = {onnx_name: field for field, onnx_name in PLACEMENT_ATTRIBUTES.items()}
+_SUBGRAPH_OPS = ("Loop", "If", "Scan")
+
+
+def import_onnx(model: str | Path | bytes | onnx.ModelProto,
+                options: SessionOptions | None = None, *,
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                base_dir: str | Path | None = None) -> Ir:
+    """Import ``model`` (a path, serialized bytes or a ModelProto) into a new Ir.
+
+    ``input_shapes`` fixes dimensions the model leaves symbolic (PopART's
+    ``InputShapeInfo``); ``base_dir`` is where a ModelProto's external data lives (a path's
+    own folder is used otherwise). Raises ModelImportError with one line saying what is wrong.
+    """
+    proto, folder, source = _load(model, base_dir)
+    try:
+        proto = _prepare(proto, input_shapes or {})
+        ir = Ir(options)
+        ir.metadata.update(_metadata(proto, source))
+        _Importer(ir, proto, folder).run()
+        from popart_unwind.ops.shape_inference import infer_shapes
+
+        infer_shapes(ir, trust_seeded=True)
+    except ModelImportError:
+        raise
+    except (IrError, ShapeError) as error:
+        raise ModelImportError(f"cannot import ONNX model {source}: {error}") from None
+    return ir
+
+
+# -- reading the model ------------------------------------------------------------------------
+def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Path | None, str]:
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        source = f"<ModelProto {model.graph.name!r}>"
+        folder = Path(base_dir) if base_dir is not None else None
+    elif isinstance(model, bytes):
+        try:
+            proto = onnx.load_model_from_string(model)
+        except (DecodeError, ValueError) as error:
+            raise ModelImportError(f"cannot read ONNX model from bytes: {error}") from None
+        source, folder = "<bytes>", Path(base_dir) if base_dir is not None else None
+    elif isinstance(model, str | Path):
+        path = Path(model)
+        if not path.is_file():
+            raise ModelImportError(f"cannot read ONNX model {path}: no such file")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as error:  # protobuf and onnx raise assorted types here
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "not ONNX"
+            raise ModelImportError(f"cannot read ONNX model {path}: {first}") from None
+        source = str(path)
+        folder = Path(base_dir) if base_dir is not None else path.parent
+    else:
+        raise ModelImportError(f"cannot import a {type(model).__name__}: expected a path, "
+                               f"bytes or an onnx.ModelProto")
+    if proto.ir_version == 0 or not proto.HasField("graph"):
+        raise ModelImportError(f"cannot read ONNX model {source}: it has no IR version or no "
+                               f"graph (not an ONNX model?)")
+    for tensor, _ in _tensors_of(proto.graph):
+        if _is_external(tensor):
+            _external_path(tensor, folder)  # refuse unsafe locations before anything else
+    return proto, folder, source
+
+
+def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
+             ) -> onnx.ModelProto:
+    """Inline local functions, fix the given input shapes, seed shapes by ONNX's inference."""
+    import onnx.inliner
+    import onnx.shape_inference
+
+    if proto.functions:
+        try:
+            proto = onnx.inliner.inline_local_functions(proto)
+        except Exception as error:  # onnx raises assorted C++ errors here
+            raise ModelImportError(f"cannot inline the model's local functions: "
+                                   f"{str(error).splitlines()[0]}") from None
+    inputs = {value.name: value for value in proto.graph.input}
+    for name, shape in sorted(input_shapes.items()):
+        if name not in inputs:
+            raise ModelImportError(f"input_shapes names {name!r}, which is not a graph input; "
+                                   f"inputs are {sorted(inputs)}")
+        dims = inputs[name].type.tensor_type.shape
+        dims.Clear()
+        for size in shape:
+            dims.dim.add().dim_value = int(size)
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
+                                                 data_prop=True)
+    except Exception:  # ONNX's inference is only a seed: go on without it
+        return proto
+
+
+def _metadata(proto: onnx.ModelProto, source: str) -> dict[str, str]:
+    opsets = ",".join(f"{i.domain or ONNX_DOMAIN}:{i.version}" for i in proto.opset_import)
+    producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    return {"source": source, "format": "onnx", "producer": producer, "opsets": opsets}
+
+
+def _tensors_of(graph: onnx.GraphProto):
+    """Every TensorProto of a graph and its subgraphs (initializers, attribute tensors)."""
+    for tensor in graph.initializer:
+        yield tensor, graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t, graph
+            yield from ((t, graph) for t in attr.tensors)
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _tensors_of(sub)
+
+
+def _is_external(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == 1  # TensorProto.EXTERNAL
+
+
+def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def _external_path(tensor: onnx.TensorProto, folder: Path | None) -> Path:
+    """The file holding ``tensor``'s data; refuses locations outside the model's folder."""
+    location = _external_info(tensor).get("location", "")
+    if not location:
+        raise ModelImportError(f"tensor {tensor.name!r} has external data without a location")
+    if os.path.isabs(location) or PureWindowsPath(location).is_absolute() \
+            or PureWindowsPath(location).drive or location.startswith(("/", "\\")):
+        raise ModelImportError(f"tensor {tensor.name!r}: external data location {location!r} "
+                               f"is absolute; only paths inside the model's folder are read")
+    if folder is None:
+        raise ModelImportError(f"tensor {tensor.name!r} has external data {location!r}, but "
+                               f"the model was given in memory; pass base_dir")
+    root = os.path.realpath(folder)
+    resolved = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, resolved]) != root:
+        raise ModelImportError(f"tensor {tensor.name!r}: external data location {location!r} "
+                               f"resolves to {resolved}, outside the model's folder {root}")
+    return Path(resolved)
+
+
+def _read_external(tensor: onnx.TensorProto, folder: Path | None) -> onnx.TensorProto:
+    """A copy of ``tensor`` with its external bytes read in."""
+    import onnx
+
+    path = _external_path(tensor, folder)
+    info = _external_info(tensor)
+    try:
+        offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            raw = handle.read(length if length >= 0 else -1)
+    except FileNotFoundError:
+        raise ModelImportError(f"tensor {tensor.name!r}: external data file {path} is "
+                               f"missing") from None
+    except (OSError, ValueError) as error:
+        raise ModelImportError(f"tensor {tensor.name!r}: cannot read external data {path}: "
+                               f"{error}") from None
+    if length >= 0 and len(raw) != length:
+        raise ModelImportError(f"tensor {tensor.name!r}: external data {path} holds "
+                               f"{len(raw)} bytes from offset {offset}, {length} expected")
+    loaded = onnx.TensorProto()
+    loaded.CopyFrom(tensor)
+    del loaded.external_data[:]
+    loaded.data_location = onnx.TensorProto.DEFAULT
+    loaded.raw_data = raw
+    return loaded
+
+
+def _dtype(elem_type: int, what: str) -> str:
+    try:
+        return DTYPE_OF_ONNX[elem_type]
+    except KeyError:
+        import onnx
+
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise ModelImportError(f"{what} has ONNX element type {name}, which the IR does not "
+                               f"model") from None
+
+
+def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...] | None]:
+    """(dtype, shape) of a typed ONNX value; None where unknown (symbolic dims included)."""
+    if not value.type.HasField("tensor_type"):
+        return None, None
+    tensor_type = value.type.tensor_type
+    dtype = _dtype(tensor_type.elem_type, f"value {value.name!r}") \
+        if tensor_type.elem_type else None
+    if not tensor_type.HasField("shape"):
+        return dtype, None
+    dims = tensor_type.shape.dim
+    if any(not d.HasField("dim_value") for d in dims):
+        return dtype, None
+    return dtype, tuple(int(d.dim_value) for d in dims)
+
+
+def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
+    dims = value.type.tensor_type.shape.dim
+    return [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+
+
+# -- building graphs ----------------------------------------------------------------------------
+class _Scope:
+    """The graph being built, and the outer-scope values it captured (implicit inputs)."""
+
+    def __init__(self, graph: Graph, parent: _Scope | None) -> None:
+        self.graph = graph
+        self.parent = parent
+        self.implicit: list[str] = []
+
+    def lookup(self, name: str, user: str) -> Tensor:
+        if self.graph.has_tensor(name):
+            return self.graph.tensor(name)
+        if self.parent is None:
+            raise ModelImportError(f"{user} reads {name!r}, which nothing in the model defines")
+        outer = self.parent.lookup(name, user)
+        self.implicit.append(name)
+        return self.graph.add_input(name, outer.dtype, outer.shape)
+
+
+class _Importer:
+    def __init__(self, ir: Ir, proto: onnx.ModelProto, folder: Path | None) -> None:
+        self.ir = ir
+        self.folder = folder
+        self.opsets = {(i.domain or ONNX_DOMAIN): int(i.version) for i in proto.opset_import}
+        self.proto = proto
+
+    def run(self) -> None:
+        self.graph(self.proto.graph, _Scope(self.ir.main_graph, None))
+
+    # -- one graph --------------------------------------------------------------------------
+    def graph(self, onnx_graph: onnx.GraphProto, scope: _Scope) -> None:
+        graph, main = scope.graph, scope.parent is None
+        infos = {v.name: v for v in (*onnx_graph.input, *onnx_graph.output,
+                                     *onnx_graph.value_info)}
+        initialized = set()
+        for tensor in onnx_graph.initializer:
+            self.initializer(graph, tensor)
+            initialized.add(tensor.name)
+        for value in onnx_graph.input:
+            if value.name in initialized:
+                continue
+            dtype, shape = _value_info(value)
+            if main and (dtype is None or shape is None):
+                symbols = _symbolic_dims(value) if value.type.HasField("tensor_type") else []
+                raise ModelImportError(
+                    f"graph input {value.name!r} has no static type (unknown dimensions "
+                    f"{symbols}); pass input_shapes={{{value.name!r}: [...]}}")
+            kind = TensorType.STREAM if main else TensorType.ACT_GRAD
+            graph.add_input(value.name, dtype or "float32", shape, kind)
+        for position, node in enumerate(_topological(onnx_graph)):
+            self.node(node, position, scope, infos)
+        for value in onnx_graph.output:
+            graph.mark_output(scope.lookup(value.name, f"graph {graph.id!r} output"))
+
+    def array(self, tensor: onnx.TensorProto) -> tuple[str, np.ndarray]:
+        from onnx import numpy_helper
+
+        dtype = _dtype(tensor.data_type, f"tensor {tensor.name!r}")
+        if _is_external(tensor):
+            tensor = _read_external(tensor, self.folder)
+        try:
+            array = numpy_helper.to_array(tensor)
+        except (ValueError, TypeError) as error:
+            raise ModelImportError(f"tensor {tensor.name!r} cannot be read: {error}") from None
+        if dtype == "bfloat16":
+            array = array.astype(np.float32)  # numpy has no bfloat16; the dtype stays
+        return dtype, np.array(array, order="C")  # a copy; keeps 0-d arrays 0-d
+
+    def initializer(self, graph: Graph, tensor: onnx.TensorProto) -> None:
+        dtype, data = self.array(tensor)
+        kind = TensorType.VARIABLE if dtype in FLOAT_DTYPES else TensorType.CONST
+        graph.add_tensor(tensor.name, dtype, data.shape, kind, data)
+
+    # -- one node ---------------------------------------------------------------------------
+    def node(self, node: onnx.NodeProto, position: int, scope: _Scope,
+             infos: dict[str, onnx.ValueInfoProto]) -> None:
+        domain = node.domain or ONNX_DOMAIN
+        label = f"node {node.name or node.op_type!r} ({node.op_type})"
+        if domain == ONNX_DOMAIN and node.op_type == "Constant":
+            self.constant(node, scope.graph, label)
+            return
+        settings = OpSettings(name=node.name)
+        attributes: dict[str, Any] = {}
+        children: list[tuple[str, _Scope]] = []
+        for attr in node.attribute:
+            if attr.name in _PLACEMENT:
+                setattr(settings, _PLACEMENT[attr.name], int(attr.i))
+            else:
+                attributes[attr.name] = self.attribute(attr, node, position, scope, children)
+        inputs: list[Tensor | None] = [None if not name else scope.lookup(name, label)
+                                       for name in node.input]
+        inputs += self.implicit_inputs(node, scope, children, attributes, label)
+        op_type = OpType(domain, node.op_type, self.opsets.get(domain, 1))
+        op = scope.graph.create_op(op_type, inputs, outputs=[], attributes=attributes,
+                                   settings=settings)
+        for index, name in enumerate(node.output):
+            if not name:
+                continue
+            if scope.graph.has_tensor(name):
+                raise ModelImportError(f"{label} defines {name!r}, which is already defined")
+            dtype, shape = _value_info(infos[name]) if name in infos else (None, None)
+            scope.graph.create_output(op, index, name, dtype or "float32", shape)
+
+    def implicit_inputs(self, node: onnx.NodeProto, scope: _Scope,
+                        children: list[tuple[str, _Scope]], attributes: dict[str, Any],
+                        label: str) -> list[Tensor]:
+        """Outer values the node's subgraphs read, as extra op inputs (index maps kept)."""
+        if not children:
+            return []
+        names: list[str] = []
+        for _, child in children:
+            names += [n for n in child.implicit if n not in names]
+        if node.op_type == "If" and (node.domain or ONNX_DOMAIN) == ONNX_DOMAIN:
+            for attr_name, child in children:
+                prefix = "then" if attr_name == "then_branch" else "else"
+                ids = child.graph.input_ids
+                attributes[f"{prefix}_inputs"] = sorted(
+                    [1 + names.index(n), ids.index(n)] for n in child.implicit)
+                count = len(child.graph.output_ids)
+                attributes[f"{prefix}_outputs"] = [[i, i] for i in range(count)]
+        else:
+            attributes["num_implicit_inputs"] = len(names)
+        return [scope.lookup(name, label) for name in names]
+
+    def constant(self, node: onnx.NodeProto, graph: Graph, label: str) -> None:
+        import onnx
+
+        if len(node.output) != 1 or len(node.attribute) != 1:
+            raise ModelImportError(f"{label} must have one output and one value attribute")
+        attr = node.attribute[0]
+        if attr.name == "value":
+            dtype, data = self.array(attr.t)
+        elif attr.name == "sparse_value":
+            dtype, data = self.array(_densify(attr.sparse_tensor))
+        elif attr.name in ("value_float", "value_floats"):
+            dtype, data = "float32", np.asarray(onnx.helper.get_attribute_value(attr),
+                                                dtype=np.float32)
+        elif attr.name in ("value_int", "value_ints"):
+            dtype, data = "int64", np.asarray(onnx.helper.get_attribute_value(attr),
+                                              dtype=np.int64)
+        else:
+            raise ModelImportError(f"{label}: constant attribute {attr.name!r} holds a type "
+                                   f"the IR does not model")
+        if graph.has_tensor(node.output[0]):
+            raise ModelImportError(f"{label} defines {node.output[0]!r}, which is already "
+                                   f"defined")
+        graph.add_tensor(node.output[0], dtype, data.shape, TensorType.CONST, data)
+
+    def attribute(self, attr: onnx.AttributeProto, node: onnx.NodeProto, position: int,
+                  scope: _Scope, children: list[tuple[str, _Scope]]) -> Any:
+        """An ONNX attribute as a Python value; graphs are imported, giving their ids."""
+        import onnx
+
+        kind = onnx.AttributeProto
+        if attr.type == kind.GRAPH:
+            return self.subgraph(attr.g, attr.name, node, position, scope, children)
+        if attr.type == kind.GRAPHS:
+            return [self.subgraph(g, f"{attr.name}{i}", node, position, scope, children)
+                    for i, g in enumerate(attr.graphs)]
+        if attr.type == kind.TENSOR:
+            return self.array(attr.t)[1]
+        if attr.type == kind.TENSORS:
+            return [self.array(t)[1] for t in attr.tensors]
+        if attr.type == kind.SPARSE_TENSOR:
+            return self.array(_densify(attr.sparse_tensor))[1]
+        if attr.type == kind.STRING:
+            return attr.s.decode("utf-8", errors="replace")
+        if attr.type == kind.STRINGS:
+            return [s.decode("utf-8", errors="replace") for s in attr.strings]
+        if attr.type == kind.FLOAT:
+            return float(attr.f)
+        if attr.type == kind.FLOATS:
+            return [float(f) for f in attr.floats]
+        if attr.type == kind.INT:
+            return int(attr.i)
+        if attr.type == kind.INTS:
+            return [int(i) for i in attr.ints]
+        return str(onnx.helper.get_attribute_value(attr))  # type protos: kept as text
+
+    def subgraph(self, onnx_graph: onnx.GraphProto, attr_name: str, node: onnx.NodeProto,
+                 position: int, scope: _Scope, children: list[tuple[str, _Scope]]) -> str:
+        """Import a body; its id derives from the node's name (or type and position)."""
+        stem = node.name or f"{node.op_type}{position}"
+        base = f"{scope.graph.id}/{stem}.{attr_name}" if scope.graph.id else \
+            f"{stem}.{attr_name}"
+        graph_id, suffix = base, 1
+        while self.ir.has_graph(graph_id):
+            graph_id, suffix = f"{base}__{suffix}", suffix + 1
+        child = _Scope(self.ir.create_graph(graph_id), scope)
+        self.graph(onnx_graph, child)
+        children.append((attr_name, child))
+        return graph_id
+
+
+def _densify(sparse: onnx.SparseTensorProto) -> onnx.TensorProto:
+    """A dense TensorProto of a sparse one (values at linear or coordinate indices)."""
+    from onnx import numpy_helper
+
+    values = numpy_helper.to_array(sparse.values)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sparse.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    if indices.ndim == 2:
+        dense[tuple(indices.T)] = values
+    else:
+        dense.reshape(-1)[indices] = values
+    return numpy_helper.from_array(dense, sparse.values.name)
+
+
+def _topological(onnx_graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes in an order where producers come first (file order wherever it is one)."""
+    nodes = list(onnx_graph.node)
+    producer = {name: i for i, node in enumerate(nodes) for name in node.output if name}
+    waiting = [{producer[n] for n in node.input if n in producer} for node in nodes]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, deps in enumerate(waiting):
+        for dep in sorted(deps):
+            users[dep].append(i)
+    import heapq
+
+    ready = [i for i, deps in enumerate(waiting) if not deps]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for user in users[i]:
+            waiting[user].discard(i)
+            if not waiting[user]:
+                heapq.heappush(ready, user)
+    if len(order) != len(nodes):
+        stuck = next(nodes[i] for i, deps in enumerate(waiting) if deps)
+        raise ModelImportError(f"graph {onnx_graph.name!r} has a cycle through node "
+                               f"{stuck.name or stuck.op_type!r}")
+    return order

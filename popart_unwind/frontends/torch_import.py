@@ -1,0 +1,144 @@
+"""The PyTorch front end: a module → ``torch.export`` graph → IR.
+
+PopTorch hands PopART a traced PyTorch program; we trace with ``torch.export`` (the whole-
+graph capture torch 2.x supports), decomposed to core ATen, and convert each ATen op with
+the table in ``aten_ops``. Parameters and buffers become Variable tensors named by their
+qualified names (``encoder.layer.0.attention.self.query.weight``), traced constants Const
+tensors, user inputs Stream inputs of the main graph.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.errors import ModelImportError
+from popart_unwind.frontends.aten_ops import CONVERTERS
+from popart_unwind.frontends.torch_values import ATEN_DOMAIN, TorchContext, torch_dtype_name
+from popart_unwind.ir import Ir, TensorType
+from popart_unwind.options import SessionOptions
+
+__all__ = ["exported_program_to_ir", "import_torch"]
+
+
+def import_torch(module: Any, example_args: tuple, training: bool = False,
+                 options: SessionOptions | None = None, **training_options: Any) -> Ir:
+    """Trace ``module`` on ``example_args`` and convert the graph (see ``torch_trace``)."""
+    from popart_unwind.frontends import torch_trace
+
+    if training:
+        program = torch_trace.trace_training_step(module, example_args, **training_options)
+    else:
+        program = torch_trace.trace_forward(module, example_args)
+    ir = exported_program_to_ir(program, options=options)
+    ir.metadata["source"] = f"torch:{type(module).__name__}"
+    ir.metadata["kind"] = "training" if training else "forward"
+    return ir
+
+
+def exported_program_to_ir(program: Any, options: SessionOptions | None = None) -> Ir:
+    """Convert a ``torch.export.ExportedProgram`` into an IR (main graph only)."""
+    ir = Ir(options)
+    ctx = TorchContext(ir.main_graph)
+    _add_placeholders(ctx, program)
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            ctx.values[node.name] = _convert_call(ctx, node)
+        elif node.op == "output":
+            for value in _flatten(node.args[0]):
+                if value is not None:
+                    ir.main_graph.mark_output(ctx.tensor(value))
+        elif node.op not in ("placeholder", "get_attr"):
+            raise ModelImportError(f"unsupported FX node kind {node.op!r} ({node.name})")
+    return ir
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, tuple | list):
+        return [item for part in value for item in _flatten(part)]
+    return [value]
+
+
+def _add_placeholders(ctx: TorchContext, program: Any) -> None:
+    from torch.export.graph_signature import InputKind
+
+    graph = ctx.graph
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs
+             if hasattr(spec.arg, "name")}
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        spec = specs.get(node.name)
+        kind = spec.kind if spec is not None else InputKind.USER_INPUT
+        traced = node.meta.get("val")
+        if kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            value = program.state_dict.get(spec.target)
+            if value is None:
+                value = program.constants.get(spec.target)
+            array = _to_numpy(value, spec.target)
+            tensor_id = graph.unique_id(spec.target)
+            tensor = (graph.add_constant(tensor_id, array) if kind is InputKind.CONSTANT_TENSOR
+                      else graph.add_variable(tensor_id, array))
+        elif hasattr(traced, "shape"):
+            tensor = graph.add_input(graph.unique_id(node.name), torch_dtype_name(traced.dtype),
+                                     tuple(int(d) for d in traced.shape), TensorType.STREAM)
+        else:
+            ctx.values[node.name] = traced  # a non-tensor user input (a traced constant)
+            continue
+        ctx.values[node.name] = tensor
+
+
+def _to_numpy(value: Any, name: str) -> np.ndarray:
+    if value is None or not hasattr(value, "detach"):
+        raise ModelImportError(f"no value for parameter, buffer or constant {name!r}")
+    tensor = value.detach().cpu()
+    if str(tensor.dtype) == "torch.bfloat16":
+        tensor = tensor.float()
+    return np.asarray(tensor.numpy(), order="C")  # keeps 0-d arrays 0-d
+
+
+def _convert_call(ctx: TorchContext, node: Any) -> Any:
+    if node.target is operator.getitem:
+        container, index = node.args
+        return ctx.values[container.name][index]
+    args = _resolve(ctx, node.args)
+    kwargs = _resolve(ctx, node.kwargs)
+    name = str(node.target).removeprefix("aten.")
+    converter = CONVERTERS.get(name)
+    result = NotImplemented if converter is None else converter(ctx, node, args, kwargs)
+    return _opaque(ctx, node, args, kwargs) if result is NotImplemented else result
+
+
+def _resolve(ctx: TorchContext, value: Any) -> Any:
+    """FX arguments with node references replaced by what they were converted to."""
+    if hasattr(value, "op") and hasattr(value, "name"):
+        resolved = ctx.values.get(value.name)
+        return resolved if not isinstance(resolved, list | tuple) else value
+    if isinstance(value, tuple | list):
+        return type(value)(_resolve(ctx, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _resolve(ctx, v) for k, v in value.items()}
+    return value
+
+
+def _opaque(ctx: TorchContext, node: Any, args: tuple, kwargs: dict) -> Any:
+    """An ATen op with no ONNX form here: kept whole, with its tensor operands as inputs,
+    its other arguments as attributes and torch's output shapes."""
+    tensors = [v for v in _flatten(list(args) + list(kwargs.values())) if ctx.is_tensor(v)]
+    attributes = {"aten": str(node.target)}
+    traced = node.meta.get("val")
+    outputs = traced if isinstance(traced, tuple | list) else [traced]
+    result = ctx.op(node, str(node.target).removeprefix("aten.").split(".")[0], tensors,
+                    attributes, num_outputs=len(outputs), domain=ATEN_DOMAIN)
+    if not isinstance(traced, tuple | list):
+        return result
+    results = result if isinstance(result, list) else [result]
+    for index, value in enumerate(outputs):
+        if value is None:  # an output torch did not compute (e.g. an unneeded gradient)
+            op = results[index].producer
+            ctx.graph.disconnect_output(op, index)
+            ctx.graph.remove_tensor(results[index])
+            results[index] = None
+    return results
