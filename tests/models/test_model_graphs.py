@@ -1,0 +1,116 @@
+"""Tiny BERT, GPT-2, ViT and ResNet, built here with random weights, through both front ends.
+
+Each model must import (ONNX: forward and, where the exporter allows, training; PyTorch:
+forward and training), verify, canonicalize to a fixpoint idempotently, and run through the
+transform pipeline deterministically.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxscript")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import make_models
+
+from popart_unwind import transforms
+from popart_unwind.ir import Ir, TensorType
+from popart_unwind.ops.shape_inference import check_shapes
+from popart_unwind.options import SessionOptions
+
+MODELS = ("bert", "gpt2", "vit", "resnet")
+ONNX_CASES = [(name, "forward") for name in MODELS] + [
+    (name, "training") for name in MODELS if name not in make_models.ONNX_TRAINING_UNSUPPORTED]
+CHECKED = SessionOptions(enable_unwind_layouts=False, check_transform_conditions=True)
+
+
+@pytest.fixture(scope="module", params=ONNX_CASES, ids=lambda case: "-".join(case))
+def onnx_case(request):
+    name, kind = request.param
+    return name, kind, make_models.build(name, kind=kind)
+
+
+def node_counts(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(node.op_type for node in model.graph.node)
+
+
+def test_onnx_models_import_with_every_node_and_parameter(onnx_case):
+    _, kind, path = onnx_case
+    model = onnx.load(str(path), load_external_data=False)
+    ir = Ir.from_onnx(path, options=CHECKED)
+    ir.verify()
+    check_shapes(ir)
+    graph = ir.main_graph
+    ops = collections.Counter(op.type.name for op in ir.all_ops())
+    expected = node_counts(model)
+    expected.pop("Constant", None)  # Constant nodes become Const tensors
+    for op_type, count in expected.items():
+        assert ops[op_type] >= count, op_type  # subgraph ops come on top
+    float_initializers = {i.name for i in model.graph.initializer if i.data_type in (1, 10, 16)}
+    variables = {t.id for t in graph.tensors if t.tensor_type is TensorType.VARIABLE}
+    assert float_initializers <= variables
+    assert [t.id for t in graph.outputs] == [o.name for o in model.graph.output]
+    if kind == "training":
+        assert graph.outputs[0].shape == ()  # the loss, then the updated parameters
+        assert all(t.id.endswith(".updated") for t in graph.outputs[1:])
+
+
+def test_onnx_models_canonicalize_to_an_idempotent_fixpoint(onnx_case):
+    _, _, path = onnx_case
+    ir = Ir.from_onnx(path, options=CHECKED)
+    results = transforms.run_pipeline(ir)
+    assert set(results) == {"InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps"}
+    ir.verify()
+    before = ir.to_json()
+    assert transforms.registry.apply("Canonicalize", ir, check=True) is False
+    assert ir.to_json() == before
+
+
+def test_the_pipeline_is_deterministic_whatever_the_hash_seed(tmp_path):
+    path = make_models.build("bert", kind="training")
+    script = (
+        "import sys\n"
+        "from popart_unwind import transforms\n"
+        "from popart_unwind.ir import Ir\n"
+        "from popart_unwind.options import SessionOptions\n"
+        "ir = Ir.from_onnx(sys.argv[1], options=SessionOptions(enable_unwind_layouts=False))\n"
+        "transforms.run_pipeline(ir)\n"
+        "sys.stdout.write(ir.to_json())\n")
+    outputs = []
+    for seed in ("1", "2024"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        result = subprocess.run([sys.executable, "-c", script, str(path)], env=env,
+                                capture_output=True, text=True, check=True)
+        outputs.append(result.stdout)
+    assert outputs[0] == outputs[1] and len(outputs[0]) > 10_000
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["forward", "training"])
+@pytest.mark.parametrize("name", MODELS)
+def test_torch_models_import_verify_and_canonicalize(name, training):
+    module, args = make_models.tiny_model(name)
+    ir = Ir.from_torch(module, args, training=training, options=CHECKED)
+    ir.verify()
+    check_shapes(ir)
+    parameters = dict(module.named_parameters())
+    variables = {t.id for t in ir.main_graph.tensors if t.tensor_type is TensorType.VARIABLE}
+    assert set(parameters) <= variables
+    if training:  # the loss, then one update per trainable parameter (buffer updates first)
+        shapes = collections.Counter(t.shape for t in ir.main_graph.outputs)
+        for parameter in parameters.values():
+            assert shapes[tuple(parameter.shape)] >= 1
+    transforms.run_pipeline(ir)
+    ir.verify()
+    before = ir.to_json()
+    assert transforms.registry.apply("Canonicalize", ir) is False
+    assert ir.to_json() == before
