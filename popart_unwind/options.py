@@ -1,7 +1,8 @@
 """Session options: which transforms run, and how layouts are unwound.
 
 Modelled on PopART's ``SessionOptions`` (one flat object of settings handed to the session,
-each with a default), see docs/transforms.md for how each field maps to PopART's names.
+each with a default); docs/transforms.md says field by field which PopART setting each one
+corresponds to and which are ours alone.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ class UnwindValuations:
 class SessionOptions:
     """Settings of one planning session (PopART: ``popart.SessionOptions``)."""
 
-    #: Transforms to run, in order; ``UnwindLayouts`` is appended when enabled.
+    #: Transforms to run, in order, each once (PopART fixes the order in ``Ir::prepare``
+    #: and switches transforms on with flags; here the order itself is the setting).
+    #: ``UnwindLayouts`` is appended when ``enable_unwind_layouts`` is set.
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
-    #: Run the layout planner (PopART would gate a transform on a flag like this).
+    #: Run the layout planner (a flag in the manner of PopART's ``enableOutlining``).
     enable_unwind_layouts: bool = True
     #: The unwind solver: ``greedy0``, ``deferral`` (default) or ``exact``.
     unwind_algorithm: str = "deferral"
@@ -44,5 +47,12 @@ class SessionOptions:
     canonicalize_max_iterations: int = 10
     canonicalize_max_rewrites: int = 100_000
     canonicalize_test_convergence: bool = False
-    #: Check each transform's declared assumptions and preserved conditions around it.
+    #: Check each transform's declared assumptions, guarantees and preserved conditions
+    #: around it (a debugging aid, like PopART's ``opxAliasChecking``/``opxModifyChecking``).
     check_transform_conditions: bool = False
+
+    def __post_init__(self) -> None:
+        # Accept any sequence of names (a list from a config file, say) but keep the
+        # options hashable and immutable; a bare string is left for the registry to refuse.
+        if not isinstance(self.pipeline, str | tuple):
+            object.__setattr__(self, "pipeline", tuple(self.pipeline))

@@ -1,0 +1,38 @@
+"""InferShapes: give every tensor its dtype and shape from the ops' shape rules."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from popart_unwind.ops import REGISTRY, OpRegistry
+from popart_unwind.ops.shape_inference import infer_shapes
+
+from .base import ALL_CONDITIONS, Transform
+from .conditions import Condition
+from .registry import register
+
+if TYPE_CHECKING:
+    from popart_unwind.ir import Graph
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class InferShapes(Transform):
+    """Runs the shape-inference driver over the whole IR, subgraphs included.
+
+    Guarantees SHAPES_KNOWN (a rule that cannot type an op raises ShapeError naming it;
+    an opaque op keeps the shapes its model gave, so one without them breaks the guarantee
+    and the checker names the tensor). Preserves every other condition because it writes
+    only dtypes and shapes: no op is added, removed, moved or rewired.
+    """
+
+    id = 1
+    name = "InferShapes"
+    guarantees = frozenset({Condition.SHAPES_KNOWN})
+    preserves = ALL_CONDITIONS
+
+    op_registry: OpRegistry = REGISTRY
+
+    def apply(self, graph: Graph) -> bool:
+        return infer_shapes(graph.ir, self.op_registry)

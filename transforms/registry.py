@@ -1,0 +1,160 @@
+"""The transform registry: transforms by name, applied once each in the pipeline's order.
+
+PopART applies each transform by id from ``Ir::prepare`` and gates each on a session
+option. Here the order is data (``SessionOptions.pipeline``) and the registry is the one
+place that applies a transform, so it is also where declared conditions are checked:
+
+- before: every assumed condition holds, and the IR is well formed;
+- after: every guaranteed condition holds; every preserved condition that held before
+  still holds; the IR is well formed with call sites in step; no graph became
+  unreachable; and the transform's "changed" answer matches what happened to the IR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from popart_unwind.errors import TransformError
+from popart_unwind.ir import Graph, Ir
+from popart_unwind.options import SessionOptions
+
+from .base import Transform
+from .checks import structural_violations
+from .conditions import Condition, check_conditions
+from .helpers import unreachable_graphs
+
+#: The transform that plans layouts; it joins the pipeline's end when enabled.
+UNWIND_LAYOUTS = "UnwindLayouts"
+
+_TRANSFORMS: dict[str, type[Transform]] = {}
+
+
+def register(cls: type[Transform]) -> type[Transform]:
+    """Class decorator adding a transform; names and ids must be unique."""
+    if not cls.name or not isinstance(cls.id, int) or cls.id < 0:
+        raise TransformError(f"transform class {cls.__name__} needs a name and an id >= 0")
+    for other in _TRANSFORMS.values():
+        if other.name == cls.name or other.id == cls.id:
+            raise TransformError(f"transform {cls.name!r} (id {cls.id}) clashes with "
+                                 f"{other.name!r} (id {other.id})")
+    _TRANSFORMS[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """Registered transform names, in id order."""
+    return _known_names()
+
+
+def _known_names() -> list[str]:
+    return [cls.name for cls in sorted(_TRANSFORMS.values(), key=lambda cls: cls.id)]
+
+
+def get(name: str) -> Transform:
+    """The transform called ``name``, with its default options."""
+    try:
+        return _TRANSFORMS[name]()
+    except KeyError:
+        raise TransformError(f"unknown transform {name!r}; known: {_known_names()}") from None
+
+
+def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
+          check: bool | None = None) -> bool:
+    """Apply a transform (by name or as an object) once; True iff it changed the IR.
+
+    An ``Ir`` stands for its main graph. ``check`` defaults to the IR's
+    ``options.check_transform_conditions``.
+    """
+    if isinstance(transform, str):
+        transform = get(transform)
+    graph = _as_graph(ir_or_graph)
+    ir = graph.ir
+    if check is None:
+        check = ir.options.check_transform_conditions
+    if not check:
+        return _run(transform, graph)
+    before = check_conditions(ir)
+    for condition in Condition:
+        if condition in transform.assumes and before[condition]:
+            raise TransformError(f"transform {transform.name} assumes {condition.name}, which "
+                                 f"does not hold: {before[condition][0]}")
+    problems = structural_violations(ir)
+    if problems:
+        raise TransformError(f"the IR handed to transform {transform.name} is malformed: "
+                             f"{problems[0]}")
+    dead_before = [g.id for g in unreachable_graphs(ir)]
+    snapshot = ir.to_json()
+    changed = _run(transform, graph)
+    _check_after(transform, ir, before, dead_before)
+    if changed != (ir.to_json() != snapshot):
+        what = "changed the IR but reported no change" if not changed else \
+            "reported a change but left the IR as it was"
+        raise TransformError(f"transform {transform.name} {what}")
+    return changed
+
+
+def pipeline_names(options: SessionOptions) -> list[str]:
+    """The transforms a session runs: ``options.pipeline``, then UnwindLayouts when
+    ``enable_unwind_layouts`` is set and the transform is registered."""
+    pipeline = list(options.pipeline)
+    if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
+            and UNWIND_LAYOUTS not in pipeline:
+        pipeline.append(UNWIND_LAYOUTS)
+    return pipeline
+
+
+def run_pipeline(ir: Ir, names: Sequence[str] | None = None) -> dict[str, bool]:
+    """Apply each transform of ``names`` (default: the session's pipeline) once, in order.
+
+    Every name is validated before anything runs. Returns whether each one changed the IR.
+    """
+    if isinstance(ir.options.pipeline if names is None else names, str):
+        raise TransformError("a pipeline is a sequence of transform names, not one string")
+    pipeline = pipeline_names(ir.options) if names is None else list(names)
+    unknown = [name for name in pipeline if name not in _TRANSFORMS]
+    if unknown:
+        raise TransformError(f"unknown transform(s) {unknown} in the pipeline; "
+                             f"known: {_known_names()}")
+    repeated = sorted({name for name in pipeline if pipeline.count(name) > 1})
+    if repeated:
+        raise TransformError(f"transform(s) {repeated} appear more than once in the pipeline; "
+                             f"each transform runs once")
+    return {name: apply(name, ir) for name in pipeline}
+
+
+def _run(transform: Transform, graph: Graph) -> bool:
+    changed = transform.apply(graph)
+    if not isinstance(changed, bool):
+        raise TransformError(f"transform {transform.name}.apply returned "
+                             f"{type(changed).__name__}, not bool")
+    return changed
+
+
+def _check_after(transform: Transform, ir: Ir, before: dict[Condition, list[str]],
+                 dead_before: list[str]) -> None:
+    after = check_conditions(ir)
+    for condition in Condition:
+        if not after[condition]:
+            continue
+        if condition in transform.guarantees:
+            raise TransformError(f"transform {transform.name} guarantees {condition.name}, "
+                                 f"which does not hold after it: {after[condition][0]}")
+        if condition in transform.preserves and not before[condition]:
+            raise TransformError(f"transform {transform.name} preserves {condition.name}, "
+                                 f"which held before it but not after: {after[condition][0]}")
+    problems = structural_violations(ir)
+    if problems:
+        raise TransformError(f"transform {transform.name} left the IR malformed: {problems[0]}")
+    new_dead = [g.id for g in unreachable_graphs(ir) if g.id not in dead_before]
+    if new_dead:
+        raise TransformError(f"transform {transform.name} left graph {new_dead[0]!r} "
+                             f"unreachable from the main graph")
+
+
+def _as_graph(ir_or_graph: Ir | Graph) -> Graph:
+    if isinstance(ir_or_graph, Ir):
+        return ir_or_graph.main_graph
+    if isinstance(ir_or_graph, Graph):
+        return ir_or_graph
+    raise TransformError(f"transforms apply to an Ir or a Graph, not "
+                         f"{type(ir_or_graph).__name__}")
