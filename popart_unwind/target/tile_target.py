@@ -14,10 +14,10 @@ from math import prod
 import numpy as np
 
 from popart_unwind.errors import TargetError
+from popart_unwind.ir.tile_mapping import tile_array, tile_dtype, tiles_from_intervals
 from popart_unwind.ops.layout import ExchangeNeed
 from popart_unwind.target.hooks import MatmulPartition
 from popart_unwind.target.ipu_model import IpuModel
-from popart_unwind.target.tile_arrays import tile_array, tile_dtype
 
 OPERANDS = ("lhs", "rhs", "output")
 
@@ -132,14 +132,9 @@ class TileTarget:
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
         """An embedding table [entries, size] split along its unsliced axis."""
         arrays = self.model.sliceable_table_arrays(num_entries, embedding_size, dtype)
-        result = np.empty(num_entries * embedding_size, dtype=self.tile_dtype)
-        lengths = arrays.intervals[:, 1] - arrays.intervals[:, 0]
-        tile_of_interval = np.repeat(np.arange(arrays.num_tiles), np.diff(arrays.tile_starts))
-        for begin, end, tile in zip(arrays.intervals[:, 0][lengths > 0],
-                                    arrays.intervals[:, 1][lengths > 0],
-                                    tile_of_interval[lengths > 0], strict=True):
-            result[begin:end] = tile
-        return result
+        owners = np.repeat(np.arange(arrays.num_tiles), np.diff(arrays.tile_starts))
+        return tiles_from_intervals(arrays.intervals, owners, num_entries * embedding_size,
+                                    self.num_tiles, "sliceable table")
 
     def elementwise_output(self, input_tiles: Sequence[np.ndarray]) -> int:
         """The input an elementwise result is laid out like: Poplibs' preference order —

@@ -1,0 +1,392 @@
+"""The cost model: what a plan costs on the IPU Model, op by op and tile by tile.
+
+Given a tile for every element of every producer-less tensor (a plan), every other tensor's
+tiles are derived the way Poplar lays them out (each op's layout rule: views alias, matmul
+outputs follow the matmul plan, elementwise outputs clone an input, the rest linear), and
+each op is charged for the data its tiles must receive before it computes. The same walk
+scores the plan on the planner's own objective (the rules' ``agreement``), so our plan,
+PopART's and a linear one compare on one scale. docs/ipu-model.md states every assumption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import Op, SubgraphOp
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.layout import ExchangeNeed, LayoutRule
+from popart_unwind.ops.layout_control import copies_in, copies_out, loop_feedback
+from popart_unwind.target.tile_target import TileTarget
+
+#: (graph id, tensor id) -> flat array of each element's tile.
+Mappings = Mapping[tuple[str, str], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCost:
+    """One op's exchange: bytes its tiles receive, the busiest tile's share, cycles, regions.
+
+    ``executions`` is how often the op runs per step (ops of a subgraph run once per static
+    call site); the report's totals weight bytes and cycles by it, not regions (code)."""
+
+    op_id: int
+    name: str
+    type: str
+    graph_id: str
+    exchange_bytes: int
+    busiest_tile_bytes: int
+    cycles: int
+    regions: int
+    max_tile_regions: int
+    executions: int = 1
+
+
+@dataclasses.dataclass
+class CostReport:
+    """Totals, per-op rows and per-tile arrays of one plan on one target."""
+
+    ops: list[OpCost]
+    exchange_bytes: int
+    exchange_cycles: int
+    regions: int
+    max_tile_bytes: int
+    tiles_over_budget: int
+    bytes_per_tile: int
+    received_bytes_per_tile: np.ndarray
+    resident_bytes_per_tile: np.ndarray
+    objective: float
+    upper_bound: float
+
+    def summary(self) -> dict[str, float | int]:
+        """The figures the command line and plan files compare plans by."""
+        return {"objective": self.objective, "upper_bound": self.upper_bound,
+                "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
+                "max_tile_bytes": self.max_tile_bytes, "regions": self.regions}
+
+    def op(self, op_id: int) -> OpCost:
+        for row in self.ops:
+            if row.op_id == op_id:
+                return row
+        raise PlanError(f"the cost report has no row for op {op_id}")
+
+
+def evaluate(ir: Ir, target: TileTarget | None = None, mappings: Mappings | None = None,
+             registry: Any = REGISTRY, valuations: Any = None) -> CostReport:
+    """Cost ``ir`` under a plan: ``mappings`` (graph id, tensor id) -> tiles for every
+    producer-less tensor, or, when None, each such tensor's ``tile_mapping`` (Poplar format).
+
+    Raises PlanError naming the first producer-less tensor without a valid mapping."""
+    target = target if target is not None else TileTarget()
+    valuations = valuations if valuations is not None else ir.options.unwind_valuations
+    target.reset()  # the rotating linear mapper must give the same tiles on every run
+    return _Evaluation(ir, target, mappings, registry, valuations).run()
+
+
+def copy_exchange(source: np.ndarray, destination: np.ndarray, element_bytes: int,
+                  num_tiles: int) -> ExchangeNeed:
+    """What a copy between two layouts of one tensor moves: each destination tile receives
+    the elements it does not already hold, in as many regions as maximal runs (consecutive
+    elements, one source tile) it receives."""
+    source = np.asarray(source).reshape(-1)
+    destination = np.asarray(destination).reshape(-1)
+    needed = source != destination
+    if not needed.any():
+        return ExchangeNeed.none(num_tiles)
+    starts = needed.copy()
+    starts[1:] &= ~needed[:-1] | (source[1:] != source[:-1]) | (
+        destination[1:] != destination[:-1])
+    received = np.bincount(destination[needed], minlength=num_tiles) * element_bytes
+    regions = np.bincount(destination[starts], minlength=num_tiles)
+    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
+
+
+def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
+    """Bytes of a tensor on each tile."""
+    return np.bincount(np.asarray(tiles).reshape(-1), minlength=num_tiles).astype(
+        np.int64) * element_bytes
+
+
+def producerless_mappings(ir: Ir, target: TileTarget, mappings: Mappings | None
+                          ) -> dict[tuple[str, str], np.ndarray]:
+    """Every producer-less tensor's tiles, validated (from ``mappings`` or the IR)."""
+    result: dict[tuple[str, str], np.ndarray] = {}
+    for graph in ir.graphs:
+        for tensor in graph.producerless_tensors():
+            key = (graph.id, tensor.id)
+            result[key] = _given_tiles(tensor, target, mappings, required=True)
+    return result
+
+
+def _given_tiles(tensor: Tensor, target: TileTarget, mappings: Mappings | None,
+                 required: bool) -> np.ndarray | None:
+    what = _describe(tensor)
+    numel = _numel(tensor)
+    if mappings is not None:
+        tiles = mappings.get((tensor.graph.id, tensor.id))
+        if tiles is None:
+            if required:
+                raise PlanError(f"{what} has no tile mapping in the plan")
+            return None
+        tiles = np.asarray(tiles).reshape(-1)
+        if tiles.size != numel:
+            raise PlanError(f"{what}: the plan maps {tiles.size} elements, the tensor has "
+                            f"{numel}")
+        if tiles.size and (tiles.min() < 0 or tiles.max() >= target.num_tiles):
+            raise PlanError(f"{what}: tile ids must lie in [0, {target.num_tiles}), got "
+                            f"[{int(tiles.min())}, {int(tiles.max())}]")
+        return tiles.astype(target.tile_dtype, copy=False)
+    if tensor.tile_mapping is None:
+        if required:
+            raise PlanError(f"{what} has no tile mapping")
+        return None
+    return tile_array(tensor.tile_mapping, numel, target.num_tiles, what)
+
+
+def _describe(tensor: Tensor) -> str:
+    where = f" of graph {tensor.graph.id!r}" if tensor.graph.id else ""
+    return f"tensor {tensor.id!r}{where}"
+
+
+def _numel(tensor: Tensor) -> int:
+    if tensor.shape is None:
+        raise PlanError(f"{_describe(tensor)} has no known shape; run shape inference first")
+    return prod(tensor.shape)
+
+
+class _Evaluation:
+    """One walk over the IR: callees before callers, each graph's ops in schedule order."""
+
+    def __init__(self, ir: Ir, target: TileTarget, mappings: Mappings | None,
+                 registry: Any, valuations: Any) -> None:
+        self.ir, self.target, self.mappings = ir, target, mappings
+        self.registry, self.valuations = registry, valuations
+        self.num_tiles = target.num_tiles
+        self.base = producerless_mappings(ir, target, mappings)
+        self.graph_outputs: dict[tuple[str, str], np.ndarray] = {}
+        self.order = callees_first(ir)
+        self.executions = call_counts(ir, self.order)
+        self.rows: list[OpCost] = []
+        self.received = np.zeros(self.num_tiles, np.int64)
+        self.op_peak = np.zeros(self.num_tiles, np.int64)
+        self.objective = 0.0
+        self.upper_bound = 0.0
+
+    def run(self) -> CostReport:
+        for graph in self.order:
+            self._graph(graph)
+        resident = self.op_peak.copy()
+        for (graph_id, tensor_id), tiles in self.base.items():
+            tensor = self.ir.graph(graph_id).tensor(tensor_id)
+            resident += tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles)
+        budget = self.target.model.bytes_per_tile
+        weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
+                    for row in self.rows]
+        return CostReport(
+            ops=self.rows,
+            exchange_bytes=int(sum(b for b, _ in weighted)),
+            exchange_cycles=int(sum(c for _, c in weighted)),
+            regions=int(sum(row.regions for row in self.rows)),
+            max_tile_bytes=int(resident.max()) if resident.size else 0,
+            tiles_over_budget=int(np.count_nonzero(resident > budget)),
+            bytes_per_tile=budget,
+            received_bytes_per_tile=self.received,
+            resident_bytes_per_tile=resident,
+            objective=float(self.objective),
+            upper_bound=float(self.upper_bound),
+        )
+
+    # -- one graph -------------------------------------------------------------------------
+    def _graph(self, graph: Graph) -> None:
+        tiles: dict[str, np.ndarray] = {}
+        from_parameters: dict[str, bool] = {}  # held in the base term, not an op's
+        for tensor in graph.producerless_tensors():
+            tiles[tensor.id] = self.base[(graph.id, tensor.id)]
+            from_parameters[tensor.id] = True
+        on_tiles: dict[str, np.ndarray] = {}  # bytes per tile of live activations, memoised
+        uses = {t.id: t.num_uses() for t in graph.tensors}
+        keep = set(graph.output_ids)
+        executions = self.executions.get(graph.id, 1)
+        for op in graph.schedule():
+            input_tiles = _indexed([tiles[t.id] for t in op.inputs], op)
+            if isinstance(op, SubgraphOp):
+                (outputs, need), aliases = self._call(op, input_tiles), False
+            else:
+                rule = self.registry.layout_rule(op)
+                outputs = self._outputs(op, rule, input_tiles)
+                need = rule.exchange(op, input_tiles, outputs, self.target)
+                score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
+                self.objective += score
+                self.upper_bound += bound
+                aliases = _aliases_outputs(rule, op)
+            self._charge(op, need, executions)
+            parameters = all(from_parameters[t.id] for t in op.inputs)
+            for tensor, out in zip(op.outputs, outputs, strict=True):
+                tiles[tensor.id] = out
+                from_parameters[tensor.id] = aliases and parameters
+            live = [t for t in op.inputs if not from_parameters[t.id]]
+            self._resident(live + ([] if aliases else op.outputs), tiles, on_tiles)
+            for tensor in op.inputs:
+                uses[tensor.id] -= 1
+            for tensor in [*op.inputs, *op.outputs]:  # drop layouts no later op reads
+                if (uses[tensor.id] == 0 and tensor.id not in keep
+                        and tensor.producer is not None and tensor.id in tiles):
+                    del tiles[tensor.id]
+                    on_tiles.pop(tensor.id, None)
+        for tensor_id in graph.output_ids:
+            self.graph_outputs[(graph.id, tensor_id)] = tiles[tensor_id]
+
+    def _outputs(self, op: Op, rule: LayoutRule, input_tiles: list[np.ndarray | None]
+                 ) -> list[np.ndarray]:
+        outputs = rule.output_tiles(op, input_tiles, self.target)
+        if len(outputs) != len(op.outputs):
+            raise PlanError(f"the layout rule of op {op.debug_name()} gave {len(outputs)} "
+                            f"output layouts for {len(op.outputs)} outputs")
+        return [self._checked(tensor, out, op) for tensor, out in zip(op.outputs, outputs,
+                                                                       strict=True)]
+
+    def _checked(self, tensor: Tensor, tiles: np.ndarray, op: Op) -> np.ndarray:
+        flat = np.asarray(tiles).reshape(-1)
+        if flat.size != _numel(tensor):
+            raise PlanError(f"op {op.debug_name()}: the layout of output {tensor.id!r} has "
+                            f"{flat.size} elements, the tensor {_numel(tensor)}")
+        return flat
+
+    def _charge(self, op: Op, need: ExchangeNeed, executions: int) -> None:
+        received = np.asarray(need.received_bytes, np.int64).reshape(-1)
+        regions = np.asarray(need.regions, np.int64).reshape(-1)
+        if received.size != self.num_tiles or regions.size != self.num_tiles:
+            raise PlanError(f"the layout rule of op {op.debug_name()} reported exchange for "
+                            f"{received.size} tiles, the target has {self.num_tiles}")
+        total = int(received.sum())
+        busiest = int(received.max()) if received.size else 0
+        model = self.target.model
+        cycles = (-(-busiest // model.exchange_bytes_per_cycle) + model.sync_cycles
+                  if total else 0)
+        self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
+                                total, busiest, cycles, int(regions.sum()),
+                                int(regions.max()) if regions.size else 0, executions))
+        self.received += received * executions
+
+    def _resident(self, tensors: list[Tensor], tiles: dict[str, np.ndarray],
+                  on_tiles: dict[str, np.ndarray]) -> None:
+        """Raise each tile's peak to this op's live data: its operands and results not
+        counted in the base term (parameters and views of them), results only when they
+        are new memory (not views)."""
+        live = np.zeros(self.num_tiles, np.int64)
+        for tensor in {t.id: t for t in tensors}.values():
+            if tensor.id not in on_tiles:
+                on_tiles[tensor.id] = tile_bytes(tiles[tensor.id],
+                                                 self.target.dtype_size(tensor.dtype),
+                                                 self.num_tiles)
+            live += on_tiles[tensor.id]
+        np.maximum(self.op_peak, live, out=self.op_peak)
+
+    # -- subgraph ops ----------------------------------------------------------------------
+    def _call(self, op: SubgraphOp, input_tiles: list[np.ndarray | None]
+              ) -> tuple[list[np.ndarray], ExchangeNeed]:
+        """Call outputs — planned if the plan has them, else clones of the callee's outputs
+        (as PopART's CallOpx makes them), else linear — and the copies in and out, charged
+        as exchange and scored as the planner's call ValuedPairs."""
+        outputs: dict[int, np.ndarray] = {}
+        for index, tensor in op.output_map().items():
+            planned = _given_tiles(tensor, self.target, self.mappings, required=False)
+            inner = self._callee_output(op, index)
+            if planned is None:
+                planned = inner if inner is not None else self.target.linear_tiles(
+                    tensor.shape, tensor.dtype)
+            outputs[index] = planned
+        need = ExchangeNeed.none(self.num_tiles)
+        value = self.valuations.call_copy
+        for source, destination, size in self._copies(op, input_tiles, outputs):
+            need = need + copy_exchange(source, destination, size, self.num_tiles)
+            self.objective += value * float(np.count_nonzero(source == destination))
+            self.upper_bound += value * float(source.size)
+        return list(outputs.values()), need
+
+    def _copies(self, op: SubgraphOp, input_tiles: list[np.ndarray | None],
+                outputs: dict[int, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """(source tiles, destination tiles, element bytes) of each copy the op makes: into
+        each callee's inputs, out of its outputs, and (Loop) from one iteration's outputs to
+        the next one's inputs — the copies the planner ties by call ValuedPairs."""
+        copies = []
+        for index, outer, inner in copies_in(op):
+            copies.append((input_tiles[index], self.base[(inner.graph.id, inner.id)],
+                           self.target.dtype_size(outer.dtype)))
+        for index, tensor in op.output_map().items():
+            for inner in copies_out(op, index):
+                copies.append((self.graph_outputs[(inner.graph.id, inner.id)], outputs[index],
+                               self.target.dtype_size(tensor.dtype)))
+        for body_out, body_in in loop_feedback(op):
+            copies.append((self.graph_outputs[(body_out.graph.id, body_out.id)],
+                           self.base[(body_in.graph.id, body_in.id)],
+                           self.target.dtype_size(body_in.dtype)))
+        return copies
+
+    def _callee_output(self, op: SubgraphOp, index: int) -> np.ndarray | None:
+        """The first callee output copied to op output ``index`` (PopART's CallOpx clones
+        its outputs from the callee's)."""
+        found = copies_out(op, index)
+        return self.graph_outputs[(found[0].graph.id, found[0].id)] if found else None
+
+
+def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
+    """Input layouts by input index, None where an optional input is absent."""
+    indices = list(op.input_map())
+    result: list[np.ndarray | None] = [None] * (indices[-1] + 1 if indices else 0)
+    for index, value in zip(indices, values, strict=True):
+        result[index] = value
+    return result
+
+
+def _aliases_outputs(rule: LayoutRule, op: Op) -> bool:
+    """Whether the op's outputs are views of its inputs (no new memory)."""
+    if getattr(rule, "kind", "") == "view" or hasattr(rule, "concat_slab"):
+        return True
+    return op.has_output(0) and any(rule.view_chain(op, index, 0) is not None
+                                    for index in op.input_map())
+
+
+def callees_first(ir: Ir) -> list[Graph]:
+    """Every graph once, each after the graphs it calls (main graph's callees first)."""
+    order: list[Graph] = []
+    state: dict[str, str] = {}
+
+    def visit(graph: Graph) -> None:
+        if state.get(graph.id) == "done":
+            return
+        if state.get(graph.id) == "open":
+            raise PlanError(f"graph {graph.id!r} calls itself; recursion cannot be costed")
+        state[graph.id] = "open"
+        for op in graph.schedule():
+            for callee in op.called_graphs():
+                visit(callee)
+        state[graph.id] = "done"
+        order.append(graph)
+
+    for graph in ir.graphs:
+        visit(graph)
+    return order
+
+
+def call_counts(ir: Ir, order: list[Graph] | None = None) -> dict[str, int]:
+    """How often each graph runs per step: a graph no op calls (the main graph) once, a
+    subgraph once per static call site per run of its caller (loop trip counts and If
+    conditions are unknown: each body and branch counts once per call). ``order``: the
+    graphs callees first, if already known."""
+    called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
+    counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
+    for graph in reversed(order if order is not None else callees_first(ir)):
+        for op in graph.ops:
+            for callee in op.called_graphs():
+                counts[callee.id] += counts[graph.id]
+    return counts

@@ -1,0 +1,330 @@
+"""PopART's own layout heuristic, as the baseline our plans are compared with.
+
+PopART lays out a tensor no op produces by searching, depth first, from the tensor through
+its consumers for an op that can *create* that input (a matmul operand, an embedding table),
+passing only through ops that can *unwind* a layout back to their input (views, and the
+elementwise ops PopART lets through); it then asks the best creator for its preferred
+layout and unwinds it back along the path. Candidates that each cover part of the tensor
+are stitched; whatever no candidate covers is mapped linearly. docs/baseline.md describes
+each rule and where PopART does it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import Op, SubgraphOp
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.memory import Chain, Region
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.layout import LayoutRule
+from popart_unwind.target.tile_target import TileTarget
+
+#: Elementwise op types PopART does not unwind through by default: its AddOpx is a dead end
+#: unless ``decomposeGradSum`` or batch serialisation is on (willow/src/popx/op/addx.cpp).
+POPART_DEADEND_ELEMENTWISE = frozenset({"Add"})
+#: Chain ops that keep every input element in the output (so a chain of them covers all).
+_SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
+#: Chain ops that permute the elements (undone exactly by the mirror chain).
+_BIJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse"})
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineDecision:
+    """How the baseline laid out one producer-less tensor."""
+
+    graph_id: str
+    tensor_id: str
+    tiles: np.ndarray
+    #: "created by <op> input <i>", "stitched" or "linear".
+    method: str
+    explanation: str
+
+
+@dataclasses.dataclass
+class BaselinePlan:
+    """PopART's layout of every producer-less tensor, in the order it decided them."""
+
+    decisions: list[BaselineDecision]
+
+    @property
+    def mappings(self) -> dict[tuple[str, str], np.ndarray]:
+        """(graph id, tensor id) -> tiles: the form :func:`cost.evaluate` takes."""
+        return {(d.graph_id, d.tensor_id): d.tiles for d in self.decisions}
+
+    def decision(self, tensor_id: str, graph_id: str = "") -> BaselineDecision:
+        for decision in self.decisions:
+            if decision.tensor_id == tensor_id and decision.graph_id == graph_id:
+                return decision
+        raise PlanError(f"the baseline plan has no tensor {tensor_id!r} in graph {graph_id!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """An op input that can create (part of) the tensor, reached through ``chain``."""
+
+    op: Op
+    in_index: int
+    chain: Chain  # from the searched tensor to the creator's input
+    priority: float
+    covered: int  # distinct tensor elements the creator's input reaches
+    position: int  # the creator's place in the global schedule
+    path: tuple[str, ...]  # ops passed through, for explanations
+
+    def rank(self) -> tuple:
+        return (-self.priority, -self.covered, self.position, len(self.path), self.op.id,
+                self.in_index)
+
+    def describe(self) -> str:
+        return f"{self.op.debug_name()} input {self.in_index}"
+
+
+def popart_baseline(ir: Ir, target: TileTarget, registry: Any = REGISTRY, *,
+                    unwind_elementwise: bool = True) -> BaselinePlan:
+    """PopART's layout for every producer-less tensor (all graphs, creation order). The IR
+    is not changed. ``unwind_elementwise=False`` passes through view ops only."""
+    target.reset()
+    search = _CreatorSearch(ir, registry, unwind_elementwise)
+    decisions = []
+    for graph in ir.graphs:
+        for tensor in graph.producerless_tensors():
+            decisions.append(_decide(tensor, search.candidates(tensor), target, registry))
+    return BaselinePlan(decisions)
+
+
+def _decide(tensor: Tensor, candidates: list[Candidate], target: TileTarget,
+            registry: Any) -> BaselineDecision:
+    shape = _shape(tensor)
+    numel = prod(shape)
+    if numel == 0:
+        return BaselineDecision(tensor.graph.id, tensor.id,
+                                target.linear_tiles(shape, tensor.dtype), "linear",
+                                "no elements")
+    tiles: np.ndarray | None = None  # -1 where no candidate has placed an element yet
+    used: list[str] = []
+    for candidate in sorted(candidates, key=Candidate.rank):
+        wanted = wanted_input_tiles(registry.layout_rule(candidate.op), candidate.op,
+                                    candidate.in_index, target)
+        if wanted is None:
+            continue
+        wanted = np.asarray(wanted).reshape(-1)
+        if wanted.size != prod(candidate.chain.out_shape):
+            raise PlanError(f"op {candidate.describe()} wants {wanted.size} tiles for an "
+                            f"input of {prod(candidate.chain.out_shape)} elements")
+        if tiles is None and candidate.covered == numel:
+            return BaselineDecision(tensor.graph.id, tensor.id,
+                                    _unwound(candidate.chain, wanted, shape).astype(
+                                        target.tile_dtype),
+                                    f"created by {candidate.describe()}",
+                                    _explain(candidate, numel, numel))
+        if tiles is None:
+            tiles = np.full(numel, -1, dtype=np.int64)
+        unwound = _unwound(candidate.chain, wanted, shape)
+        fresh = (tiles < 0) & (unwound >= 0)
+        if fresh.any():
+            tiles[fresh] = unwound[fresh]
+            used.append(_explain(candidate, int(fresh.sum()), numel))
+    if tiles is None or not used:
+        return BaselineDecision(tensor.graph.id, tensor.id,
+                                target.linear_tiles(shape, tensor.dtype),
+                                "linear", "no op can create it: linear mapping")
+    left = tiles < 0
+    if left.any():
+        tiles[left] = target.linear_tiles(shape, tensor.dtype)[left]
+        used.append(f"{int(left.sum())} of {numel} elements: linear mapping")
+    return BaselineDecision(tensor.graph.id, tensor.id, tiles.astype(target.tile_dtype),
+                            "stitched", "; ".join(used))
+
+
+def _explain(candidate: Candidate, elements: int, numel: int) -> str:
+    through = " -> ".join(candidate.path) if candidate.path else "directly"
+    return (f"{elements} of {numel} elements from {candidate.describe()} "
+            f"(priority {candidate.priority:g}) through {through}")
+
+
+def _shape(tensor: Tensor) -> tuple[int, ...]:
+    if tensor.shape is None:
+        where = f" of graph {tensor.graph.id!r}" if tensor.graph.id else ""
+        raise PlanError(f"tensor {tensor.id!r}{where} has no known shape")
+    return tuple(tensor.shape)
+
+
+def _origins(chain: Chain, shape: tuple[int, ...]) -> np.ndarray:
+    """For each element of the creator's input, the tensor element it views (-1: none)."""
+    numel = prod(shape)
+    if not len(chain):
+        return np.arange(numel, dtype=np.int64)
+    index_type = np.int32 if numel < np.iinfo(np.int32).max else np.int64
+    labels = np.arange(1, numel + 1, dtype=index_type).reshape(shape)
+    return chain.apply(labels).reshape(-1).astype(np.int64) - 1
+
+
+def _unwound(chain: Chain, wanted: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The creator's wanted tiles carried back to the tensor (flat, -1 where the creator's
+    input does not reach): each tensor element takes the tile of the first creator element
+    viewing it (several do through Expand)."""
+    if all(op.type in _BIJECTIVE for op in chain.ops):  # undo the views themselves
+        return chain.mirror().apply(wanted.reshape(chain.out_shape)).reshape(-1)
+    numel = prod(shape)
+    origin = _origins(chain, shape)
+    tiles = np.full(numel, -1, dtype=np.int64)
+    where = np.flatnonzero(origin >= 0)
+    if not _expands(chain):  # each tensor element viewed at most once
+        tiles[origin[where]] = wanted[where]
+        return tiles
+    elements, first = np.unique(origin[where], return_index=True)
+    tiles[elements] = wanted[where[first]]
+    return tiles
+
+
+def _expands(chain: Chain) -> bool:
+    return any(op.type == "Expand" for op in chain.ops)
+
+
+class _CreatorSearch:
+    """PopART's depth-first creator search (``IrLowering::getCreatorEndpoints``)."""
+
+    def __init__(self, ir: Ir, registry: Any, unwind_elementwise: bool) -> None:
+        self.ir, self.registry = ir, registry
+        self.unwind_elementwise = unwind_elementwise
+        self.position, self.call_sites = _global_schedule(ir)
+
+    def candidates(self, tensor: Tensor) -> list[Candidate]:
+        shape = _shape(tensor)
+        numel = prod(shape)
+        found: list[Candidate] = []
+        # A tensor of a subgraph starts "inside" the first call site of each enclosing graph,
+        # so that the search can leave through the graph's outputs (as PopART does).
+        calls = self._enclosing_calls(tensor.graph)
+        stack = [(tensor, Chain(shape), calls, ())]
+        seen: set[tuple] = set()
+        while stack:
+            current, chain, calls, path = stack.pop()
+            key = (current.graph.id, current.id, tuple(op.id for op in calls))
+            if key in seen:
+                continue  # first path wins: each tensor explored once per call context
+            seen.add(key)
+            for op in current.consumers:
+                for index in [i for i, t in op.input_map().items() if t is current]:
+                    stack.extend(self._step(op, index, chain, calls, path, numel, found))
+            stack.extend(self._escape(current, chain, calls, path))
+        return found
+
+    def _step(self, op: Op, index: int, chain: Chain, calls: tuple[Op, ...],
+              path: tuple[str, ...], numel: int, found: list[Candidate]) -> list[tuple]:
+        """Record ``op`` input ``index`` if it creates; return the tensors to search next."""
+        if isinstance(op, SubgraphOp):  # PopART: CanDelegate — continue inside the callee
+            nexts = []
+            for graph in op.called_graphs():
+                inner = op.op_in_to_subgraph_in_index(graph, index)
+                if inner is not None and inner < len(graph.input_ids):
+                    nexts.append((graph.tensor(graph.input_ids[inner]), chain,
+                                  (*calls, op), (*path, op.debug_name())))
+            return nexts
+        rule = self.registry.layout_rule(op)
+        priority = rule.creates_input(op, index)
+        if priority is not None:
+            found.append(Candidate(op, index, chain, float(priority),
+                                   _covered(chain, numel), self.position[op.id], path))
+        nexts = []
+        for out_index, output in op.output_map().items():
+            step = self._view(rule, op, index, out_index)
+            if step is not None:
+                nexts.append((output, chain.then(step), calls, (*path, op.debug_name())))
+        return nexts
+
+    def _view(self, rule: LayoutRule, op: Op, index: int, out_index: int) -> Chain | None:
+        """The element map from input ``index`` to output ``out_index`` if PopART unwinds
+        through it: views, Concat (the input's slab), same-shape elementwise inputs."""
+        chain = rule.view_chain(op, index, out_index)
+        if chain is not None:
+            return chain
+        source, output = op.input(index), op.output(out_index)
+        if hasattr(rule, "concat_slab"):
+            axis, begin, end = rule.concat_slab(op, index)
+            out_shape = _shape(output)
+            lower = [0] * len(out_shape)
+            upper = list(out_shape)
+            lower[axis], upper[axis] = begin, end
+            return Chain(_shape(source)).sett_fill_into(Region.from_bounds(out_shape, lower,
+                                                                           upper))
+        data_inputs = getattr(rule, "data_inputs", None)
+        if (self.unwind_elementwise and getattr(rule, "kind", "") == "elementwise"
+                and op.type.name not in POPART_DEADEND_ELEMENTWISE
+                and (data_inputs is None or index in data_inputs)
+                and _shape(source) == _shape(output)):
+            return Chain(_shape(source))
+        return None
+
+    def _escape(self, tensor: Tensor, chain: Chain, calls: tuple[Op, ...],
+                path: tuple[str, ...]) -> list[tuple]:
+        """A callee's output continues as the output of the call site the search entered by."""
+        if not calls or not tensor.is_graph_output():
+            return []
+        caller = calls[-1]
+        for inner, tensor_id in enumerate(tensor.graph.output_ids):
+            if tensor_id == tensor.id:
+                index = caller.subgraph_out_to_op_out_index(tensor.graph, inner)
+                if index is not None and caller.has_output(index):
+                    return [(caller.output(index), chain, calls[:-1], (*path, "return"))]
+        return []
+
+    def _enclosing_calls(self, graph: Graph) -> tuple[Op, ...]:
+        calls: list[Op] = []
+        seen = {graph.id}
+        while graph.id != self.ir.main_graph.id and self.call_sites.get(graph.id):
+            caller = self.call_sites[graph.id][0]
+            calls.insert(0, caller)
+            graph = caller.graph
+            if graph.id in seen:
+                break
+            seen.add(graph.id)
+        return tuple(calls)
+
+
+def _covered(chain: Chain, numel: int) -> int:
+    if all(op.type in _SURJECTIVE for op in chain.ops):
+        return numel
+    origin = _origins(chain, chain.in_shape)
+    hit = np.zeros(numel, dtype=bool)
+    hit[origin[origin >= 0]] = True
+    return int(hit.sum())
+
+
+def _global_schedule(ir: Ir) -> tuple[dict[int, int], dict[str, list[Op]]]:
+    """Each op's place in one global order (a callee's ops at its first call, before the
+    call op) and each graph's call sites in that order."""
+    position: dict[int, int] = {}
+    call_sites: dict[str, list[Op]] = {}
+    walked: set[str] = set()
+
+    def walk(graph: Graph) -> None:
+        walked.add(graph.id)
+        for op in graph.schedule():
+            for callee in op.called_graphs():
+                call_sites.setdefault(callee.id, []).append(op)
+                if callee.id not in walked:
+                    walk(callee)
+            position[op.id] = len(position)
+
+    for graph in ir.graphs:
+        if graph.id not in walked:
+            walk(graph)
+    return position, call_sites
+
+
+# -- what a creator wants -------------------------------------------------------------------
+def wanted_input_tiles(rule: LayoutRule, op: Op, index: int, target: TileTarget
+                       ) -> np.ndarray | None:
+    """The layout creator ``op`` gives its input ``index`` (flat tiles), from the rule's
+    ``wanted_input_tiles`` (poplin's createMatMulInputLHS/RHS, popops'
+    createSliceableTensor); None if the rule cannot say."""
+    method = getattr(rule, "wanted_input_tiles", None)
+    return None if method is None else method(op, index, target)
