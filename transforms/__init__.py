@@ -1,4 +1,23 @@
 """PopART-style transforms over the popart-unwind IR (installed as popart_unwind.transforms).
 
-This layer depends on the library and never the other way round.
+A transform changes the IR once, declaring the conditions it assumes, guarantees and
+preserves (seed 002); ``registry`` applies transforms by name, runs the session's pipeline
+and, when asked, checks every declaration. This layer depends on the library and never the
+other way round. See docs/transforms.md.
 """
+
+from . import registry
+from .base import ALL_CONDITIONS, Transform
+from .canonicalize import Canonicalize
+from .conditions import Condition, check_condition, check_conditions
+from .infer_shapes import InferShapes
+from .merge_duplicate_ops import MergeDuplicateOps
+from .prune import Prune
+from .registry import run_pipeline
+from .unwind_layouts import UnwindLayouts, plan_ir
+
+__all__ = [
+    "ALL_CONDITIONS", "Canonicalize", "Condition", "InferShapes", "MergeDuplicateOps",
+    "Prune", "Transform", "UnwindLayouts", "check_condition", "check_conditions", "plan_ir",
+    "registry", "run_pipeline",
+]

@@ -1,0 +1,194 @@
+"""Building the unwinding problem from the IR: the emitter the layout rules write through.
+
+Every graph is walked once, callees before their callers (a call's copy-outs read the
+subgraph's outputs), each in schedule order. A graph's producer-less tensors (Stream,
+Variable and Const tensors, subgraph inputs) become Sinks first; then each op's layout rule
+(``OpDef.layout``) adds what the op means and defines the unwind tensor of every output.
+The emitter remembers what the realization needs later: the layout each Source and
+FixedPoint carries, the IR op behind each Barrier output, and which Sinks stand for which
+IR tensors (producer-less tensors and call outputs, whose mappings are written back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir import Graph as IrGraph
+from popart_unwind.ir import Ir
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.layout import RootTiles, TileTarget
+from popart_unwind.ops.registry import OpRegistry
+from popart_unwind.unwind import Graph, TensorId
+
+Progress = Callable[[str, int, int], None]
+
+
+def label(tensor: Tensor) -> str:
+    """A tensor's name across graphs: ``graph/tensor`` outside the main graph."""
+    return f"{tensor.graph.id}/{tensor.id}" if tensor.graph.id else tensor.id
+
+
+class BarrierRecord:
+    """The IR op behind a Barrier's outputs, and the unwind tensor of each op input."""
+
+    __slots__ = ("inputs", "op", "position")
+
+    def __init__(self, op: Op, position: int, inputs: dict[int, TensorId]) -> None:
+        self.op, self.position, self.inputs = op, position, inputs
+
+
+class Emitter:
+    """Implements ``ops.layout.UnwindEmitter`` over one unwind Graph for a whole Ir."""
+
+    def __init__(self, target: TileTarget, valuations: Any, registry: OpRegistry) -> None:
+        self.graph = Graph()
+        self.target = target
+        self.valuations = valuations
+        self.registry = registry
+        self._ids: dict[tuple[str, str], TensorId] = {}
+        #: IR tensors whose mapping the plan writes, each with its Sink, in emission order.
+        self.planned: list[tuple[Tensor, TensorId]] = []
+        self._owner: dict[TensorId, Tensor] = {}
+        #: The layouts of Sources and FixedPoint outputs.
+        self.root_tiles: dict[TensorId, RootTiles] = {}
+        self.barriers: dict[TensorId, BarrierRecord] = {}
+        self.root_names: dict[TensorId, str] = {}
+
+    # -- the UnwindEmitter protocol ------------------------------------------------------
+    def tensor(self, tensor: Tensor) -> TensorId:
+        found = self._ids.get((tensor.graph.id, tensor.id))
+        if found is None:
+            where = f"produced by {tensor.producer.debug_name()}" if tensor.producer else \
+                "with no producer"
+            raise PlanError(f"tensor {label(tensor)!r} ({where}) is read before the planner "
+                            f"has defined it (its graph or producer was not emitted first)")
+        return found
+
+    def define(self, tensor: Tensor, unwind_tensor: TensorId) -> None:
+        key = (tensor.graph.id, tensor.id)
+        if key in self._ids:
+            raise PlanError(f"tensor {label(tensor)!r} is defined twice in the unwinding problem")
+        expected = _shape(tensor)
+        if self.graph.shape(unwind_tensor) != expected:
+            raise PlanError(f"tensor {label(tensor)!r} of shape {expected} is defined by "
+                            f"{unwind_tensor!r} of shape {self.graph.shape(unwind_tensor)}")
+        self._ids[key] = unwind_tensor
+        if self.graph.kind(unwind_tensor) == "sink" and unwind_tensor not in self._owner:
+            self._owner[unwind_tensor] = tensor
+            self.planned.append((tensor, unwind_tensor))
+
+    def sink(self, tensor: Tensor) -> TensorId:
+        made = self.graph.sink(_shape(tensor), name=label(tensor))
+        self.define(tensor, made)
+        return made
+
+    def source(self, tensor: Tensor, tiles: RootTiles, name: str) -> TensorId:
+        made = self.graph.source(_shape(tensor), name=name)
+        self.root_tiles[made] = tiles
+        self.root_names[made] = f"the layout {name} wants (Source)"
+        return made
+
+    def fixed_point(self, inputs: Sequence[TensorId], shapes: Sequence[tuple[int, ...]],
+                    tiles: Sequence[RootTiles], name: str) -> list[TensorId]:
+        if len(tiles) != len(shapes):
+            raise PlanError(f"fixed point {name!r}: {len(shapes)} outputs but "
+                            f"{len(tiles)} layouts")
+        made = self.graph.fixed_point(list(inputs), list(shapes), name=name)
+        for tensor, layout in zip(made, tiles, strict=True):
+            self.root_tiles[tensor] = layout
+            self.root_names[tensor] = f"{name} (FixedPoint)"
+        return made
+
+    def barrier(self, op: Op) -> None:
+        inputs = {index: self.tensor(t) for index, t in op.input_map().items()}
+        outputs = op.output_map()
+        made = self.graph.barrier(list(dict.fromkeys(inputs.values())),
+                                  [_shape(t) for t in outputs.values()], name=op.debug_name())
+        for position, (tensor, root) in enumerate(zip(outputs.values(), made, strict=True)):
+            self.barriers[root] = BarrierRecord(op, position, inputs)
+            self.root_names[root] = f"output {label(tensor)!r} of {op.debug_name()} (Barrier)"
+            self.define(tensor, root)
+
+    # -- queries ---------------------------------------------------------------------------
+    def owner(self, sink: TensorId) -> Tensor | None:
+        """The IR tensor a Sink stands for (None for sinks rules made for themselves)."""
+        return self._owner.get(sink)
+
+    def describe(self, tensor: TensorId) -> str:
+        """What an origin is, for explanations."""
+        owner = self._owner.get(tensor)
+        if owner is not None:
+            return f"the linearly mapped part of {label(owner)!r}"
+        if tensor in self.root_names:
+            return self.root_names[tensor]
+        if self.graph.kind(tensor) == "sum_like_reduce":
+            return "the broadcast-operand layout of an elementwise partner (SumLikeReduce)"
+        return f"{self.graph.kind(tensor)} {tensor!r}"
+
+    # -- walking the IR ------------------------------------------------------------------
+    def emit_graph(self, graph: IrGraph, progress: Callable[[], None] | None = None) -> None:
+        for tensor in graph.producerless_tensors():
+            self.sink(tensor)
+        for op in graph.schedule():
+            for tensor in op.inputs:
+                _shape(tensor)
+            self.registry.layout_rule(op).unwind(op, self)
+            for tensor in op.outputs:
+                if (tensor.graph.id, tensor.id) not in self._ids:
+                    raise PlanError(f"the layout rule of {op.debug_name()} did not define its "
+                                    f"output {label(tensor)!r}")
+            if progress is not None:
+                progress()
+
+
+def callees_first(ir: Ir) -> list[IrGraph]:
+    """Every graph once, each after the graphs it calls (then in ``ir.graphs`` order)."""
+    order: list[IrGraph] = []
+    state: dict[str, str] = {}
+
+    def visit(graph: IrGraph) -> None:
+        if state.get(graph.id) == "done":
+            return
+        if state.get(graph.id) == "open":
+            raise PlanError(f"graph {graph.id!r} calls itself; its layouts cannot be planned")
+        state[graph.id] = "open"
+        for op in graph.schedule():
+            for callee in op.called_graphs():
+                visit(callee)
+        state[graph.id] = "done"
+        order.append(graph)
+
+    for graph in ir.graphs:
+        visit(graph)
+    return order
+
+
+def emit_ir(ir: Ir, target: TileTarget, valuations: Any, registry: OpRegistry,
+            progress: Progress | None = None) -> Emitter:
+    """The unwinding problem of the whole Ir."""
+    emitter = Emitter(target, valuations, registry)
+    graphs = callees_first(ir)
+    total = sum(len(g.ops) for g in graphs)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None and (done % 64 == 0 or done == total):
+            progress("emit", done, total)
+
+    if progress is not None:
+        progress("emit", 0, total)
+    for graph in graphs:
+        emitter.emit_graph(graph, tick)
+    return emitter
+
+
+def _shape(tensor: Tensor) -> tuple[int, ...]:
+    if tensor.shape is None:
+        raise PlanError(f"tensor {label(tensor)!r} has no known shape; the layout planner "
+                        f"needs every shape (run InferShapes first)")
+    return tensor.shape

@@ -1,0 +1,196 @@
+"""``plan_ir``: the layout planner end to end, and the ``Plan`` it returns.
+
+emit (the unwinding problem from the IR) -> solve (``options.unwind_algorithm``) ->
+realize (concrete tiles per sink) -> validate -> write ``tensor.tile_mapping`` (Poplar
+format) on every producer-less tensor and call output. The Plan keeps, per planned tensor,
+its mapping, how it was decided and the paths that explain it, the solver's objective and
+upper bound, timings, and the unwind graph, solution and realizer for reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir import Ir
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tile_mapping import tile_mapping
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.layout import TileTarget
+from popart_unwind.ops.registry import OpRegistry
+from popart_unwind.options import SessionOptions
+from popart_unwind.unwind import Graph, Solution, TensorId
+
+from .emit import Emitter, Progress, emit_ir, label
+from .realize import Realizer, validate
+
+TileMapping = list[list[tuple[int, int]]]
+
+UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedTensor:
+    """The plan for one tensor: its mapping, and how and why it was chosen."""
+
+    graph_id: str
+    tensor_id: str
+    shape: tuple[int, ...]
+    dtype: str
+    tile_mapping: TileMapping = dataclasses.field(repr=False)
+    #: "unwound" (every element from a path), "linear" or "partly unwound".
+    method: str
+    explanation: str
+    #: Each element's tile (flat, row-major): the same layout as ``tile_mapping``.
+    tiles: np.ndarray = dataclasses.field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph_id, "shape": list(self.shape), "dtype": self.dtype,
+                "tile_mapping": [[list(iv) for iv in tile] for tile in self.tile_mapping],
+                "method": self.method, "explanation": self.explanation}
+
+
+@dataclasses.dataclass
+class Plan:
+    """A layout plan of a whole Ir (see the module docstring)."""
+
+    tensors: list[PlannedTensor]
+    objective: float
+    upper_bound: float
+    solver: str
+    proven_optimal: bool
+    num_tiles: int
+    #: Seconds per stage: emit, solve, realize, write, total.
+    timings: dict[str, float]
+    unwind_graph: Graph = dataclasses.field(repr=False)
+    solution: Solution = dataclasses.field(repr=False)
+    #: The concrete tiles of any unwind tensor (``realizer.tiles(t)``), for reports.
+    realizer: Realizer = dataclasses.field(repr=False)
+    #: Whether writing the plan changed any tensor's mapping on the Ir.
+    changed: bool = False
+
+    def tensor(self, graph_id: str, tensor_id: str) -> PlannedTensor:
+        for planned in self.tensors:
+            if planned.graph_id == graph_id and planned.tensor_id == tensor_id:
+                return planned
+        raise PlanError(f"the plan has no tensor {tensor_id!r} in graph {graph_id!r}")
+
+    def mappings(self) -> dict[tuple[str, str], TileMapping]:
+        """(graph id, tensor id) -> Poplar-format mapping."""
+        return {(p.graph_id, p.tensor_id): p.tile_mapping for p in self.tensors}
+
+    def counts(self) -> dict[str, int]:
+        """How many tensors each method decided."""
+        found = {UNWOUND: 0, PARTLY: 0, LINEAR: 0}
+        for planned in self.tensors:
+            found[planned.method] += 1
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: tensors keyed ``graph/tensor`` outside the main graph."""
+        return {
+            "objective": self.objective, "upper_bound": self.upper_bound,
+            "solver": self.solver, "proven_optimal": self.proven_optimal,
+            "num_tiles": self.num_tiles, "timings": dict(self.timings),
+            "tensors": {(f"{p.graph_id}/{p.tensor_id}" if p.graph_id else p.tensor_id):
+                        p.to_dict() for p in self.tensors},
+        }
+
+
+def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
+            progress: Progress | None = None, registry: OpRegistry = REGISTRY,
+            write: bool = True) -> Plan:
+    """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
+    is False, write the mappings onto the Ir. ``progress(stage, done, total)`` is called
+    as stages advance (stages: emit, solve, realize, write)."""
+    options = options if options is not None else ir.options
+    began = time.perf_counter()
+    timings: dict[str, float] = {}
+    reset = getattr(target, "reset", None)
+    if callable(reset):
+        reset()  # the rotating linear mapper restarts: equal Irs, equal plans
+
+    emitter = emit_ir(ir, target, options.unwind_valuations, registry, progress)
+    timings["emit"] = _lap(began, timings)
+
+    _report(progress, "solve", 0, 1)
+    solution = emitter.graph.solve(options.unwind_algorithm)
+    _report(progress, "solve", 1, 1)
+    timings["solve"] = _lap(began, timings)
+
+    realizer = Realizer(emitter, solution)
+    sink_tiles = realizer.realize_sinks(
+        None if progress is None else lambda done, total: progress("realize", done, total))
+    planned = []
+    for tensor, sink in emitter.planned:
+        tiles = sink_tiles[sink]
+        what = f"tensor {label(tensor)!r}"
+        validate(tiles, tensor.nelms(), target.num_tiles, what)
+        mapping = tile_mapping(tiles, target.num_tiles)
+        planned.append(_planned(emitter, realizer, tensor, sink, tiles, mapping))
+    timings["realize"] = _lap(began, timings)
+
+    changed = _write(planned, ir, progress) if write else False
+    timings["write"] = _lap(began, timings)
+    timings["total"] = time.perf_counter() - began
+    return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
+                solution.algo, solution.proven_optimal, target.num_tiles, timings,
+                emitter.graph, solution, realizer, changed)
+
+
+def _lap(began: float, timings: dict[str, float]) -> float:
+    return time.perf_counter() - began - sum(timings.values())
+
+
+def _report(progress: Progress | None, stage: str, done: int, total: int) -> None:
+    if progress is not None:
+        progress(stage, done, total)
+
+
+def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorId,
+             tiles: np.ndarray, mapping: TileMapping) -> PlannedTensor:
+    numel = tensor.nelms()
+    linear = realizer.linear_count(sink)
+    method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY
+    return PlannedTensor(tensor.graph.id, tensor.id, tuple(tensor.shape), tensor.dtype,
+                         mapping, method, explain(emitter, realizer, sink, numel),
+                         tiles.astype(np.int32))
+
+
+def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) -> str:
+    """Why a sink has its layout: one clause per solution path into it."""
+    if numel == 0:
+        return "empty tensor"
+    clauses = []
+    for path in realizer.solution.paths(sink):
+        count = path.regions.total_elms()
+        share = "all elements" if count == numel else f"{count} of {numel} elements"
+        if path.src == sink:
+            clauses.append(f"{share} mapped linearly (nothing wanted them elsewhere)")
+            continue
+        how = "as it is" if not len(path.chain) else f"through {path.chain!r}"
+        clauses.append(f"{share} from {emitter.describe(path.src)} {how}")
+    return "; ".join(clauses)
+
+
+def _write(planned: list[PlannedTensor], ir: Ir, progress: Progress | None) -> bool:
+    changed = False
+    for done, entry in enumerate(planned, 1):
+        tensor = ir.graph(entry.graph_id).tensor(entry.tensor_id)
+        old = tensor.tile_mapping
+        if old != entry.tile_mapping and _normalised(old) != entry.tile_mapping:
+            tensor.tile_mapping = [list(tile) for tile in entry.tile_mapping]
+            changed = True
+        if progress is not None and (done % 256 == 0 or done == len(planned)):
+            progress("write", done, len(planned))
+    return changed
+
+
+def _normalised(mapping: Any) -> TileMapping | None:
+    if mapping is None:
+        return None
+    return [[(int(b), int(e)) for b, e in tile] for tile in mapping]

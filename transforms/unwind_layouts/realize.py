@@ -1,0 +1,173 @@
+"""Turning a solution of the unwinding problem into concrete tiles.
+
+A solution gives every element an origin (a root element, or a sink's own element). The
+tiles follow: a Sink element sits on the tile of its origin. Roots are laid out lazily,
+only when some element takes its origin there:
+
+- Source: the layout its rule attached (a Poplibs ``create*`` hook's answer);
+- FixedPoint output: likewise (the matmul plan's output layout);
+- Barrier output: the IR op's rule's ``output_tiles`` (inputs passed lazily: the modelled
+  rules map barrier outputs linearly without reading them);
+- SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
+- a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order.
+
+Sinks are realized in ``Solution.dependency_order``, so every origin a sink takes lies in
+something already realized; each sink's tiles come from its paths (``Solution.paths``:
+root, canonical chain, covered region), applying the chain to the root's tiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.unwind import Solution, TensorId
+from popart_unwind.unwind.solution import dependency_order
+
+from .emit import Emitter, label
+
+
+class _LazyInputs(Sequence):
+    """A barrier op's input layouts, indexed by input index, computed on first access."""
+
+    def __init__(self, realizer: Realizer, inputs: dict[int, TensorId]) -> None:
+        self._realizer, self._inputs = realizer, inputs
+        self._length = max(inputs, default=-1) + 1
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        tensor = self._inputs.get(index)
+        return None if tensor is None else self._realizer.tiles(tensor)
+
+
+class Realizer:
+    """Concrete tiles of the unwind tensors a solution needs, memoised."""
+
+    def __init__(self, emitter: Emitter, solution: Solution) -> None:
+        self.emitter = emitter
+        self.graph = emitter.graph
+        self.solution = solution
+        self.target = emitter.target
+        self._tiles: dict[TensorId, np.ndarray] = {}
+        self._own: dict[TensorId, int] = {}  # sink -> number of linearly mapped elements
+        self._busy: set[TensorId] = set()
+        self._barrier_outputs: dict[int, list[np.ndarray]] = {}
+
+    def realize_sinks(self, progress: Callable[[int, int], None] | None = None
+                      ) -> dict[TensorId, np.ndarray]:
+        """Every sink's tiles (flat), realized in dependency order."""
+        order = [t for t in dependency_order(self.graph, self.solution.sink_paths())
+                 if self.graph.kind(t) == "sink"]
+        for done, sink in enumerate(order, 1):
+            self.tiles(sink)
+            if progress is not None and (done % 64 == 0 or done == len(order)):
+                progress(done, len(order))
+        return {sink: self._tiles[sink] for sink in order}
+
+    def linear_count(self, sink: TensorId) -> int:
+        """How many elements of ``sink`` were mapped linearly (its own origins)."""
+        return self._own.get(sink, 0)
+
+    def tiles(self, tensor: TensorId) -> np.ndarray:
+        """The flat tiles of ``tensor``, computing (and remembering) them on first use."""
+        found = self._tiles.get(tensor)
+        if found is not None:
+            return found
+        if tensor in self._busy:
+            raise PlanError(f"the layout of {tensor!r} depends on itself")
+        self._busy.add(tensor)
+        try:
+            kind = self.graph.kind(tensor)
+            if kind in ("source", "fixed_point"):
+                tiles = self._root(tensor)
+            elif kind == "barrier":
+                tiles = self._barrier(tensor)
+            elif kind == "sum_like_reduce":
+                full = self.graph.node(tensor).inputs[0]
+                tiles = self.target.broadcast_operand_tiles(
+                    self.tiles(full), self.graph.shape(full), self.graph.shape(tensor))
+            else:
+                tiles = self._from_paths(tensor)
+            tiles = np.asarray(tiles).reshape(-1)
+            if tiles.size != self.graph.numel(tensor):
+                raise PlanError(f"the layout of {self._name(tensor)} has {tiles.size} "
+                                f"elements, not {self.graph.numel(tensor)}")
+        finally:
+            self._busy.discard(tensor)
+        self._tiles[tensor] = tiles
+        return tiles
+
+    def _name(self, tensor: TensorId) -> str:
+        owner = self.emitter.owner(tensor)
+        return repr(label(owner)) if owner is not None else repr(tensor)
+
+    def _root(self, tensor: TensorId) -> np.ndarray:
+        spec = self.emitter.root_tiles.get(tensor)
+        if spec is None:
+            raise PlanError(f"{self.graph.kind(tensor)} {tensor!r} carries no layout (a rule "
+                            f"made it without the emitter)")
+        return spec(self.target) if callable(spec) else spec
+
+    def _barrier(self, tensor: TensorId) -> np.ndarray:
+        record = self.emitter.barriers.get(tensor)
+        if record is None:
+            raise PlanError(f"barrier {tensor!r} has no IR op behind it (a rule made it "
+                            f"without the emitter)")
+        op = record.op
+        outputs = self._barrier_outputs.get(op.id)
+        if outputs is None:
+            rule = self.emitter.registry.layout_rule(op)
+            outputs = list(rule.output_tiles(op, _LazyInputs(self, record.inputs), self.target))
+            if len(outputs) != len(op.outputs):
+                raise PlanError(f"the layout rule of {op.debug_name()} gave {len(outputs)} "
+                                f"output layouts for {len(op.outputs)} outputs")
+            self._barrier_outputs[op.id] = outputs
+        return outputs[record.position]
+
+    def _from_paths(self, tensor: TensorId) -> np.ndarray:
+        shape = self.graph.shape(tensor)
+        result = np.full(self.graph.numel(tensor), -1, dtype=np.int64)
+        own = None
+        for path in self.solution.paths(tensor):
+            if path.src == tensor:
+                own = path.regions
+                continue
+            source = self.tiles(path.src).reshape(self.graph.shape(path.src))
+            moved = np.asarray(path.chain.apply(source)).reshape(-1)
+            mask = path.regions.mask().reshape(-1)
+            result[mask] = moved[mask]
+        if own is not None:
+            if self.graph.kind(tensor) != "sink":
+                raise PlanError(f"{tensor!r} has elements of its own but is not a sink")
+            where = np.flatnonzero(own.mask().reshape(-1))
+            if where.size:
+                owner = self.emitter.owner(tensor)
+                dtype = owner.dtype if owner is not None else "float32"
+                result[where] = self.target.linear_tiles((int(where.size),), dtype)
+            self._own[tensor] = int(where.size)
+        missing = np.flatnonzero(result < 0)
+        if missing.size:
+            raise PlanError(f"element {int(missing[0])} of {self._name(tensor)} (shape "
+                            f"{shape}) is on no tile: no path of the solution covers it")
+        return result
+
+
+def validate(tiles: np.ndarray, numel: int, num_tiles: int, what: str) -> None:
+    """Each element on exactly one tile with an id in range; PlanError naming ``what``."""
+    flat = np.asarray(tiles).reshape(-1)
+    if flat.size != numel:
+        raise PlanError(f"{what}: the layout has {flat.size} elements, the tensor {numel}")
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= num_tiles):
+        bad = int(np.flatnonzero((flat < 0) | (flat >= num_tiles))[0])
+        raise PlanError(f"{what}: element {bad} is on tile {int(flat[bad])}, outside "
+                        f"[0, {num_tiles})")

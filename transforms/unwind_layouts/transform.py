@@ -1,0 +1,46 @@
+"""UnwindLayouts: the layout planner as a transform of the pipeline (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from popart_unwind.ops import REGISTRY, OpRegistry
+
+from ..base import ALL_CONDITIONS, Transform
+from ..conditions import Condition
+from ..registry import register
+from .plan import plan_ir
+
+if TYPE_CHECKING:
+    from popart_unwind.ir import Graph
+
+
+def default_target() -> Any:
+    """The IPU Model with its defaults (a Mk2 GC200), as tile arrays."""
+    from popart_unwind.target.tile_target import TileTarget
+
+    return TileTarget()
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class UnwindLayouts(Transform):
+    """Plans the whole Ir's layouts once and writes them back as tile mappings.
+
+    Whatever graph it is handed, it plans every graph of that graph's Ir (layouts cross call
+    boundaries). It only writes ``tile_mapping`` on producer-less tensors and call outputs,
+    so it preserves every condition; it needs every shape. True iff a mapping changed.
+    """
+
+    id = 5
+    name = "UnwindLayouts"
+    assumes = frozenset({Condition.SHAPES_KNOWN})
+    preserves = ALL_CONDITIONS
+
+    #: A ``TileTarget`` (``popart_unwind.target.tile_target``): the machine planned for.
+    target: Any = dataclasses.field(default_factory=default_target)
+    op_registry: OpRegistry = REGISTRY
+
+    def apply(self, graph: Graph) -> bool:
+        return plan_ir(graph.ir, self.target, registry=self.op_registry).changed
