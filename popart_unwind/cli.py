@@ -1,37 +1,227 @@
-"""The ``popart-unwind`` command.
+"""The ``popart-unwind`` command: ``plan`` a model, run the ``demo``, print the version.
 
-Errors from the library are typed (``popart_unwind.errors``); the command turns each into one
-line on stderr and exit status 2.
+Errors from the library are typed (``popart_unwind.errors``); the command turns each (and
+every unreadable input or unwritable output) into one line on stderr and exit status 2,
+having written nothing: every output is staged under a temporary name and renamed into
+place only when all of them are ready. docs/cli.md is the user's guide.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
 from popart_unwind import __version__
 from popart_unwind.errors import PopartUnwindError
 
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+DEFAULT_TILES = 1472
+
+
+class UsageError(PopartUnwindError, ValueError):
+    """The command line itself is wrong (unknown option, bad value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _tiles(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--tiles must be a positive integer, got {text!r}")
+    return value
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", metavar="PLAN.json", type=Path,
+                        help="write the plan (tile mappings, methods, summary) as JSON")
+    parser.add_argument("--report", metavar="DIR", type=Path,
+                        help="write an HTML report with pictures into this folder")
+    parser.add_argument("--tiles", metavar="N", type=_tiles, default=DEFAULT_TILES,
+                        help=f"tiles of the IPU Model (default {DEFAULT_TILES}, a GC200)")
+    parser.add_argument("--algo", metavar="NAME", default=None,
+                        help="unwinding solver: " + ", ".join(_algorithms())
+                        + " (default: the session option, deferral)")
+    parser.add_argument("--baseline", choices=("popart", "linear", "none"), default="popart",
+                        help="compare with PopART's heuristic and linear mapping (popart, "
+                             "the default), with linear mapping only, or with nothing")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress and no summary table (errors still go to stderr)")
+
+
+def _algorithms() -> list[str]:
+    from popart_unwind.unwind.solvers import SOLVERS
+
+    return sorted(SOLVERS)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="popart-unwind",
         description="Plan tile layouts of producer-less tensors for tile-based accelerators.",
     )
     parser.add_argument("--version", action="version", version=f"popart-unwind {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    plan = commands.add_parser("plan", help="plan the layouts of a model",
+                               description="Plan the tile layouts of MODEL: an ONNX file, or "
+                               "module:factory where factory() returns (torch module, "
+                               "example_args).")
+    plan.add_argument("model", metavar="MODEL", help="model.onnx or module:factory")
+    _add_common(plan)
+    plan.add_argument("--training", action="store_true",
+                      help="plan one training step (forward, backward, update) of a PyTorch "
+                           "model")
+    plan.add_argument("--onnx-out", metavar="PATH", type=Path,
+                      help="write a copy of the ONNX model with the plan in its metadata")
+    demo = commands.add_parser("demo", help="plan the embedded example (no files needed)",
+                               description="Plan a small transformer block built in Python "
+                               "and show how it compares with PopART's heuristic.")
+    _add_common(demo)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Run the command; returns the exit status (0 success, 2 bad input)."""
+    stdout = stdout if stdout is not None else sys.stdout
+    stderr = stderr if stderr is not None else sys.stderr
     parser = build_parser()
     try:
-        parser.parse_args(argv)
-        parser.print_help()
-        return 0
-    except PopartUnwindError as error:
-        print(f"popart-unwind: error: {error}", file=sys.stderr)
-        return 2
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as done:  # --help and --version
+            return int(done.code or 0)
+        if args.command is None:
+            parser.print_help(stdout)
+            return EXIT_OK
+        return _run(args, stdout, stderr)
+    except (PopartUnwindError, OSError) as error:
+        print(f"popart-unwind: error: {_one_line(error)}", file=stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("popart-unwind: interrupted; nothing was written", file=stderr)
+        return EXIT_INTERRUPTED
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text or type(error).__name__
+
+
+def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    from popart_unwind.report.atomic import check_file_target, check_folder_target
+    from popart_unwind.report.model_input import is_factory
+    from popart_unwind.target.ipu_model import IpuModel
+
+    started = time.perf_counter()
+    if args.algo is not None and args.algo not in _algorithms():
+        raise UsageError(f"unknown --algo {args.algo!r}; choose from {', '.join(_algorithms())}")
+    model = IpuModel(tiles_per_ipu=args.tiles)
+    onnx_out = getattr(args, "onnx_out", None)
+    if args.report is not None:
+        check_folder_target(args.report, "--report")
+    for path, option in ((args.out, "--out"), (onnx_out, "--onnx-out")):
+        if path is None or _in_report(path, args.report):
+            continue
+        if args.report is not None and path.resolve().is_relative_to(args.report.resolve()):
+            raise UsageError(f"{option} {path} lies in a subfolder of the --report folder, "
+                             f"which is replaced as a whole; put it in the folder itself")
+        check_file_target(path, option)
+    if onnx_out is not None and args.out is not None and onnx_out.resolve() == \
+            args.out.resolve():
+        raise UsageError("--out and --onnx-out name the same file")
+    if onnx_out is not None and is_factory(args.model):
+        raise UsageError("--onnx-out needs an ONNX model; MODEL is module:factory")
+    run, title = _plan(args, model, onnx_out, stderr)
+    if not args.quiet:
+        from popart_unwind.report.summary import print_summary
+
+        print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
+        written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
+        stdout.write(f"{len(run.decisions)} tensors planned in "
+                     f"{time.perf_counter() - started:.1f} s"
+                     + (f"; wrote {', '.join(written)}" if written else "") + "\n")
+    return EXIT_OK
+
+
+def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: TextIO
+          ) -> tuple[Any, str]:
+    """Every stage, then every output written (or none); returns the session's PlanRun
+    and the title of the summary and report."""
+    from popart_unwind.report import atomic
+    from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
+    from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
+    from popart_unwind.report.progress import StageProgress
+    from popart_unwind.report.session import plan_session, transform
+
+    demo = args.command == "demo"
+    title = "popart-unwind demo: a transformer block" if demo else \
+        f"popart-unwind plan {args.model}"
+    with StageProgress(stderr, enabled=not args.quiet) as progress:
+        with progress.stage("import"):
+            ir = _import(args)
+            proto = None
+            if onnx_out is not None:
+                proto = load_for_annotation(Path(args.model), onnx_out)
+        with progress.stage("transforms"):
+            transform(ir)
+        run = plan_session(ir, model, args.algo, args.baseline, progress)
+        document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
+                                       run.planner())
+        files: list[tuple[Path, bytes]] = []
+        if args.out is not None:
+            files.append((args.out, dumps_plan(document)))
+        if onnx_out is not None and proto is not None:
+            files.append((onnx_out, annotated_bytes(proto, compact_plan(document))))
+        with progress.stage("report"):
+            if args.report is None:
+                _write_all(files)
+            else:
+                from popart_unwind.report.html import write_report
+
+                with atomic.staged_folder(args.report) as staging:
+                    write_report(run, staging, title, progress.update)
+                    # Files named inside the report folder go in with it; the report only
+                    # lands if the others were written.
+                    _write_all([(staging / path.name if _in_report(path, args.report)
+                                 else path, data) for path, data in files])
+    return run, title
+
+
+def _import(args: argparse.Namespace) -> Any:
+    if args.command == "demo":
+        from popart_unwind.report.demo_model import build_demo_ir
+
+        return build_demo_ir()
+    from popart_unwind.report.model_input import load_model
+
+    return load_model(args.model, args.training)
+
+
+def _in_report(path: Path, report: Path | None) -> bool:
+    """Whether an output file lies directly in the report folder (it is then written
+    into the staged report, since the folder is replaced as a whole)."""
+    return report is not None and path.parent.resolve() == report.resolve()
+
+
+def _write_all(files: list[tuple[Path, bytes]]) -> None:
+    from popart_unwind.report.atomic import write_bytes
+
+    for path, data in files:
+        write_bytes(path, data)
 
 
 if __name__ == "__main__":

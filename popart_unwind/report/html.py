@@ -1,0 +1,220 @@
+"""The HTML report: one self-contained ``index.html`` (pictures as base64 PNG data URIs,
+CSS inline, no scripts, no network) with the PNGs also saved beside it.
+
+Sections: the summary table; per-tile memory and exchange bars; the ops that move the most
+data; tiles × elements maps of the largest tensors (ours beside PopART's); for small
+problems the unwinding diagram; and every tensor's method and explanation.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from popart_unwind import __version__
+from popart_unwind.report import pictures
+from popart_unwind.report.progress import ProgressCallback
+from popart_unwind.report.session import PlanRun, largest_tensors
+from popart_unwind.report.summary import PLAN_TITLES, summary_rows
+
+HEATMAP_TENSORS = 12
+TOP_OPS = 20
+MAX_DIAGRAM_TENSORS = 40
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; vertical-align: top; }
+th { background: #f4f4f4; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.text { max-width: 40em; }
+img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1.5em; }
+.meta { color: #555; } code { font-size: 0.95em; }
+"""
+
+
+def write_report(run: PlanRun, folder: Path, title: str,
+                 progress: ProgressCallback | None = None) -> None:
+    """Write ``index.html`` and the PNGs into ``folder`` (an empty staging folder);
+    ``progress(step, done, total)`` hears of each section as it is drawn."""
+    images: dict[str, bytes] = {}
+    steps = [
+        ("summary", lambda: _summary(run)),
+        ("per-tile bars", lambda: _per_tile(run, images)),
+        ("ops", lambda: _top_ops(run)),
+        ("tile maps", lambda: _heatmaps(run, images, progress)),
+        ("diagram", lambda: _diagram(run, folder, images)),
+        ("tensors", lambda: _tensor_list(run)),
+    ]
+    sections = []
+    for done, (step, make) in enumerate(steps):
+        if progress is not None:
+            progress(step, done, len(steps))
+        sections.append(make())
+    for name, data in images.items():
+        (folder / name).write_bytes(data)
+    body = "\n".join(section for section in sections if section)
+    page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n</body>\n</html>\n")
+    (folder / "index.html").write_text(page, encoding="utf-8")
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _img(images: dict[str, bytes], name: str, alt: str) -> str:
+    """The picture embedded as a data URI (the page needs no other file)."""
+    encoded = base64.b64encode(images[name]).decode("ascii")
+    return f'<img src="data:image/png;base64,{encoded}" alt="{_e(alt)}">'
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1) -> str:
+    head = "".join(f"<th>{_e(cell)}</th>" for cell in header)
+    lines = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="{"num" if i >= numeric_from else "text"}">{_e(cell)}</td>'
+            for i, cell in enumerate(row))
+        lines.append(f"<tr>{cells}</tr>")
+    return f"<table>\n<tr>{head}</tr>\n" + "\n".join(lines) + "\n</table>"
+
+
+def _meta(run: PlanRun) -> str:
+    source = run.ir.metadata.get("source", "model")
+    counts: dict[str, int] = {}
+    for decision in run.decisions:
+        counts[decision.method] = counts.get(decision.method, 0) + 1
+    methods = ", ".join(f"{count} {method}" for method, count in sorted(counts.items()))
+    objective, bound = float(run.plan.objective), float(run.plan.upper_bound)
+    share = f" ({100 * objective / bound:.1f}%)" if bound else ""
+    return (f'<p class="meta">Model <code>{_e(source)}</code> · target IpuModel, '
+            f"{run.model.tiles_per_ipu:,} tiles of {run.model.bytes_per_tile:,} bytes · "
+            f"solver <code>{_e(run.algorithm)}</code>: objective {objective:,g} of "
+            f"{bound:,g}{share} on the unwinding graph · {len(run.decisions)} tensors "
+            f"({_e(methods)}) · popart-unwind {_e(__version__)}</p>")
+
+
+def _summary(run: PlanRun) -> str:
+    header, rows = summary_rows(run.summaries(), run.model.bytes_per_tile)
+    note = ("<p>Objective: the planner's score of agreeing layouts (higher is better; the "
+            "share is of the upper bound). Exchange: bytes tiles receive before ops compute "
+            "and the cycles that takes. Max tile memory: the fullest tile's resident bytes "
+            "against the tile's budget. Regions: contiguous pieces received (exchange code)."
+            "</p>")
+    return f"<h2>Summary</h2>\n{_table(header, rows)}\n{note}"
+
+
+def _per_tile(run: PlanRun, images: dict[str, bytes]) -> str:
+    budget = run.model.bytes_per_tile
+    images["memory_per_tile.png"] = pictures.per_tile_bars(
+        "Resident memory per tile", {n: r.resident_bytes_per_tile for n, r in run.costs.items()},
+        "B", budget)
+    images["exchange_per_tile.png"] = pictures.per_tile_bars(
+        "Bytes received per tile (exchange)",
+        {n: r.received_bytes_per_tile for n, r in run.costs.items()}, "B")
+    return ("<h2>Per tile</h2>\n"
+            f"<p>Tile budget {budget:,} bytes (dashed line when the bars come near it).</p>\n"
+            + _img(images, "memory_per_tile.png", "resident memory per tile") + "\n"
+            + _img(images, "exchange_per_tile.png", "received exchange bytes per tile"))
+
+
+def _op_rows(report: Any) -> list[Any]:
+    rows = getattr(report, "ops", None)
+    return list(rows if rows is not None else report.rows)
+
+
+def _top_ops(run: PlanRun) -> str:
+    names = list(run.costs)
+    by_plan = {name: {row.op_id: row for row in _op_rows(report)}
+               for name, report in run.costs.items()}
+    ours = _op_rows(run.costs["ours"])
+
+    def moved(row: Any) -> int:
+        return max(by_plan[name][row.op_id].exchange_bytes * by_plan[name][row.op_id].executions
+                   for name in names if row.op_id in by_plan[name])
+
+    ranked = sorted((row for row in ours if moved(row) > 0),
+                    key=lambda row: (-moved(row), row.op_id))[:TOP_OPS]
+    if not ranked:
+        return "<h2>Exchange by op</h2>\n<p>No op receives any data under any plan.</p>"
+    header = ["op", "type", "graph"]
+    header += [f"bytes ({PLAN_TITLES[n]})" for n in names]
+    header += [f"cycles ({PLAN_TITLES[n]})" for n in names]
+    header += ["regions (ours)"]
+    rows = []
+    for row in ranked:
+        plans = [by_plan[n].get(row.op_id) for n in names]
+        rows.append([row.name or f"#{row.op_id}", row.type, row.graph_id or "main",
+                     *(f"{p.exchange_bytes * p.executions:,}" if p else "" for p in plans),
+                     *(f"{p.cycles * p.executions:,}" if p else "" for p in plans),
+                     f"{row.regions:,}"])
+    return (f"<h2>Exchange by op (top {len(rows)})</h2>\n"
+            "<p>Ops ranked by the most bytes any plan makes them receive; per step (an op "
+            "of a subgraph counts once per call site).</p>\n" + _table(header, rows, 3))
+
+
+def _heatmaps(run: PlanRun, images: dict[str, bytes],
+              progress: ProgressCallback | None) -> str:
+    shown = [name for name in ("ours", "popart") if name in run.layouts]
+    largest = largest_tensors(run, HEATMAP_TENSORS)
+    what = f"the {len(largest)} largest tensors" if len(largest) < len(run.decisions) \
+        else "every tensor"
+    parts = [f"<h2>Tile maps of {what}</h2>",
+             "<p>x: element (row-major), y: tile; colour: share of the elements of an x bin "
+             "that lie on a tile. A linear mapping is a staircase.</p>"]
+    for index, decision in enumerate(largest):
+        if progress is not None:
+            progress("tile maps", index, len(largest))
+        key = (decision.graph_id, decision.tensor_id)
+        name = f"tensor_{index:02d}.png"
+        label = decision.tensor_id if not decision.graph_id else \
+            f"{decision.graph_id}/{decision.tensor_id}"
+        images[name] = pictures.tensor_heatmap(
+            label, decision.shape, {plan: run.layouts[plan][key] for plan in shown
+                                    if key in run.layouts[plan]}, run.model.tiles_per_ipu)
+        parts.append(f"<h3>{_e(label)} <small>({_e(decision.method)})</small></h3>")
+        parts.append(_img(images, name, f"tile map of {label}"))
+    return "\n".join(parts)
+
+
+def _diagram(run: PlanRun, folder: Path, images: dict[str, bytes]) -> str:
+    graph = getattr(run.plan, "unwind_graph", None)
+    solution = getattr(run.plan, "solution", None)
+    if graph is None or solution is None:
+        return ""
+    count = len(graph.tensors())
+    if count > MAX_DIAGRAM_TENSORS:
+        return (f"<h2>Unwinding problem</h2>\n<p>{count} tensors: too many to draw "
+                f"(at most {MAX_DIAGRAM_TENSORS}).</p>")
+    from popart_unwind.unwind.draw import draw
+
+    path = draw(solution, folder / "unwind.png", title="The unwinding problem and its solution")
+    images["unwind.png"] = Path(path).read_bytes()
+    return ("<h2>Unwinding problem</h2>\n<p>Each tensor of the unwinding graph as a grid of "
+            "elements coloured by mapping (same colour, same tile layout); ValuedPairs as "
+            "double lines labelled value · agreeing/elements.</p>\n"
+            + _img(images, "unwind.png", "the unwinding graph and its solution"))
+
+
+def _tensor_list(run: PlanRun) -> str:
+    popart = run.methods.get("popart", {})
+    header = ["tensor", "graph", "shape", "dtype", "method", "explanation"]
+    if popart:
+        header += ["PopART method", "PopART explanation"]
+    rows = []
+    for d in run.decisions:
+        key = (d.graph_id, d.tensor_id)
+        row = [d.tensor_id, d.graph_id or "main", "×".join(map(str, d.shape)) or "scalar",
+               d.dtype, d.method, d.explanation]
+        if popart:
+            row += list(popart.get(key, ("", "")))
+        rows.append(row)
+    header_row = _table(header, rows, numeric_from=len(header))
+    return f"<h2>Tensors</h2>\n<p>How each producer-less tensor got its layout.</p>\n{header_row}"

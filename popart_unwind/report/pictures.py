@@ -1,0 +1,136 @@
+"""The report's pictures, rendered with matplotlib's Agg backend into PNG bytes.
+
+- a tiles × elements heat map per tensor: x is the element (row-major, in bins when the
+  tensor is long), y the tile (in bins on a large target), colour the share of the bin's
+  elements on that tile — a linear mapping is a staircase, a matmul layout a pattern of
+  blocks; one panel per plan, side by side;
+- per-tile bars (resident memory, received exchange), one row per plan on one scale.
+
+Rendering is deterministic (no timestamps in the PNG), so one plan gives one picture.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib import style
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from popart_unwind.report.summary import PLAN_TITLES
+
+MAX_ELEMENT_BINS = 160
+MAX_TILE_BINS = 96
+DPI = 100
+RC = {"font.size": 8.0, "axes.titlesize": 8.5, "axes.labelsize": 8.0}
+PLAN_COLOURS = {"ours": "#1f77b4", "popart": "#d62728", "linear": "#7f7f7f"}
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _figure(width: float, height: float) -> Figure:
+    """A figure whose axes are placed by hand (a layout engine costs more than drawing)."""
+    fig = Figure(figsize=(width, height), dpi=DPI, facecolor="white")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _axes(fig: Figure, left: float, bottom: float, width: float, height: float) -> Axes:
+    """Axes at a rectangle given in inches from the figure's lower left corner."""
+    fig_width, fig_height = fig.get_size_inches()
+    ax = fig.add_axes((left / fig_width, bottom / fig_height, width / fig_width,
+                       height / fig_height))
+    ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
+    return ax
+
+
+def occupancy(tiles: np.ndarray, tile_range: tuple[int, int], element_bins: int,
+              tile_bins: int) -> np.ndarray:
+    """[tile_bins, element_bins]: the share of each element bin's elements on each bin of
+    the tiles ``tile_range`` (first, last + 1); bins split the ranges as evenly as
+    integers allow."""
+    flat = np.asarray(tiles).reshape(-1)
+    if flat.size == 0:
+        return np.zeros((tile_bins, element_bins))
+    first, end = tile_range
+    # Element i falls in bin floor(i * bins / n): bin j starts at ceil(j * n / bins).
+    starts = -(-np.arange(element_bins + 1, dtype=np.int64) * flat.size // element_bins)
+    per_column = np.diff(starts)
+    column = np.repeat(np.arange(element_bins, dtype=np.int32), per_column)
+    row = (flat.astype(np.int32) - first) * tile_bins // (end - first)  # small: no overflow
+    counts = np.bincount(row * element_bins + column, minlength=tile_bins * element_bins)
+    counts = counts.reshape(tile_bins, element_bins).astype(float)
+    return counts / np.maximum(per_column, 1).astype(float)
+
+
+def tensor_heatmap(name: str, shape: Sequence[int], layouts: Mapping[str, np.ndarray],
+                   num_tiles: int) -> bytes:
+    """One panel per plan (``layouts``: plan name -> flat tiles) of a tensor's mapping."""
+    numel = int(np.prod(shape)) if len(shape) else 1
+    used = [np.asarray(t).reshape(-1) for t in layouts.values() if np.size(t)]
+    first = min((int(t.min()) for t in used), default=0)
+    end = max((int(t.max()) + 1 for t in used), default=num_tiles)
+    element_bins = max(1, min(numel, MAX_ELEMENT_BINS))
+    tile_bins = max(1, min(end - first, MAX_TILE_BINS))
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    panel, gap, left, right = 3.8, 0.5, 0.8, 1.1
+    with style.context("default"), matplotlib.rc_context(RC):
+        fig = _figure(left + len(layouts) * (panel + gap) - gap + right, 3.0)
+        axes = [_axes(fig, left + i * (panel + gap), 0.5, panel, 2.0)
+                for i in range(len(layouts))]
+        image = None
+        for ax, (plan, tiles) in zip(axes, layouts.items(), strict=True):
+            share = occupancy(tiles, (first, end), element_bins, tile_bins)
+            image = ax.imshow(np.ma.masked_equal(share, 0.0), cmap=cmap, vmin=0.0, vmax=1.0,
+                              aspect="auto", origin="lower", interpolation="nearest",
+                              extent=(0, numel, first, end))
+            used = np.unique(np.asarray(tiles)).size
+            ax.set_title(f"{PLAN_TITLES.get(plan, plan)}: {used} of {num_tiles} tiles")
+            ax.set_xlabel("element (row-major)")
+        axes[0].set_ylabel("tile" if (first, end) == (0, num_tiles)
+                           else f"tile ({first} to {end - 1} of {num_tiles})")
+        dims = "×".join(str(d) for d in shape) or "scalar"
+        fig.suptitle(f"{name}  [{dims}]", fontsize=9, fontweight="bold", y=0.97)
+        if image is not None:
+            bar = _axes(fig, left + len(layouts) * (panel + gap) - gap + 0.2, 0.5, 0.15, 2.0)
+            fig.colorbar(image, cax=bar, label="share of the bin's elements")
+        return _png(fig)
+
+
+def per_tile_bars(title: str, values: Mapping[str, np.ndarray], unit: str,
+                  budget: int | None = None) -> bytes:
+    """One row of per-tile bars per plan, on a shared scale (``budget``: a dashed line
+    where the tile memory ends, drawn when the bars come within a quarter of it)."""
+    row, gap = 0.8, 0.45
+    with style.context("default"), matplotlib.rc_context(RC):
+        fig = _figure(10.0, len(values) * (row + gap) + 0.75)
+        axes = [_axes(fig, 0.8, 0.5 + (len(values) - 1 - i) * (row + gap), 9.0, row)
+                for i in range(len(values))]
+        peak = max((float(np.max(v)) for v in values.values() if np.size(v)), default=0.0)
+        for ax, (plan, per_tile) in zip(axes, values.items(), strict=True):
+            per_tile = np.asarray(per_tile, dtype=float)
+            ax.stairs(per_tile, np.arange(per_tile.size + 1), fill=True,
+                      color=PLAN_COLOURS.get(plan, "#2ca02c"))
+            if budget and peak > budget / 4:
+                ax.axhline(budget, color="black", linestyle="--", linewidth=0.8)
+            total, top = per_tile.sum(), per_tile.max() if per_tile.size else 0.0
+            ax.set_title(f"{PLAN_TITLES.get(plan, plan)}: total {total:,.0f} {unit}, "
+                         f"busiest tile {top:,.0f} {unit}", loc="left")
+            ax.set_ylabel(unit)
+            ax.set_xlim(0, max(per_tile.size, 1))
+            ax.set_ylim(0, max(peak * 1.05, 1.0))
+        for ax in axes[:-1]:
+            ax.tick_params(labelbottom=False)
+        axes[-1].set_xlabel("tile")
+        fig.suptitle(title, fontsize=9, fontweight="bold", y=1 - 0.08 / fig.get_figheight())
+        return _png(fig)

@@ -1,0 +1,158 @@
+"""The plan file: every producer-less tensor's tile mapping, how it was decided, and the
+cost summary of our plan beside the baselines (docs/cli.md gives the format).
+
+The bytes are deterministic: keys sorted, numbers as Python prints them, no timings, so two
+runs on one model give identical files. Nested levels are indented for reading; each list
+(shapes, tile mappings) stays on one line, which keeps real-size plans compact.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from popart_unwind import __version__
+from popart_unwind.errors import PlanError
+from popart_unwind.target.ipu_model import IpuModel
+
+PLAN_VERSION = 1
+#: Keys of each plan's summary (the cost report's figures).
+SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
+                "max_tile_bytes", "regions")
+#: Fields of each tensor entry.
+TENSOR_FIELDS = ("shape", "dtype", "tile_mapping", "method", "explanation", "graph")
+
+
+@dataclass(frozen=True)
+class TensorDecision:
+    """One producer-less tensor's planned layout, as the plan file records it."""
+
+    graph_id: str
+    tensor_id: str
+    shape: tuple[int, ...]
+    dtype: str
+    tile_mapping: list  # Poplar format: per tile, [begin, end) intervals
+    method: str
+    explanation: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.graph_id, self.tensor_id)
+
+
+def tensor_key(graph_id: str, tensor_id: str) -> str:
+    """The entry name: the tensor id in the main graph, ``<graph>::<id>`` in a subgraph."""
+    return tensor_id if not graph_id else f"{graph_id}::{tensor_id}"
+
+
+def target_entry(model: IpuModel) -> dict[str, Any]:
+    return {"name": "IpuModel", "tiles": model.tiles_per_ipu,
+            "bytes_per_tile": model.bytes_per_tile,
+            "exchange_bytes_per_cycle": model.exchange_bytes_per_cycle,
+            "sync_cycles": model.sync_cycles, "min_bytes_per_tile": model.min_bytes_per_tile,
+            "grain_bytes": model.grain_bytes}
+
+
+def summary_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary figures with numpy scalars turned into plain numbers."""
+    return {key: _plain(summary[key]) for key in SUMMARY_KEYS if key in summary}
+
+
+def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
+                        summaries: Mapping[str, Mapping[str, Any]],
+                        source: Mapping[str, str], planner: Mapping[str, Any]
+                        ) -> dict[str, Any]:
+    """The plan file's content (a JSON-ready dict). ``planner``: the solver's name and its
+    own figures (objective and upper bound on the unwinding graph)."""
+    tensors: dict[str, Any] = {}
+    for decision in decisions:
+        key = tensor_key(decision.graph_id, decision.tensor_id)
+        if key in tensors:
+            raise PlanError(f"the plan has tensor {key!r} twice")
+        tensors[key] = {
+            "shape": [int(d) for d in decision.shape],
+            "dtype": decision.dtype,
+            "tile_mapping": [[[int(b), int(e)] for b, e in tile]
+                             for tile in decision.tile_mapping],
+            "method": decision.method,
+            "explanation": decision.explanation,
+            "graph": decision.graph_id,
+        }
+    return {
+        "version": PLAN_VERSION,
+        "generator": f"popart-unwind {__version__}",
+        "model": {key: str(value) for key, value in sorted(source.items())},
+        "planner": {key: _plain(value) for key, value in planner.items()},
+        "target": target_entry(model),
+        "tensors": tensors,
+        "summary": {name: summary_entry(values) for name, values in summaries.items()},
+    }
+
+
+def dumps_plan(document: Mapping[str, Any]) -> bytes:
+    """The plan file's bytes: objects indented, lists on one line, keys sorted."""
+    return (_dumps(document, 0) + "\n").encode("utf-8")
+
+
+def compact_plan(document: Mapping[str, Any]) -> str:
+    """The plan as one line of JSON (for the ONNX model's metadata)."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _dumps(value: Any, depth: int) -> str:
+    if isinstance(value, Mapping) and value:
+        pad = "  " * (depth + 1)
+        items = [f"{pad}{json.dumps(str(key), ensure_ascii=False)}: {_dumps(value[key], depth + 1)}"
+                 for key in sorted(value)]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def validate_plan(document: Mapping[str, Any]) -> None:
+    """Raise PlanError unless ``document`` is a version-1 plan whose every tensor's intervals
+    cover each element exactly once, on tiles of the target."""
+    if document.get("version") != PLAN_VERSION:
+        raise PlanError(f"plan version {document.get('version')!r}; expected {PLAN_VERSION}")
+    for part in ("target", "tensors", "summary"):
+        if not isinstance(document.get(part), Mapping):
+            raise PlanError(f"the plan has no {part!r} object")
+    tiles = document["target"].get("tiles")
+    if not isinstance(tiles, int) or tiles < 1:
+        raise PlanError(f"the plan's target has no valid tile count: {tiles!r}")
+    for key, entry in document["tensors"].items():
+        missing = [name for name in TENSOR_FIELDS if name not in entry]
+        if missing:
+            raise PlanError(f"tensor {key!r} lacks {missing}")
+        _check_cover(key, entry["tile_mapping"], prod(entry["shape"]), tiles)
+    for name, summary in document["summary"].items():
+        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        if missing:
+            raise PlanError(f"summary {name!r} lacks {missing}")
+
+
+def _check_cover(key: str, mapping: list, numel: int, tiles: int) -> None:
+    if len(mapping) > tiles:
+        raise PlanError(f"tensor {key!r} maps {len(mapping)} tiles; the target has {tiles}")
+    hits = np.zeros(numel, np.int64)
+    for tile, intervals in enumerate(mapping):
+        for begin, end in intervals:
+            if not 0 <= begin <= end <= numel:
+                raise PlanError(f"tensor {key!r}: interval [{begin}, {end}) on tile {tile} is "
+                                f"outside [0, {numel})")
+            hits[begin:end] += 1
+    if numel and (hits != 1).any():
+        element = int(np.flatnonzero(hits != 1)[0])
+        raise PlanError(f"tensor {key!r}: element {element} is on {int(hits[element])} tiles")

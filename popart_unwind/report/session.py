@@ -1,0 +1,148 @@
+"""One planning session end to end, without touching files: transforms, our plan, the
+baselines, and every plan costed on the same IPU Model.
+
+The baselines never see our mappings: the PopART heuristic and the linear plan return
+mappings of their own, and the cost model scores each plan from its mappings on the one IR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir import Ir
+from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.report.plan_file import TensorDecision
+from popart_unwind.report.progress import StageProgress
+from popart_unwind.target.cost import evaluate
+from popart_unwind.target.ipu_model import IpuModel
+from popart_unwind.target.tile_target import TileTarget
+
+#: What ``--baseline`` compares our plan with.
+BASELINE_PLANS = {"popart": ("popart", "linear"), "linear": ("linear",), "none": ()}
+
+TensorKey = tuple[str, str]  # (graph id, tensor id)
+
+
+@dataclasses.dataclass
+class PlanRun:
+    """Everything the outputs are made of."""
+
+    ir: Ir
+    model: IpuModel
+    algorithm: str
+    plan: Any  # transforms.unwind_layouts Plan
+    decisions: list[TensorDecision]
+    #: plan name ("ours", "popart", "linear") -> tensor key -> flat tiles
+    layouts: dict[str, dict[TensorKey, np.ndarray]]
+    #: plan name -> tensor key -> (method, explanation), for the baselines
+    methods: dict[str, dict[TensorKey, tuple[str, str]]]
+    #: plan name -> cost report (target.cost.CostReport)
+    costs: dict[str, Any]
+
+    def summaries(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(report.summary()) for name, report in self.costs.items()}
+
+    def planner(self) -> dict[str, Any]:
+        """The solver's own account: its name and objective on the unwinding graph."""
+        return {"algorithm": self.algorithm,
+                "objective": float(self.plan.objective),
+                "upper_bound": float(self.plan.upper_bound),
+                "proven_optimal": bool(getattr(self.plan, "proven_optimal", False))}
+
+
+def transform(ir: Ir) -> None:
+    """The session's transform pipeline, less the planner (run next with our target)."""
+    from popart_unwind.transforms import registry
+
+    names = [name for name in registry.pipeline_names(ir.options)
+             if name != registry.UNWIND_LAYOUTS]
+    registry.run_pipeline(ir, names)
+
+
+def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
+                 progress: StageProgress) -> PlanRun:
+    """Plan ``ir`` (already transformed) and cost it beside the baselines."""
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    options = ir.options
+    if algorithm is not None:
+        options = dataclasses.replace(options, unwind_algorithm=algorithm)
+    with progress.stage("plan"):
+        plan = plan_ir(ir, TileTarget(model), options, progress=progress.update)
+    decisions, tiles = _decisions(ir, plan)
+    ours: dict[TensorKey, np.ndarray] = {}
+    for decision in decisions:
+        kept = tiles.get(decision.key)
+        ours[decision.key] = kept if kept is not None else tile_array(
+            decision.tile_mapping, int(np.prod(decision.shape)), model.tiles_per_ipu,
+            decision.tensor_id)
+    layouts = {"ours": ours}
+    methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
+        "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
+    with progress.stage("baseline"):
+        for name in BASELINE_PLANS[baseline]:
+            layouts[name], methods[name] = _baseline(name, ir, model)
+    costs: dict[str, Any] = {}
+    with progress.stage("evaluate"):
+        for step, (name, mappings) in enumerate(layouts.items()):
+            progress.update(name, step, len(layouts))
+            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings)
+    return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
+                   costs)
+
+
+def _baseline(name: str, ir: Ir, model: IpuModel
+              ) -> tuple[dict[TensorKey, np.ndarray], dict[TensorKey, tuple[str, str]]]:
+    if name == "popart":
+        from popart_unwind.target.popart_baseline import popart_baseline
+
+        baseline = popart_baseline(ir, TileTarget(model))
+        return (dict(baseline.mappings),
+                {(d.graph_id, d.tensor_id): (d.method, d.explanation)
+                 for d in baseline.decisions})
+    from popart_unwind.target.linear_plan import linear_plan
+
+    mappings = dict(linear_plan(ir, TileTarget(model)))
+    return mappings, dict.fromkeys(mappings, ("linear", "linear mapping"))
+
+
+def _decisions(ir: Ir, plan: Any
+               ) -> tuple[list[TensorDecision], dict[TensorKey, np.ndarray | None]]:
+    """Our plan's entries: every producer-less tensor (graph order, creation order), then
+    any other tensor the planner mapped (call outputs), each exactly once; and the flat
+    tiles the planner kept of each, where it did (saves re-expanding the intervals)."""
+    planned = plan.tensors.values() if isinstance(plan.tensors, Mapping) else plan.tensors
+    entries = {(e.graph_id, e.tensor_id): e for e in planned}
+    ordered: list[TensorKey] = []
+    for graph in ir.graphs:
+        for tensor in graph.producerless_tensors():
+            key = (graph.id, tensor.id)
+            if key not in entries:
+                where = f" of graph {graph.id!r}" if graph.id else ""
+                raise PlanError(f"the planner left tensor {tensor.id!r}{where} without a "
+                                f"mapping")
+            ordered.append(key)
+    seen = set(ordered)
+    ordered += sorted(key for key in entries if key not in seen)
+    return ([_decision(entries[key]) for key in ordered],
+            {key: getattr(entries[key], "tiles", None) for key in ordered})
+
+
+def _decision(entry: Any) -> TensorDecision:
+    return TensorDecision(entry.graph_id, entry.tensor_id, tuple(int(d) for d in entry.shape),
+                          str(entry.dtype), [list(tile) for tile in entry.tile_mapping],
+                          str(entry.method), str(entry.explanation))
+
+
+def largest_tensors(run: PlanRun, count: int) -> list[TensorDecision]:
+    """The ``count`` producer-less tensors with the most bytes (ties: plan order)."""
+    def size(decision: TensorDecision) -> int:
+        return int(np.prod(decision.shape)) * run.model.dtype_size(decision.dtype)
+
+    order = sorted(range(len(run.decisions)), key=lambda i: (-size(run.decisions[i]), i))
+    return [run.decisions[i] for i in order[:count]]

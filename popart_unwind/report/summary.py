@@ -1,0 +1,82 @@
+"""The summary table: our plan beside the baselines on the cost model's figures.
+
+A rich table on a terminal, aligned plain text otherwise (logs, pipes, CI), and HTML rows
+for the report; all three come from :func:`summary_rows`, so they always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+#: Column titles of the plans the table can show, in order.
+PLAN_TITLES = {"ours": "ours", "popart": "PopART baseline", "linear": "linear"}
+
+
+def _number(value: float | int) -> str:
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+def _objective(summary: Mapping[str, Any]) -> str:
+    value, bound = summary["objective"], summary["upper_bound"]
+    share = f" ({100 * value / bound:.1f}%)" if bound else ""
+    return _number(value) + share
+
+
+def _memory(summary: Mapping[str, Any], budget: int) -> str:
+    value = summary["max_tile_bytes"]
+    share = f" ({100 * value / budget:.1f}%)" if budget else ""
+    return f"{_number(value)} B{share}"
+
+
+def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
+                 ) -> tuple[list[str], list[list[str]]]:
+    """(column titles, rows of cells): one column per plan present, ours first."""
+    names = [name for name in PLAN_TITLES if name in summaries]
+    header = ["", *(PLAN_TITLES[name] for name in names)]
+    figures = [
+        ("objective", _objective),
+        ("upper bound", lambda s: _number(s["upper_bound"])),
+        ("exchange bytes", lambda s: _number(s["exchange_bytes"])),
+        ("exchange cycles", lambda s: _number(s["exchange_cycles"])),
+        ("max tile memory", lambda s: _memory(s, bytes_per_tile)),
+        ("regions", lambda s: _number(s["regions"])),
+    ]
+    rows = [[label, *(cell(summaries[name]) for name in names)] for label, cell in figures]
+    return header, rows
+
+
+def plain_table(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int) -> str:
+    """The table as aligned text (first column left, numbers right)."""
+    header, rows = summary_rows(summaries, bytes_per_tile)
+    widths = [max(len(line[i]) for line in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        parts = [cells[0].ljust(widths[0])]
+        parts += [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)]) + "\n"
+
+
+def print_summary(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int,
+                  stream: TextIO, title: str) -> None:
+    """Print the table to ``stream``: rich when it is a terminal, plain text otherwise."""
+    if not stream.isatty():
+        stream.write(f"{title}\n{plain_table(summaries, bytes_per_tile)}")
+        stream.flush()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = summary_rows(summaries, bytes_per_tile)
+    table = Table(title=title, title_justify="left")
+    table.add_column(header[0], style="bold")
+    for name in header[1:]:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    Console(file=stream).print(table)

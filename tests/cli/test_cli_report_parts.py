@@ -1,0 +1,135 @@
+"""The pieces behind the command's outputs, each on its own."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from popart_unwind.errors import PlanError
+from popart_unwind.report import atomic
+from popart_unwind.report.demo_model import build_demo_ir
+from popart_unwind.report.pictures import occupancy
+from popart_unwind.report.plan_file import (
+    TensorDecision,
+    build_plan_document,
+    compact_plan,
+    dumps_plan,
+    tensor_key,
+    validate_plan,
+)
+from popart_unwind.report.progress import StageProgress
+from popart_unwind.report.summary import plain_table, summary_rows
+from popart_unwind.target.ipu_model import IpuModel
+
+SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
+           "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12}
+
+
+def document(mapping=None):
+    decision = TensorDecision("", "w", (2, 3), "float32",
+                              mapping or [[(0, 4)], [(4, 6)], []], "unwound", "why")
+    inner = TensorDecision("body", "x", (2,), "float16", [[], [], [(0, 2)]], "linear", "-")
+    return build_plan_document(IpuModel(tiles_per_ipu=3), [inner, decision],
+                               {"popart": SUMMARY, "ours": SUMMARY}, {"source": "m.onnx"},
+                               {"algorithm": "deferral"})
+
+
+def test_plan_text_is_sorted_and_stable():
+    text = dumps_plan(document())
+    assert text == dumps_plan(document())
+    parsed = json.loads(text)
+    assert list(parsed) == sorted(parsed)
+    assert list(parsed["tensors"]) == ["body::x", "w"]
+    assert '"tile_mapping": [[[0,4]],[[4,6]],[]]' in text.decode()
+    assert json.loads(compact_plan(document())) == parsed
+    validate_plan(parsed)
+
+
+def test_tensor_keys_name_subgraphs():
+    assert tensor_key("", "w") == "w"
+    assert tensor_key("body", "w") == "body::w"
+
+
+@pytest.mark.parametrize("mapping", [[[(0, 4)], [(3, 6)], []],  # element 3 twice
+                                     [[(0, 4)], [], []],  # elements 4 and 5 nowhere
+                                     [[(0, 7)], [], []]])  # past the end
+def test_validate_plan_rejects_bad_cover(mapping):
+    with pytest.raises(PlanError):
+        validate_plan(json.loads(dumps_plan(document(mapping))))
+
+
+def test_summary_rows_show_shares_of_bound_and_budget():
+    header, rows = summary_rows({"ours": SUMMARY, "linear": SUMMARY}, 638976)
+    assert header == ["", "ours", "linear"]
+    cells = {row[0]: row[1] for row in rows}
+    assert cells["objective"] == "30 (75.0%)"
+    assert cells["exchange bytes"] == "1,234,567"
+    assert cells["max tile memory"] == "6,390 B (1.0%)"
+    lines = plain_table({"ours": SUMMARY}, 638976).splitlines()
+    assert len({len(line) for line in lines[:2]}) == 1  # header as wide as the rule
+
+
+def test_staged_folder_is_removed_when_the_block_fails(tmp_path):
+    target = tmp_path / "report"
+    with pytest.raises(RuntimeError), atomic.staged_folder(target) as staging:
+        (staging / "index.html").write_text("half")
+        raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_bytes_replaces_whole_files(tmp_path):
+    path = tmp_path / "plan.json"
+    atomic.write_bytes(path, b"one")
+    atomic.write_bytes(path, b"two")
+    assert path.read_bytes() == b"two"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_occupancy_columns_are_shares():
+    tiles = np.repeat(np.arange(4), 25)
+    share = occupancy(tiles, (0, 4), 10, 4)
+    assert share.shape == (4, 10)
+    np.testing.assert_allclose(share.sum(axis=0), 1.0)
+    assert share[0, 0] == 1.0 and share[3, 9] == 1.0
+
+
+@pytest.mark.parametrize("size", [1, 7, 161, 1000, 12345])
+def test_occupancy_matches_counting_element_by_element(size):
+    tiles = np.random.default_rng(size).integers(3, 50, size).astype(np.int16)
+    bins = min(size, 160)
+    share = occupancy(tiles, (3, 50), bins, 12)
+    column = np.arange(size) * bins // size
+    row = (tiles.astype(int) - 3) * 12 // 47
+    expected = np.zeros((12, bins))
+    np.add.at(expected, (row, column), 1.0)
+    np.testing.assert_allclose(share, expected / np.bincount(column, minlength=bins))
+
+
+def test_progress_draws_on_a_terminal_only():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    quiet = io.StringIO()
+    with StageProgress(quiet, enabled=True) as progress, progress.stage("plan"):
+        progress.update("solve", 1, 2)
+    assert quiet.getvalue() == "" and not progress.enabled
+    screen = Terminal()
+    with StageProgress(screen, enabled=True) as progress, progress.stage("plan"):
+        progress.update("solve", 1, 2)
+    assert progress.enabled and "plan" in screen.getvalue()
+    with StageProgress(Terminal(), enabled=False) as progress:
+        assert not progress.enabled
+
+
+def test_demo_block_has_the_transformer_parts():
+    ir = build_demo_ir()
+    types = {op.type.name for op in ir.main_graph.ops}
+    assert {"Gather", "MatMul", "Reshape", "Transpose", "Softmax", "Add",
+            "LayerNormalization", "Gelu"} <= types
+    weights = {t.id for t in ir.main_graph.producerless_tensors()}
+    assert {"embedding", "attention/wq", "attention/wk", "attention/wv", "attention/wo",
+            "attention/bo", "mlp/w1", "mlp/b1", "mlp/w2", "mlp/b2"} <= weights
