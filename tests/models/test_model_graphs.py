@@ -89,7 +89,8 @@ def test_the_pipeline_is_deterministic_whatever_the_hash_seed(tmp_path):
     outputs = []
     for seed in ("1", "2024"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        result = subprocess.run([sys.executable, "-c", script, str(path)], env=env,
+        # -P: import the installed package, not the source folder the tests may run from
+        result = subprocess.run([sys.executable, "-P", "-c", script, str(path)], env=env,
                                 capture_output=True, text=True, check=True)
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] and len(outputs[0]) > 10_000

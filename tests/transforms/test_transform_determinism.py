@@ -29,7 +29,8 @@ print(ir.to_json(include_data=True))
 def run_with_hash_seed(seed: str) -> str:
     env = dict(os.environ, PYTHONHASHSEED=seed,
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+    # -P: import the installed package, not the source folder the tests may run from
+    result = subprocess.run([sys.executable, "-P", "-c", SCRIPT], env=env, capture_output=True,
                             text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
