@@ -27,8 +27,9 @@ print(ir.to_json(include_data=True))
 
 
 def run_with_hash_seed(seed: str) -> str:
-    env = dict(os.environ, PYTHONHASHSEED=seed,
-               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    # an empty PYTHONPATH entry would mean the current folder (the source tree in CI)
+    paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=os.pathsep.join(paths))
     # -P: import the installed package, not the source folder the tests may run from
     result = subprocess.run([sys.executable, "-P", "-c", SCRIPT], env=env, capture_output=True,
                             text=True, check=False, timeout=120)
