@@ -151,20 +151,31 @@ class Op:
 class SubgraphOp(Op):
     """An op that runs subgraphs, with PopART's maps between its indices and theirs.
 
-    Each map returns ``None`` where an index has no counterpart.
+    By default op input i is subgraph input i and op output j is subgraph output
+    j + ``OUTPUT_OFFSET`` (the leading subgraph outputs no op output receives, such as a
+    Loop body's continue condition). Each map returns ``None`` where an index has no
+    counterpart.
     """
 
+    OUTPUT_OFFSET = 0
+
     def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
-        raise NotImplementedError
+        self._check_called(graph)
+        return op_in if op_in < len(graph.input_ids) else None
 
     def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
-        raise NotImplementedError
+        self._check_called(graph)
+        return graph_in if self.has_input(graph_in) else None
 
     def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
-        raise NotImplementedError
+        self._check_called(graph)
+        graph_out = op_out + self.OUTPUT_OFFSET
+        return graph_out if graph_out < len(graph.output_ids) else None
 
     def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
-        raise NotImplementedError
+        self._check_called(graph)
+        op_out = graph_out - self.OUTPUT_OFFSET
+        return op_out if op_out >= 0 and self.has_output(op_out) else None
 
     def stacked_input(self, op_in: int) -> bool:
         """Whether op input ``op_in`` is sliced per iteration (its subgraph counterpart
@@ -190,22 +201,6 @@ class CallOp(SubgraphOp):
 
     CALLED_GRAPH_ATTRIBUTES = ("callee",)
 
-    def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
-        self._check_called(graph)
-        return op_in if op_in < len(graph.input_ids) else None
-
-    def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
-        self._check_called(graph)
-        return graph_in if self.has_input(graph_in) else None
-
-    def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
-        self._check_called(graph)
-        return op_out if op_out < len(graph.output_ids) else None
-
-    def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
-        self._check_called(graph)
-        return graph_out if self.has_output(graph_out) else None
-
 
 class LoopOp(SubgraphOp):
     """PopART's ``LoopOp`` (ONNX Loop): inputs (M, cond, carried...), body inputs
@@ -216,22 +211,7 @@ class LoopOp(SubgraphOp):
     """
 
     CALLED_GRAPH_ATTRIBUTES = ("body",)
-
-    def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
-        self._check_called(graph)
-        return op_in if op_in < len(graph.input_ids) else None
-
-    def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
-        self._check_called(graph)
-        return graph_in if self.has_input(graph_in) else None
-
-    def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
-        self._check_called(graph)
-        return op_out + 1 if op_out + 1 < len(graph.output_ids) else None
-
-    def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
-        self._check_called(graph)
-        return graph_out - 1 if graph_out >= 1 and self.has_output(graph_out - 1) else None
+    OUTPUT_OFFSET = 1
 
     def stacked_output(self, op_out: int) -> bool:
         """Outputs after the loop-carried values (inputs 2..) are scan outputs."""
@@ -277,22 +257,6 @@ class ScanOp(SubgraphOp):
     """
 
     CALLED_GRAPH_ATTRIBUTES = ("body",)
-
-    def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
-        self._check_called(graph)
-        return op_in if op_in < len(graph.input_ids) else None
-
-    def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
-        self._check_called(graph)
-        return graph_in if self.has_input(graph_in) else None
-
-    def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
-        self._check_called(graph)
-        return op_out if op_out < len(graph.output_ids) else None
-
-    def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
-        self._check_called(graph)
-        return graph_out if self.has_output(graph_out) else None
 
     def _num_states(self) -> int:
         return self._explicit_inputs() - int(self.attributes.get("num_scan_inputs", 0))
