@@ -24,6 +24,7 @@ hooks = Pybind11Extension(
         "cpp_hooks/bias_mapping.cpp",
         "cpp_hooks/sliceable_mapping.cpp",
         "cpp_hooks/elementwise_choice.cpp",
+        "cpp_hooks/tile_array_bindings.cpp",
     ],
     include_dirs=["cpp_hooks"],
     cxx_std=17,

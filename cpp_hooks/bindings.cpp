@@ -1,7 +1,8 @@
 // Python bindings of the C++ layout hooks: module popart_unwind._hooks.
 //
-// Every mapping crosses the boundary in Poplar's format: a list with one list of half-open
-// (begin, end) element intervals per tile. Bad arguments raise ValueError; the Python face
+// Mappings cross the boundary in Poplar's format: a list with one list of half-open
+// (begin, end) element intervals per tile (tile_array_bindings.cpp adds per-element tile
+// arrays, for real model sizes). Bad arguments raise ValueError; the Python face
 // (popart_unwind.target.hooks) validates first and turns these into TargetError.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -20,6 +21,11 @@
 
 namespace py = pybind11;
 using namespace popart_unwind;
+
+namespace popart_unwind {
+// tile_array_bindings.cpp: the hooks' answers as per-element tile arrays.
+void bindTileArrays(py::module_ &m);
+} // namespace popart_unwind
 
 namespace {
 
@@ -167,4 +173,6 @@ PYBIND11_MODULE(_hooks, m) {
   m.def("choose_elementwise_output", &chooseElementwiseOutput, py::arg("inputs"),
         py::arg("num_elements"),
         "Index of the input mapping an elementwise output is cloned from (Poplibs' order).");
+
+  bindTileArrays(m);
 }

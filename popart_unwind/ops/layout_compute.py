@@ -127,9 +127,7 @@ class ElementwiseRule(LayoutRule):
             shape = _shape(op, tensor)
             size = target.dtype_size(tensor.dtype)
             if shape == out_shape:
-                index = np.arange(readers.size, dtype=np.int64)
-                need = need + read_need(readers, index, tiles, size, target.num_tiles,
-                                        distinct=False)
+                need = need + read_need(readers, None, tiles, size, target.num_tiles)
             else:
                 need = need + read_need(readers, broadcast_index(shape, out_shape), tiles,
                                         size, target.num_tiles)

@@ -120,9 +120,8 @@ class SubgraphRule(LayoutRule):
             planned = _planned(inner)
             if held is None or planned is None:
                 continue
-            need = need + read_need(planned, np.arange(planned.size), np.asarray(held),
-                                    target.dtype_size(outer.dtype), target.num_tiles,
-                                    distinct=False)
+            need = need + read_need(planned, None, np.asarray(held),
+                                    target.dtype_size(outer.dtype), target.num_tiles)
         return need
 
     def agreement(self, op: Op, input_tiles: list[np.ndarray | None], target: TileTarget,

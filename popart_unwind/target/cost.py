@@ -26,6 +26,7 @@ from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout import ExchangeNeed, LayoutRule
 from popart_unwind.ops.layout_control import copies_in, copies_out, loop_feedback
+from popart_unwind.target.hooks import tile_counts
 from popart_unwind.target.tile_target import TileTarget
 
 #: (graph id, tensor id) -> flat array of each element's tile.
@@ -112,8 +113,7 @@ def copy_exchange(source: np.ndarray, destination: np.ndarray, element_bytes: in
 
 def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
     """Bytes of a tensor on each tile."""
-    return np.bincount(np.asarray(tiles).reshape(-1), minlength=num_tiles).astype(
-        np.int64) * element_bytes
+    return tile_counts(tiles, num_tiles) * element_bytes
 
 
 def producerless_mappings(ir: Ir, target: TileTarget, mappings: Mappings | None

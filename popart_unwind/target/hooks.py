@@ -1,8 +1,11 @@
 """Python face of the C++ layout hooks (``popart_unwind._hooks``).
 
 The hooks compute tile mappings in Poplar's format: for each tile, a list of half-open
-``(begin, end)`` intervals of the row-major flattened tensor. This module validates arguments
-and turns bad ones into typed errors before they reach C++, so that a caller sees a
+``(begin, end)`` intervals of the row-major flattened tensor. The ``*_tiles`` functions at
+the end give the same layouts as per-element tile arrays, filled in C++, and
+``poplar_mapping`` builds Poplar's format from such an array: at real model sizes, a Python
+tuple per interval is what costs. This module validates arguments and turns bad ones into
+typed errors before they reach C++, so that a caller sees a
 :class:`~popart_unwind.errors.TargetError` naming the argument, never a pybind11 message.
 The rules each hook follows, and the public facts they rest on, are in docs/ipu-model.md.
 """
@@ -334,3 +337,111 @@ def choose_elementwise_output(inputs: Sequence[TileMapping], num_elements: int) 
         "choose_elementwise_output: inputs", _hooks.choose_elementwise_output, list(inputs),
         num_elements,
     )
+
+
+# -- the same layouts as per-element tile arrays (tile_array_bindings.cpp) ------------------
+def tile_id_dtype(num_tiles: int) -> np.dtype:
+    """The narrowest tile-id type (as ``ir.tile_mapping.tile_dtype``): int16 up to 32,767."""
+    return np.dtype(np.int16 if num_tiles <= np.iinfo(np.int16).max else np.int32)
+
+
+def _empty_tiles(num_elements: int, num_tiles: int) -> np.ndarray:
+    return np.empty(num_elements, dtype=tile_id_dtype(num_tiles))
+
+
+def matmul_operand_tiles(
+    groups: int, rows: int, inner: int, cols: int, partition: MatmulPartition, num_tiles: int,
+    operand: str,
+) -> np.ndarray:
+    """Each element's tile in :func:`matmul_lhs_mapping` (``operand`` "lhs"),
+    :func:`matmul_rhs_mapping` ("rhs") or :func:`matmul_output_mapping` ("output"), filled
+    in C++: the same layout without a Python tuple per interval."""
+    _require_partition(groups, rows, inner, cols, partition, num_tiles)
+    sizes = {"lhs": (groups, rows, inner), "rhs": (groups, inner, cols),
+             "output": (groups, rows, cols)}
+    if operand not in sizes:
+        raise TargetError(f"matmul operand must be lhs, rhs or output, got {operand!r}")
+    out = _empty_tiles(prod(sizes[operand]), num_tiles)
+    _call(f"matmul {operand} tiles", _hooks.fill_matmul_tiles, out, groups, rows, inner, cols,
+          partition.as_tuple(), num_tiles, operand)
+    return out
+
+
+def sliceable_table_tiles(
+    num_entries: int, embedding_size: int, num_tiles: int, grain_size: int = 1
+) -> np.ndarray:
+    """Each element's tile in :func:`sliceable_table_mapping`, filled in C++ (a real
+    vocabulary has millions of intervals)."""
+    _require_int("num_entries", num_entries, 0)
+    _require_int("embedding_size", embedding_size, 0)
+    _require_int("num_tiles", num_tiles, 1)
+    _require_int("grain_size", grain_size, 1)
+    if num_entries * embedding_size > MAX_ELEMENTS:
+        raise TargetError(f"table [{num_entries}, {embedding_size}] has too many elements")
+    out = _empty_tiles(num_entries * embedding_size, num_tiles)
+    _call("sliceable table tiles", _hooks.fill_sliceable_tiles, out, num_entries,
+          embedding_size, num_tiles, grain_size)
+    return out
+
+
+def linear_tiles(
+    num_elements: int, num_tiles: int, grain_size: int = 1, min_elements_per_tile: int = 0,
+    start_tile: int = 0,
+) -> tuple[np.ndarray, int]:
+    """Each element's tile in :func:`linear_tile_mapping`, and how many tiles it uses (what
+    PopART's rotating linear mapper advances by)."""
+    _require_int("num_elements", num_elements, 0)
+    _require_int("num_tiles", num_tiles, 1)
+    _require_int("grain_size", grain_size, 1)
+    _require_int("min_elements_per_tile", min_elements_per_tile, 0)
+    _require_int("start_tile", start_tile, 0)
+    if start_tile >= num_tiles:
+        raise TargetError(f"start_tile must be below num_tiles {num_tiles}, got {start_tile}")
+    out = _empty_tiles(num_elements, num_tiles)
+    used = _call("linear tiles", _hooks.fill_linear_tiles, out, num_elements, num_tiles,
+                 grain_size, min_elements_per_tile, start_tile)
+    return out, used
+
+
+def poplar_mapping(tiles: np.ndarray, num_tiles: int) -> TileMapping:
+    """Poplar's format of a per-element tile array: per tile, its maximal runs of
+    consecutive elements as ``(begin, end)`` in order (as ``ir.tile_mapping.tile_mapping``,
+    built in C++: a real embedding table has millions of runs). TargetError if an id is
+    outside ``[0, num_tiles)``."""
+    return _call("poplar mapping", _hooks.poplar_mapping, _tile_ids(tiles, num_tiles),
+                 num_tiles)
+
+
+def _tile_ids(tiles: np.ndarray, num_tiles: int) -> np.ndarray:
+    """Flat contiguous int16 or int32 ids (what the C++ side reads), checked in range when
+    they had to be converted (the C++ side checks the others)."""
+    _require_int("num_tiles", num_tiles, 1)
+    flat = np.ascontiguousarray(np.asarray(tiles).reshape(-1))
+    if flat.dtype in (np.int16, np.int32):
+        return flat
+    if flat.dtype.kind not in "iu":
+        raise TargetError(f"tile ids must be integers, got an array of {flat.dtype}")
+    if flat.size and (flat.min() < 0 or flat.max() >= num_tiles):
+        raise TargetError(f"tile ids must lie in [0, {num_tiles}); got "
+                          f"[{int(flat.min())}, {int(flat.max())}]")
+    return flat.astype(tile_id_dtype(num_tiles))
+
+
+def tile_counts(tiles: np.ndarray, num_tiles: int) -> np.ndarray:
+    """How many elements of a tile-id array lie on each tile: ``np.bincount`` with
+    ``minlength=num_tiles``, counted in C++ without widening 16-bit ids to 64 bits first.
+    TargetError if an id is outside ``[0, num_tiles)``."""
+    return _call("tile counts", _hooks.tile_counts, _tile_ids(tiles, num_tiles), num_tiles)
+
+
+def block_reader_counts(tiles: np.ndarray, blocks: np.ndarray, block_starts: np.ndarray,
+                        tile_block: np.ndarray, num_blocks: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For an operand laid out as ``tiles`` whose element e lies in block ``blocks[e]``
+    (int32; ``block_starts`` marks where blocks begin in flat order) and read by tiles as
+    ``tile_block`` (int64, -1 for none): the runs (consecutive elements, one tile) of each
+    block, and the elements and runs each tile already holds of the block it reads. The
+    counts ``TileTarget.matmul_readers`` needs, in one pass instead of eight array ones."""
+    return _call("block reader counts", _hooks.block_reader_counts,
+                 _tile_ids(tiles, max(len(tile_block), 1)), blocks, block_starts, tile_block,
+                 num_blocks)

@@ -12,6 +12,8 @@ from functools import lru_cache
 from math import prod
 from types import MappingProxyType
 
+import numpy as np
+
 from popart_unwind.errors import TargetError
 from popart_unwind.target.hooks import (
     MatmulCosts,
@@ -21,12 +23,15 @@ from popart_unwind.target.hooks import (
     bias_tile_mapping,
     choose_elementwise_output,
     linear_tile_mapping,
+    linear_tiles,
     matmul_lhs_mapping,
+    matmul_operand_tiles,
     matmul_output_mapping,
     matmul_rhs_mapping,
     plan_matmul,
     sliceable_table_arrays,
     sliceable_table_mapping,
+    sliceable_table_tiles,
 )
 
 #: Bytes per element of the IR's dtypes (numpy names, as in ``popart_unwind.ir.dtypes``).
@@ -183,6 +188,28 @@ class IpuModel:
         return sliceable_table_arrays(
             num_entries, embedding_size, self.tiles_per_ipu, self.grain_size(dtype)
         )
+
+    # -- the same hooks as per-element tile arrays (what planning compares) ------------------
+
+    def linear_tiles(self, shape: Sequence[int], dtype: str,
+                     start_tile: int = 0) -> tuple[np.ndarray, int]:
+        """:meth:`linear` as each element's tile, and the number of tiles it uses."""
+        return linear_tiles(_num_elements(shape), self.tiles_per_ipu, self.grain_size(dtype),
+                            self.min_elements_per_tile(dtype), start_tile)
+
+    def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                     operand: str) -> np.ndarray:
+        """:meth:`matmul_lhs`, :meth:`matmul_rhs` or :meth:`matmul_output` (``operand``
+        "lhs", "rhs", "output") as each element's tile."""
+        plan = self.matmul_plan(groups, rows, inner, cols, dtype)
+        return matmul_operand_tiles(groups, rows, inner, cols, plan, self.tiles_per_ipu,
+                                    operand)
+
+    def sliceable_table_tiles(self, num_entries: int, embedding_size: int,
+                              dtype: str) -> np.ndarray:
+        """:meth:`sliceable_table` as each element's tile."""
+        return sliceable_table_tiles(num_entries, embedding_size, self.tiles_per_ipu,
+                                     self.grain_size(dtype))
 
     def elementwise_output(self, inputs: Sequence[TileMapping], shape: Sequence[int]) -> int:
         """Index of the input an elementwise output with these inputs is mapped like."""

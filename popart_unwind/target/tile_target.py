@@ -8,18 +8,31 @@ operand goes, and what a matmul's tiles must receive given an operand's actual l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from math import prod
 
 import numpy as np
 
 from popart_unwind.errors import TargetError
-from popart_unwind.ir.tile_mapping import tile_array, tile_dtype, tiles_from_intervals
-from popart_unwind.ops.layout import ExchangeNeed
-from popart_unwind.target.hooks import MatmulPartition
+from popart_unwind.ir.tile_mapping import tile_array, tile_dtype
+from popart_unwind.ops.layout import DENSE_PAIRS_MAX, ExchangeNeed
+from popart_unwind.target.hooks import (
+    MatmulPartition,
+    TileMapping,
+    block_reader_counts,
+    poplar_mapping,
+    tile_counts,
+)
 from popart_unwind.target.ipu_model import IpuModel
 
 OPERANDS = ("lhs", "rhs", "output")
+#: A remembered hook answer: one array, or several computed together.
+Answer = np.ndarray | tuple[np.ndarray, ...]
+#: Bytes of hook answers (matmul operand and table layouts) a target keeps, least recently
+#: used dropped first: room for every distinct matmul of BERT-base or GPT-2 training and
+#: their embedding tables.
+ANSWER_BYTES_KEPT = 256 * 2**20
 
 
 class TileTarget:
@@ -34,6 +47,8 @@ class TileTarget:
         self.num_tiles = self.model.tiles_per_ipu
         self.tile_dtype = tile_dtype(self.num_tiles)
         self._next_start_tile = 0
+        self._answers: OrderedDict[tuple, Answer] = OrderedDict()  # least recent first
+        self._answer_bytes = 0
 
     def reset(self) -> None:
         self._next_start_tile = 0
@@ -44,13 +59,34 @@ class TileTarget:
     def to_tiles(self, mapping: list, num_elements: int, what: str = "tensor") -> np.ndarray:
         return tile_array(mapping, num_elements, self.num_tiles, what)
 
+    def to_mapping(self, tiles: np.ndarray) -> TileMapping:
+        """Poplar's format of a tile array (built in C++: real tables have millions of runs)."""
+        return poplar_mapping(tiles, self.num_tiles)
+
+    def _remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+        """A hook's answer (an array or a tuple of arrays), computed once per key: every
+        layer of a model asks the same matmul and table questions, in the planner, the
+        baseline and the cost model alike. Answers are read-only, so no caller can change
+        what the next one gets."""
+        found = self._answers.get(key)
+        if found is not None:
+            self._answers.move_to_end(key)
+            return found
+        found = compute()
+        for array in _arrays(found):
+            array.flags.writeable = False
+        self._answers[key] = found
+        self._answer_bytes += _nbytes(found)
+        while self._answer_bytes > ANSWER_BYTES_KEPT and len(self._answers) > 1:
+            self._answer_bytes -= _nbytes(self._answers.popitem(last=False)[1])
+        return found
+
     # -- hooks as tile arrays ------------------------------------------------------------
     def linear_tiles(self, shape: Sequence[int], dtype: str) -> np.ndarray:
         """A linear mapping starting where the previous one ended (PopART's LinearMapper)."""
-        mapping = self.model.linear(tuple(shape), dtype, start_tile=self._next_start_tile)
-        used = sum(1 for intervals in mapping if intervals)
+        tiles, used = self.model.linear_tiles(tuple(shape), dtype, self._next_start_tile)
         self._next_start_tile = (self._next_start_tile + used) % self.num_tiles
-        return self.to_tiles(mapping, prod(shape), "linear mapping")
+        return tiles
 
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
                     dtype: str) -> MatmulPartition:
@@ -59,13 +95,11 @@ class TileTarget:
     def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                      operand: str) -> np.ndarray:
         """Where the matmul plan wants ``operand`` ([G,M,K], [G,K,N] or the output [G,M,N])."""
-        hook = {"lhs": self.model.matmul_lhs, "rhs": self.model.matmul_rhs,
-                "output": self.model.matmul_output}.get(operand)
-        if hook is None:
+        if operand not in OPERANDS:
             raise TargetError(f"matmul operand must be one of {OPERANDS}, got {operand!r}")
-        shape = _operand_shape(groups, rows, inner, cols, operand)
-        return self.to_tiles(hook(groups, rows, inner, cols, dtype), prod(shape),
-                             f"matmul {operand}")
+        return self._remembered(
+            ("matmul", groups, rows, inner, cols, dtype, operand),
+            lambda: self.model.matmul_tiles(groups, rows, inner, cols, dtype, operand))
 
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                        operand: str, tiles: np.ndarray) -> ExchangeNeed:
@@ -79,19 +113,11 @@ class TileTarget:
         """
         if operand not in ("lhs", "rhs"):
             raise TargetError(f"matmul_readers: operand must be 'lhs' or 'rhs', got {operand!r}")
-        plan = self.matmul_plan(groups, rows, inner, cols, dtype)
-        shape = _operand_shape(groups, rows, inner, cols, operand)
-        axis_parts = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
-                      else (plan.groups, plan.inner, plan.cols))
-        blocks, block_sizes = _block_ids(shape, axis_parts)
-        tiles = np.asarray(tiles).reshape(-1).astype(np.int64)
-        tile_block = _reader_blocks(plan, operand, self.num_tiles)
-        held = tile_block[tiles] == blocks
-        starts = np.ones(tiles.size, dtype=bool)
-        starts[1:] = (blocks[1:] != blocks[:-1]) | (tiles[1:] != tiles[:-1])
-        runs_per_block = np.bincount(blocks[starts], minlength=block_sizes.size)
-        held_elements = np.bincount(tiles[held], minlength=self.num_tiles)
-        held_runs = np.bincount(tiles[held & starts], minlength=self.num_tiles)
+        blocks, block_starts, block_sizes, tile_block = self._remembered(
+            ("readers", groups, rows, inner, cols, dtype, operand),
+            lambda: self._reader_layout(groups, rows, inner, cols, dtype, operand))
+        runs_per_block, held_elements, held_runs = block_reader_counts(
+            tiles, blocks, block_starts, tile_block, block_sizes.size)
         readers = tile_block >= 0
         size = self.dtype_size(dtype)
         received = np.zeros(self.num_tiles, np.int64)
@@ -100,6 +126,21 @@ class TileTarget:
         received[readers] = (block_sizes[reader_blocks] - held_elements[readers]) * size
         regions[readers] = runs_per_block[reader_blocks] - held_runs[readers]
         return ExchangeNeed(received, regions)
+
+    def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                       operand: str) -> tuple[np.ndarray, ...]:
+        """What ``matmul_readers`` needs of the plan alone: each operand element's block,
+        where blocks start in flat order, each block's size, and the block each tile reads."""
+        plan = self.matmul_plan(groups, rows, inner, cols, dtype)
+        shape = _operand_shape(groups, rows, inner, cols, operand)
+        axis_parts = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
+                      else (plan.groups, plan.inner, plan.cols))
+        blocks, block_sizes = _block_ids(shape, axis_parts)
+        blocks = blocks.astype(np.int32)  # at most one block per tile: kept small
+        block_starts = np.ones(blocks.size, dtype=bool)
+        block_starts[1:] = blocks[1:] != blocks[:-1]
+        return (blocks, block_starts, block_sizes,
+                _reader_blocks(plan, operand, self.num_tiles))
 
     def bias_tiles(self, activation_tiles: np.ndarray,
                    activation_shape: Sequence[int]) -> np.ndarray:
@@ -120,7 +161,14 @@ class TileTarget:
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}")
         readers = np.broadcast_to(np.arange(small_size).reshape(padded), full_shape).reshape(-1)
         tiles = np.asarray(full_tiles).reshape(-1).astype(np.int64)
-        keys, counts = np.unique(readers * self.num_tiles + tiles, return_counts=True)
+        keys = readers * self.num_tiles + tiles
+        space = small_size * self.num_tiles
+        if (space <= DENSE_PAIRS_MAX and space <= 16 * keys.size + (1 << 20)
+                and (not tiles.size or 0 <= tiles.min() <= tiles.max() < self.num_tiles)):
+            # One count per (element, tile); argmax takes the lowest tile among equals.
+            counts = np.bincount(keys, minlength=space).reshape(small_size, self.num_tiles)
+            return counts.argmax(axis=1).astype(self.tile_dtype)
+        keys, counts = np.unique(keys, return_counts=True)
         element, tile = keys // self.num_tiles, keys % self.num_tiles
         order = np.lexsort((tile, -counts, element))  # by element, most reads, lowest tile
         first = np.ones(order.size, dtype=bool)
@@ -131,10 +179,9 @@ class TileTarget:
 
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
         """An embedding table [entries, size] split along its unsliced axis."""
-        arrays = self.model.sliceable_table_arrays(num_entries, embedding_size, dtype)
-        owners = np.repeat(np.arange(arrays.num_tiles), np.diff(arrays.tile_starts))
-        return tiles_from_intervals(arrays.intervals, owners, num_entries * embedding_size,
-                                    self.num_tiles, "sliceable table")
+        return self._remembered(
+            ("sliceable", num_entries, embedding_size, dtype),
+            lambda: self.model.sliceable_table_tiles(num_entries, embedding_size, dtype))
 
     def elementwise_output(self, input_tiles: Sequence[np.ndarray]) -> int:
         """The input an elementwise result is laid out like: Poplibs' preference order —
@@ -144,12 +191,20 @@ class TileTarget:
         best_key, best = None, 0
         for index, tiles in enumerate(input_tiles):
             flat = np.asarray(tiles).reshape(-1)
-            counts = np.bincount(flat, minlength=self.num_tiles) if flat.size else np.zeros(1)
+            counts = tile_counts(flat, self.num_tiles) if flat.size else np.zeros(1)
             runs = int(np.count_nonzero(np.diff(flat))) + 1 if flat.size else 0
             key = (int(counts.max()), -int(np.count_nonzero(counts)), runs, index)
             if best_key is None or key < best_key:
                 best_key, best = key, index
         return best
+
+
+def _arrays(answer: Answer) -> tuple[np.ndarray, ...]:
+    return answer if isinstance(answer, tuple) else (answer,)
+
+
+def _nbytes(answer: Answer) -> int:
+    return sum(array.nbytes for array in _arrays(answer))
 
 
 def _operand_shape(groups: int, rows: int, inner: int, cols: int,

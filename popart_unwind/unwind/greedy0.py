@@ -54,20 +54,19 @@ def paths_back_to_sinks(graph: Graph) -> dict[TensorId, list[tuple[TensorId, Cha
 class _State:
     """Inward paths and coverage of every tensor while Greedy0 runs."""
 
-    def __init__(self, graph: Graph, ancestors: dict[TensorId, frozenset[TensorId]]) -> None:
-        self.graph = graph
-        self.ancestors = ancestors
-        self.roots_after: dict[TensorId, list[TensorId]] = defaultdict(list)
-        for tensor in graph.tensors():
-            if graph.kind(tensor) in DEPENDENT_ROOT_KINDS:
-                for sink in sorted(ancestors[tensor]):
-                    self.roots_after[sink].append(tensor)
+    def __init__(self, analysis: GraphAnalysis) -> None:
+        graph = self.graph = analysis.graph
+        self.roots_after = analysis.roots_after
         self.inward: dict[TensorId, list[Path]] = defaultdict(list)
         # What each tensor still lacks, kept up to date instead of recomputed per query.
         self.free: dict[TensorId, DisjointRegions] = {}
         self.missing: dict[TensorId, int] = {t: graph.numel(t) for t in graph.tensors()}
         self.stack: list[Path] = []
         self.sink_paths: list[Path] = []
+        # Per barrier-like root: how many of its ancestor sinks are incomplete, and the sum
+        # of their indices (which names the last one). Kept up to date as sinks complete:
+        # rescanning the ancestors made deep graphs (a ResNet) quadratic.
+        self.pending = {root: list(start) for root, start in analysis.pending_at_start.items()}
 
     def complete(self, tensor: TensorId) -> bool:
         return self.missing[tensor] == 0
@@ -78,14 +77,26 @@ class _State:
             self.free[tensor] = DisjointRegions(shape, [Region.full(shape)])
         return self.free[tensor]
 
+    def lone_missing_sink(self, root: TensorId) -> TensorId | None:
+        """The one incomplete sink ``root``'s layout is made from, if exactly one is."""
+        count, index_sum = self.pending[root]
+        return self.graph.tensor(index_sum) if count == 1 else None
+
     def insert(self, path: Path) -> None:
+        was_complete = self.complete(path.dst)
         self.free[path.dst] = self.uncovered(path.dst).subtract(path.regions)
         self.missing[path.dst] -= path.regions.total_elms()
         self.inward[path.dst].append(path)
         self.stack.append(path)
         if self.graph.kind(path.dst) == "sink" and self.complete(path.dst):
-            for root in self.roots_after[path.dst]:
-                self.start_if_ready(root)
+            roots = self.roots_after.get(path.dst, ())
+            if not was_complete:
+                for root in roots:
+                    self.pending[root][0] -= 1
+                    self.pending[root][1] -= path.dst.index
+            for root in roots:
+                if not self.pending[root][0]:  # start_if_ready would return at once
+                    self.start_if_ready(root)
 
     def start_if_ready(self, root: TensorId) -> None:
         """A barrier-like output becomes known once its inputs are complete and so is every
@@ -94,9 +105,7 @@ class _State:
         if self.complete(root):
             return
         inputs = self.graph.node(root).inputs
-        if all(self.complete(t) for t in inputs) and all(
-            self.complete(s) for s in self.ancestors[root]
-        ):
+        if self.pending[root][0] == 0 and all(self.complete(t) for t in inputs):
             self.start_root(root)
 
     def start_root(self, tensor: TensorId) -> None:
@@ -144,10 +153,38 @@ class GraphAnalysis:
         self.back = paths_back_to_sinks(graph)
         self.ancestors = sink_ancestors(graph)
         self.pairs = graph.valued_pairs()
+        # Asked at every finalization: scanning the whole graph each time is quadratic.
+        self.sinks = graph.sinks()
+        self.dependent_roots = [t for t in graph.tensors()
+                                if graph.kind(t) in DEPENDENT_ROOT_KINDS]
         self.partners: dict[TensorId, list[tuple[TensorId, int]]] = defaultdict(list)
         for index, pair in enumerate(self.pairs):
             self.partners[pair.a].append((pair.b, index))
             self.partners[pair.b].append((pair.a, index))
+        self.aims = {root: self._aims(root) for root in self.dependent_roots}
+        # The roots whose pairs would unwind into some sink: the only ones finalizing weighs.
+        self.aiming_roots = [root for root in self.dependent_roots
+                             if any(sinks for _, sinks in self.aims[root])]
+        # Each sink's barrier-like roots (the roots it is an ancestor of), and what each run
+        # starts with: every sink incomplete but the empty ones.
+        self.roots_after: dict[TensorId, list[TensorId]] = defaultdict(list)
+        self.pending_at_start: dict[TensorId, tuple[int, int]] = {}
+        for root in self.dependent_roots:
+            for sink in sorted(self.ancestors[root]):
+                self.roots_after[sink].append(root)
+            waiting = [s.index for s in self.ancestors[root] if graph.numel(s)]
+            self.pending_at_start[root] = (len(waiting), sum(waiting))
+
+    def _aims(self, root: TensorId) -> list[tuple[float, tuple[TensorId, ...]]]:
+        """Per pair of a barrier-like ``root``: its worth (value x elements) and the sinks
+        behind the partner the pair would unwind into, less the sinks ``root`` is made
+        from (what finalizing weighs; fixed, so computed once, not per finalization)."""
+        aims = []
+        for partner, index in self.partners[root]:
+            worth = self.pairs[index].value * self.graph.numel(partner)
+            behind = {s for s, _ in self.back.get(partner, [])} - self.ancestors[root]
+            aims.append((worth, tuple(sorted(behind))))
+        return aims
 
 
 class GreedyRun:
@@ -167,7 +204,7 @@ class GreedyRun:
         self.late = late
         self.finalized: set[TensorId] = set()
         self.late_sinks: set[TensorId] = set()
-        self.state = _State(self.graph, analysis.ancestors)
+        self.state = _State(analysis)
         self.planted_by: dict[TensorId, list[int]] = defaultdict(list)
         self.blockers: set[int] = set()
         self.queue: list[tuple] = []
@@ -233,9 +270,10 @@ class GreedyRun:
         return ranked[0][1] if ranked else None
 
     def _ranked_finalizations(self) -> list[tuple[tuple, TensorId]]:
-        graph, state, analysis = self.graph, self.state, self.analysis
-        incomplete = [t for t in graph.sinks() if not state.complete(t)]
-        value = self._finalizing_values(_waiting_roots(graph, state))
+        state, analysis = self.state, self.analysis
+        incomplete = [t for t in analysis.sinks if not state.complete(t)]
+        value = self._finalizing_values(
+            [t for t in analysis.aiming_roots if not state.complete(t)])
         keyed = [((t in self.late, -value[t], -analysis.length[t], t.index), t) for t in incomplete]
         return sorted(keyed)
 
@@ -246,16 +284,13 @@ class GreedyRun:
         analysis, state = self.analysis, self.state
         value: dict[TensorId, float] = defaultdict(float)
         for root in waiting:
-            missing = [s for s in analysis.ancestors[root] if not state.complete(s)]
-            for partner, index in analysis.partners[root]:
-                worth = analysis.pairs[index].value * self.graph.numel(partner)
-                behind = {
-                    s for s, _ in analysis.back.get(partner, []) if not state.complete(s)
-                } - analysis.ancestors[root]
+            lone = state.lone_missing_sink(root)
+            for worth, sinks in analysis.aims[root]:
+                behind = [s for s in sinks if not state.complete(s)]
                 for sink in behind:
                     value[sink] -= worth
-                if len(missing) == 1 and behind - {missing[0]}:
-                    value[missing[0]] += worth
+                if lone is not None and any(s != lone for s in behind):
+                    value[lone] += worth
         return value
 
     def _finalizing_pays(self) -> bool:
@@ -276,12 +311,3 @@ class GreedyRun:
 def solve_greedy0(graph: Graph) -> Solution:
     """The seed's Greedy0 (see the module docstring)."""
     return GreedyRun(GraphAnalysis(graph)).run()
-
-
-def _waiting_roots(graph: Graph, state: _State) -> list[TensorId]:
-    """Barrier and sum_like_reduce outputs whose layouts are not known yet."""
-    return [
-        t
-        for t in graph.tensors()
-        if graph.kind(t) in DEPENDENT_ROOT_KINDS and not state.complete(t)
-    ]

@@ -9,8 +9,11 @@ upper bound, timings, and the unwind graph, solution and realizer for reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -107,6 +110,27 @@ def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
     """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
     is False, write the mappings onto the Ir. ``progress(stage, done, total)`` is called
     as stages advance (stages: emit, solve, realize, write)."""
+    with collector_paused():
+        return _plan_ir(ir, target, options, progress, registry, write)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while planning: a plan allocates a list per tile
+    for every tensor (and the solver many small objects), none of them cyclic, and each
+    full collection would walk every object of the process (torch's, in a model session).
+    Reference counting still frees them; the collector's state is restored afterwards."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None,
+             progress: Progress | None, registry: OpRegistry, write: bool) -> Plan:
     options = options if options is not None else ir.options
     began = time.perf_counter()
     timings: dict[str, float] = {}
@@ -125,13 +149,13 @@ def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
     realizer = Realizer(emitter, solution)
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
+    to_mapping = _mapping_builder(target)
     planned = []
     for tensor, sink in emitter.planned:
         tiles = sink_tiles[sink]
         what = f"tensor {label(tensor)!r}"
         validate(tiles, tensor.nelms(), target.num_tiles, what)
-        mapping = tile_mapping(tiles, target.num_tiles)
-        planned.append(_planned(emitter, realizer, tensor, sink, tiles, mapping))
+        planned.append(_planned(emitter, realizer, tensor, sink, tiles, to_mapping(tiles)))
     timings["realize"] = _lap(began, timings)
 
     changed = _write(planned, ir, progress) if write else False
@@ -140,6 +164,15 @@ def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
                 solution.algo, solution.proven_optimal, target.num_tiles, timings,
                 emitter.graph, solution, realizer, changed)
+
+
+def _mapping_builder(target: TileTarget) -> Callable[[np.ndarray], TileMapping]:
+    """Tiles -> Poplar's format: the target's own converter when it has one (the IPU Model's
+    is C++), else the IR's numpy one."""
+    convert = getattr(target, "to_mapping", None)
+    if callable(convert):
+        return convert
+    return lambda tiles: tile_mapping(tiles, target.num_tiles)
 
 
 def _lap(began: float, timings: dict[str, float]) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.unwind import Solution, TensorId
-from popart_unwind.unwind.solution import dependency_order
+from popart_unwind.unwind.solution import Path, dependency_order
 
 from .emit import Emitter, label
 
@@ -134,18 +134,26 @@ class Realizer:
             self._barrier_outputs[op.id] = outputs
         return outputs[record.position]
 
+    def _moved(self, path: Path) -> np.ndarray:
+        """The tiles of ``path``'s root carried through its chain (flat, the whole tensor)."""
+        source = self.tiles(path.src).reshape(self.graph.shape(path.src))
+        return np.asarray(path.chain.apply(source)).reshape(-1)
+
     def _from_paths(self, tensor: TensorId) -> np.ndarray:
         shape = self.graph.shape(tensor)
-        result = np.full(self.graph.numel(tensor), -1, dtype=np.int64)
+        numel = self.graph.numel(tensor)
+        paths = self.solution.paths(tensor)
+        if (len(paths) == 1 and paths[0].src != tensor
+                and paths[0].regions.total_elms() == numel):
+            return self._moved(paths[0])  # the usual case: no masks over millions of elements
+        result = np.full(numel, -1, dtype=np.int64)
         own = None
-        for path in self.solution.paths(tensor):
+        for path in paths:
             if path.src == tensor:
                 own = path.regions
                 continue
-            source = self.tiles(path.src).reshape(self.graph.shape(path.src))
-            moved = np.asarray(path.chain.apply(source)).reshape(-1)
             mask = path.regions.mask().reshape(-1)
-            result[mask] = moved[mask]
+            result[mask] = self._moved(path)[mask]
         if own is not None:
             if self.graph.kind(tensor) != "sink":
                 raise PlanError(f"{tensor!r} has elements of its own but is not a sink")
