@@ -60,6 +60,28 @@ class Ir:
             raise IrError(f"graph {graph_id!r} is still called by {callers[0].debug_name()}")
         del self._graphs[self.graph(graph_id).id]
 
+    def callees_first(self) -> list[Graph]:
+        """Every graph once, each after the graphs it calls (then in ``graphs`` order):
+        the order analyses that need a callee's results at its call sites walk in."""
+        order: list[Graph] = []
+        state: dict[str, str] = {}
+
+        def visit(graph: Graph) -> None:
+            if state.get(graph.id) == "done":
+                return
+            if state.get(graph.id) == "open":
+                raise IrError(f"graph {graph.id!r} calls itself; recursion is not supported")
+            state[graph.id] = "open"
+            for op in graph.schedule():
+                for callee in op.called_graphs():
+                    visit(callee)
+            state[graph.id] = "done"
+            order.append(graph)
+
+        for graph in self.graphs:
+            visit(graph)
+        return order
+
     def all_ops(self) -> list:
         return [op for graph in self.graphs for op in graph.ops]
 

@@ -173,7 +173,7 @@ class _Evaluation:
         self.num_tiles = target.num_tiles
         self.base = producerless_mappings(ir, target, mappings)
         self.graph_outputs: dict[tuple[str, str], np.ndarray] = {}
-        self.order = callees_first(ir)
+        self.order = ir.callees_first()
         self.executions = call_counts(ir, self.order)
         self.rows: list[OpCost] = []
         self.received = np.zeros(self.num_tiles, np.int64)
@@ -356,28 +356,6 @@ def _aliases_outputs(rule: LayoutRule, op: Op) -> bool:
                                     for index in op.input_map())
 
 
-def callees_first(ir: Ir) -> list[Graph]:
-    """Every graph once, each after the graphs it calls (main graph's callees first)."""
-    order: list[Graph] = []
-    state: dict[str, str] = {}
-
-    def visit(graph: Graph) -> None:
-        if state.get(graph.id) == "done":
-            return
-        if state.get(graph.id) == "open":
-            raise PlanError(f"graph {graph.id!r} calls itself; recursion cannot be costed")
-        state[graph.id] = "open"
-        for op in graph.schedule():
-            for callee in op.called_graphs():
-                visit(callee)
-        state[graph.id] = "done"
-        order.append(graph)
-
-    for graph in ir.graphs:
-        visit(graph)
-    return order
-
-
 def call_counts(ir: Ir, order: list[Graph] | None = None) -> dict[str, int]:
     """How often each graph runs per step: a graph no op calls (the main graph) once, a
     subgraph once per static call site per run of its caller (loop trip counts and If
@@ -385,7 +363,7 @@ def call_counts(ir: Ir, order: list[Graph] | None = None) -> dict[str, int]:
     graphs callees first, if already known."""
     called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
     counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
-    for graph in reversed(order if order is not None else callees_first(ir)):
+    for graph in reversed(order if order is not None else ir.callees_first()):
         for op in graph.ops:
             for callee in op.called_graphs():
                 counts[callee.id] += counts[graph.id]

@@ -33,12 +33,12 @@ def solve(graph: Graph, algo: str = "default", **options) -> Solution:
     name = DEFAULT if algo == "default" else algo
     if name not in SOLVERS:
         raise SolverError(f"unknown unwinding algorithm {algo!r}; choose from {sorted(SOLVERS)}")
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return SOLVERS[name](graph, **options)
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
+def cyclic_gc_paused() -> Iterator[None]:
     """Solvers allocate many small acyclic objects (paths, chains, regions), which keep
     triggering the cyclic collector over an ever larger heap: about half the solve time on
     large graphs (benchmarks/RESULTS.md). Reference counting still frees them; the collector

@@ -5,12 +5,12 @@
 ``Plan``; ``transform`` is the pipeline's UnwindLayouts.
 """
 
-from .emit import Emitter, callees_first, emit_ir
+from .emit import Emitter, emit_ir
 from .plan import LINEAR, PARTLY, UNWOUND, Plan, PlannedTensor, plan_ir
 from .realize import Realizer
 from .transform import UnwindLayouts, default_target
 
 __all__ = [
     "LINEAR", "PARTLY", "UNWOUND", "Emitter", "Plan", "PlannedTensor", "Realizer",
-    "UnwindLayouts", "callees_first", "default_target", "emit_ir", "plan_ir",
+    "UnwindLayouts", "default_target", "emit_ir", "plan_ir",
 ]

@@ -144,33 +144,11 @@ class Emitter:
                 progress()
 
 
-def callees_first(ir: Ir) -> list[IrGraph]:
-    """Every graph once, each after the graphs it calls (then in ``ir.graphs`` order)."""
-    order: list[IrGraph] = []
-    state: dict[str, str] = {}
-
-    def visit(graph: IrGraph) -> None:
-        if state.get(graph.id) == "done":
-            return
-        if state.get(graph.id) == "open":
-            raise PlanError(f"graph {graph.id!r} calls itself; its layouts cannot be planned")
-        state[graph.id] = "open"
-        for op in graph.schedule():
-            for callee in op.called_graphs():
-                visit(callee)
-        state[graph.id] = "done"
-        order.append(graph)
-
-    for graph in ir.graphs:
-        visit(graph)
-    return order
-
-
 def emit_ir(ir: Ir, target: TileTarget, valuations: Any, registry: OpRegistry,
             progress: Progress | None = None) -> Emitter:
     """The unwinding problem of the whole Ir."""
     emitter = Emitter(target, valuations, registry)
-    graphs = callees_first(ir)
+    graphs = ir.callees_first()
     total = sum(len(g.ops) for g in graphs)
     done = 0
 

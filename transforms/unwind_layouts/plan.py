@@ -9,11 +9,9 @@ upper bound, timings, and the unwind graph, solution and realizer for reports.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +25,7 @@ from popart_unwind.ops.layout import TileTarget
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
 from popart_unwind.unwind import Graph, Solution, TensorId
+from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 from .emit import Emitter, Progress, emit_ir, label
 from .realize import Realizer, validate
@@ -110,23 +109,8 @@ def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
     """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
     is False, write the mappings onto the Ir. ``progress(stage, done, total)`` is called
     as stages advance (stages: emit, solve, realize, write)."""
-    with collector_paused():
+    with cyclic_gc_paused():
         return _plan_ir(ir, target, options, progress, registry, write)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while planning: a plan allocates a list per tile
-    for every tensor (and the solver many small objects), none of them cyclic, and each
-    full collection would walk every object of the process (torch's, in a model session).
-    Reference counting still frees them; the collector's state is restored afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None,
