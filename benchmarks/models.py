@@ -1,0 +1,361 @@
+"""Plan real model graphs (BERT, GPT-2, ViT, ResNet) and compare with PopART and linear.
+
+For each model, size (tiny, real) and kind (forward, training): import the graph (the
+PyTorch front end by default; ``--frontends onnx`` imports the ONNX export instead), run
+the transform pipeline, plan it with ``plan_ir`` (ours), lay it out as PopART's creator
+search would (``popart_baseline``) and linearly (``linear_plan``), and cost all three
+plans with ``evaluate`` on one IPU Model.
+
+    python benchmarks/models.py --sizes tiny
+    python benchmarks/models.py --sizes real --models bert gpt2 --kinds training
+
+Each graph runs in a fresh process (``--timeout`` seconds at most), so one that does not
+finish is reported and the rest go on, and peak memory is that graph's own: "plan MiB" is
+tracemalloc's peak during a second, identical planning run (Python and numpy allocations
+of ``plan_ir`` alone; the run also checks that planning is deterministic), "RSS MiB" the
+process's ``ru_maxrss`` (torch, the model, import and everything else included).
+``--quick`` skips the second planning run. ``--dump DIR`` saves the three plans' mappings
+and costs; ``--check DIR`` compares them with an earlier dump (a speed-up must not change
+any plan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import queue
+import re
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODELS = ("bert", "gpt2", "vit", "resnet")
+SIZES = ("tiny", "real")
+KINDS = ("forward", "training")
+FRONTENDS = ("torch", "onnx")
+PLANS = ("ours", "popart", "linear")
+#: Longest failure message a table cell shows.
+MESSAGE_CHARS = 90
+MODELS_DIR = Path(__file__).resolve().parent.parent / "tests" / "models"
+
+
+# -- one graph, in a child process ------------------------------------------------------------
+def make_models() -> Any:
+    """tests/models/make_models.py, the models' builder (not an installed module)."""
+    if str(MODELS_DIR) not in sys.path:
+        sys.path.insert(0, str(MODELS_DIR))
+    import make_models as module
+
+    return module
+
+
+def import_graph(model: str, size: str, kind: str, frontend: str) -> Any:
+    """The graph as an Ir, the planner itself left out of the pipeline options."""
+    from popart_unwind.ir import Ir
+    from popart_unwind.options import SessionOptions
+
+    options = SessionOptions(enable_unwind_layouts=False)
+    builder = make_models()
+    if frontend == "onnx":
+        return Ir.from_onnx(builder.build(model, kind, size), options=options)
+    module, args = (builder.tiny_model if size == "tiny" else builder.real_model)(model)
+    return Ir.from_torch(module, args, training=kind == "training", options=options)
+
+
+def run_graph(job: dict[str, Any], report: Any) -> None:
+    """Import, transform, plan three ways and cost each; ``report`` gets (stage, data)."""
+    from popart_unwind.transforms import run_pipeline
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
+
+    row: dict[str, Any] = {}
+    report.put(("stage", "import"))
+    began = time.perf_counter()
+    ir = import_graph(job["model"], job["size"], job["kind"], job["frontend"])
+    row["import_s"] = time.perf_counter() - began
+    began = time.perf_counter()
+    run_pipeline(ir)
+    row["pipeline_s"] = time.perf_counter() - began
+    row["ops"] = sum(1 for _ in ir.all_ops())
+    row["producerless"] = sum(len(g.producerless_tensors()) for g in ir.graphs)
+
+    target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
+    report.put(("stage", "plan"))
+    began = time.perf_counter()
+    plan = plan_ir(ir, target)  # as the transform does: mappings written onto the Ir
+    row["plan_s"] = time.perf_counter() - began
+    row["plan_stages"] = {k: v for k, v in plan.timings.items() if k != "total"}
+    row["solver_ratio"] = _ratio(plan.objective, plan.upper_bound)
+    mappings = {"ours": {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors}}
+    if job["memory"]:
+        report.put(("stage", "plan (tracemalloc)"))
+        row["plan_peak_mib"], again = _traced(lambda: plan_ir(ir, target))
+        _check_same(mappings["ours"], {(p.graph_id, p.tensor_id): p.tiles
+                                       for p in again.tensors}, "a second planning run")
+    report.put(("stage", "baseline"))
+    began = time.perf_counter()
+    mappings["popart"] = dict(popart_baseline(ir, target).mappings)
+    row["baseline_s"] = time.perf_counter() - began
+    mappings["linear"] = dict(linear_plan(ir, target))
+    row["costs"] = {}
+    row["evaluate_s"] = {}
+    for name in PLANS:
+        report.put(("stage", f"evaluate {name}"))
+        began = time.perf_counter()
+        cost = evaluate(ir, target, mappings=mappings[name])
+        row["evaluate_s"][name] = time.perf_counter() - began
+        row["costs"][name] = {**cost.summary(),
+                              "tile_ratio": _ratio(cost.objective, cost.upper_bound)}
+    row["same_as_popart"] = same_tiles(mappings["ours"], mappings["popart"])
+    row["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if job["dump"]:
+        _dump(Path(job["dump"]) / f"{job_name(job)}.npz", mappings, row["costs"])
+    if job["check"]:
+        row["compared"] = _compare(Path(job["check"]) / f"{job_name(job)}.npz", mappings,
+                                row["costs"])
+    report.put(("done", row))
+    report.close()
+    report.join_thread()
+
+
+def same_tiles(ours: dict, theirs: dict) -> float:
+    """The share of planned elements two plans put on the same tile (tensors both plan)."""
+    keys = [key for key in ours if key in theirs]
+    same = sum(int(np.count_nonzero(np.asarray(ours[k]).reshape(-1)
+                                    == np.asarray(theirs[k]).reshape(-1))) for k in keys)
+    total = sum(np.asarray(ours[k]).size for k in keys)
+    return same / total if total else 1.0
+
+
+def _ratio(objective: float, bound: float) -> float:
+    return objective / bound if bound else 1.0
+
+
+def _traced(work: Any) -> tuple[float, Any]:
+    """Peak MiB tracemalloc sees while ``work()`` runs, and its result."""
+    tracemalloc.start()
+    try:
+        result = work()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / 2**20, result
+
+
+def _check_same(first: dict, second: dict, what: str) -> None:
+    if first.keys() != second.keys() or any(
+            not np.array_equal(first[k], second[k]) for k in first):
+        raise RuntimeError(f"planning is not deterministic: {what} gave another plan")
+
+
+def _flat(mappings: dict[str, dict[tuple[str, str], np.ndarray]]) -> dict[str, np.ndarray]:
+    return {f"{plan}|{graph}|{tensor}": np.asarray(tiles)
+            for plan, by_tensor in mappings.items()
+            for (graph, tensor), tiles in by_tensor.items()}
+
+
+def _dump(path: Path, mappings: dict, costs: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **_flat(mappings))
+    path.with_suffix(".json").write_text(json.dumps(costs, indent=1, sort_keys=True))
+
+
+def _compare(path: Path, mappings: dict, costs: dict) -> str:
+    """"identical", or what differs from the dump at ``path``."""
+    if not path.exists():
+        return "no dump"
+    saved = np.load(path)
+    now = _flat(mappings)
+    if set(saved.files) != set(now):
+        return f"tensor sets differ ({len(saved.files)} saved, {len(now)} now)"
+    differing = [key for key in now if not np.array_equal(saved[key], now[key])]
+    if differing:
+        return f"{len(differing)} mappings differ, e.g. {differing[0]}"
+    if json.loads(path.with_suffix(".json").read_text()) != json.loads(json.dumps(costs)):
+        return "costs differ"
+    return "identical"
+
+
+def _child(job: dict[str, Any], report: Any) -> None:
+    try:
+        run_graph(job, report)
+    except Exception as error:  # reported as the row's outcome, the run goes on
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+        first = text.splitlines()[0] if text else ""
+        report.put(("failed", f"{type(error).__name__}: {first}"[:MESSAGE_CHARS]))
+
+
+# -- the parent: one process per graph ------------------------------------------------------
+def job_name(job: dict[str, Any]) -> str:
+    return f"{job['model']}-{job['size']}-{job['kind']}-{job['frontend']}"
+
+
+def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one graph in a fresh process; the row, or why there is none."""
+    if job["frontend"] == "onnx" and job["kind"] == "training" and \
+            job["model"] in make_models().ONNX_TRAINING_UNSUPPORTED:
+        return {**job, "failed": "no ONNX export (the exporter has no convolution backward)"}
+    context = multiprocessing.get_context("spawn")
+    report = context.Queue()
+    process = context.Process(target=_child, args=(job, report), daemon=True)
+    began = time.perf_counter()
+    process.start()
+    stage, outcome = "start", None
+    while outcome is None:
+        left = timeout - (time.perf_counter() - began)
+        try:
+            kind, data = report.get(timeout=max(left, 0.01))
+        except queue.Empty:
+            if not process.is_alive() or left <= 0:
+                outcome = {"failed": f"timed out after {timeout:.0f} s in {stage}"
+                           if process.is_alive() else f"process died in {stage}"}
+            continue
+        if kind == "stage":
+            stage = data
+            print(f"  {job_name(job)}: {stage} ...", file=sys.stderr, flush=True)
+        elif kind == "done":
+            outcome = data
+        else:
+            outcome = {"failed": data}
+    if process.is_alive():
+        process.terminate()
+    process.join()
+    report.close()
+    report.join_thread()
+    return {**job, **outcome}
+
+
+# -- tables -----------------------------------------------------------------------------------
+TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB", "RSS MiB",
+                "baseline s", "evaluate s", "solver obj/bound")
+COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
+                "max tile KiB o/P/L", "o÷P exchange", "same tiles as P")
+
+
+def time_cells(row: dict[str, Any]) -> list[str]:
+    if "failed" in row:
+        return [job_name(row), row["failed"], *[""] * (len(TIME_COLUMNS) - 2)]
+    peak = row.get("plan_peak_mib")
+    return [job_name(row), f"{row['ops']:,}", f"{row['producerless']:,}",
+            f"{row['import_s'] + row['pipeline_s']:.1f}", f"{row['plan_s']:.2f}",
+            "-" if peak is None else f"{peak:,.0f}", f"{row['rss_mib']:,.0f}",
+            f"{row['baseline_s']:.2f}", f"{sum(row['evaluate_s'].values()):.2f}",
+            f"{row['solver_ratio']:.4f}"]
+
+
+def cost_cells(row: dict[str, Any]) -> list[str]:
+    if "failed" in row:
+        return [job_name(row), row["failed"], *[""] * (len(COST_COLUMNS) - 2)]
+    costs = [row["costs"][name] for name in PLANS]
+
+    def three(text: Any) -> str:
+        return " / ".join(text(c) for c in costs)
+
+    ours, popart = costs[0]["exchange_bytes"], costs[1]["exchange_bytes"]
+    return [job_name(row), three(lambda c: f"{c['tile_ratio']:.3f}"),
+            three(lambda c: f"{c['exchange_bytes'] / 1e6:,.2f}"),
+            three(lambda c: f"{c['exchange_cycles'] / 1e3:,.1f}"),
+            three(lambda c: f"{c['max_tile_bytes'] / 1024:,.1f}"),
+            f"{ours / popart:.3f}" if popart else ("1.000" if not ours else "inf"),
+            f"{100 * row['same_as_popart']:.1f}%" if "same_as_popart" in row else "-"]
+
+
+def print_table(columns: tuple[str, ...], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(columns) + " |")
+        print("| --- |" + " ---: |" * (len(columns) - 1))
+        for cells in rows:
+            print("| " + " | ".join(cells) + " |")
+        print()
+        return
+    widths = [max(len(str(c)) for c in column) for column in zip(columns, *rows, strict=True)]
+    for cells in (columns, *rows):
+        print("  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                        for i, (c, w) in enumerate(zip(cells, widths, strict=True))))
+    print()
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{platform.machine()}, {cpu}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, numpy {np.__version__}")
+
+
+def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
+    names = [n for n in text.replace(",", " ").split() if n]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what} {unknown}; choose from {', '.join(known)}")
+    return names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="tiny,real")
+    parser.add_argument("--models", nargs="+", default=[",".join(MODELS)])
+    parser.add_argument("--kinds", default="forward,training")
+    parser.add_argument("--frontends", default="torch",
+                        help="torch, onnx or both (ONNX training exports only BERT and GPT-2)")
+    parser.add_argument("--tiles", type=int, default=1472)
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds one graph may take, import included")
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the second (tracemalloc) planning run")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--from-json", help="only print the tables of a --json file")
+    parser.add_argument("--dump", help="save each graph's three plans and costs here")
+    parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
+    args = parser.parse_args()
+    jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
+                 memory=not args.quick, dump=args.dump, check=args.check)
+            for size in _names(args.sizes, SIZES, "sizes")
+            for model in _names(" ".join(args.models), MODELS, "models")
+            for kind in _names(args.kinds, KINDS, "kinds")
+            for frontend in _names(args.frontends, FRONTENDS, "front ends")]
+    if args.from_json:
+        print_tables(json.loads(Path(args.from_json).read_text()), args)
+        return
+    print(f"machine: {machine()}; {args.tiles} tiles", flush=True)
+    rows = []
+    for job in jobs:
+        row = run_job(job, args.timeout)
+        rows.append(row)
+        status = row.get("failed") or row.get("compared") or f"plan {row['plan_s']:.2f} s"
+        print(f"  {job_name(row)}: {status}", file=sys.stderr, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    print_tables(rows, args)
+
+
+def print_tables(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Both tables, the comparison with a dump, and the planner's stage times."""
+    print_table(TIME_COLUMNS, [time_cells(r) for r in rows], args.markdown)
+    print_table(COST_COLUMNS, [cost_cells(r) for r in rows], args.markdown)
+    compared = [f"{job_name(r)}: {r['compared']}" for r in rows if "compared" in r]
+    if compared:
+        print("plans compared with the dump in", rows[0]["check"], "\n  " + "\n  ".join(compared))
+    stages = [f"{job_name(r)}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["plan_stages"].items())
+              for r in rows if "plan_stages" in r]
+    if stages:
+        print("plan stages (s):\n  " + "\n  ".join(stages))
+
+
+if __name__ == "__main__":
+    main()
