@@ -63,6 +63,17 @@ def _call(what: str, hook: Callable[..., _T], *args: Any) -> _T:
         ) from error
 
 
+def _require_linear(num_elements: int, num_tiles: int, grain_size: int,
+                    min_elements_per_tile: int, start_tile: int) -> None:
+    _require_int("num_elements", num_elements, 0)
+    _require_int("num_tiles", num_tiles, 1)
+    _require_int("grain_size", grain_size, 1)
+    _require_int("min_elements_per_tile", min_elements_per_tile, 0)
+    _require_int("start_tile", start_tile, 0)
+    if start_tile >= num_tiles:
+        raise TargetError(f"start_tile must be below num_tiles {num_tiles}, got {start_tile}")
+
+
 def linear_tile_mapping(
     num_elements: int,
     num_tiles: int,
@@ -78,13 +89,7 @@ def linear_tile_mapping(
     ``(t + s) % num_tiles`` instead, as PopART's linear mapper does so that successive small
     tensors do not all pile onto tile 0.
     """
-    _require_int("num_elements", num_elements, 0)
-    _require_int("num_tiles", num_tiles, 1)
-    _require_int("grain_size", grain_size, 1)
-    _require_int("min_elements_per_tile", min_elements_per_tile, 0)
-    _require_int("start_tile", start_tile, 0)
-    if start_tile >= num_tiles:
-        raise TargetError(f"start_tile must be below num_tiles {num_tiles}, got {start_tile}")
+    _require_linear(num_elements, num_tiles, grain_size, min_elements_per_tile, start_tile)
     return _hooks.linear_tile_mapping(
         num_elements, num_tiles, grain_size, min_elements_per_tile, start_tile
     )
@@ -390,13 +395,7 @@ def linear_tiles(
 ) -> tuple[np.ndarray, int]:
     """Each element's tile in :func:`linear_tile_mapping`, and how many tiles it uses (what
     PopART's rotating linear mapper advances by)."""
-    _require_int("num_elements", num_elements, 0)
-    _require_int("num_tiles", num_tiles, 1)
-    _require_int("grain_size", grain_size, 1)
-    _require_int("min_elements_per_tile", min_elements_per_tile, 0)
-    _require_int("start_tile", start_tile, 0)
-    if start_tile >= num_tiles:
-        raise TargetError(f"start_tile must be below num_tiles {num_tiles}, got {start_tile}")
+    _require_linear(num_elements, num_tiles, grain_size, min_elements_per_tile, start_tile)
     out = _empty_tiles(num_elements, num_tiles)
     used = _call("linear tiles", _hooks.fill_linear_tiles, out, num_elements, num_tiles,
                  grain_size, min_elements_per_tile, start_tile)
