@@ -16,7 +16,7 @@ import numpy as np
 
 from popart_unwind.errors import TargetError
 from popart_unwind.ir.tile_mapping import tile_array, tile_dtype
-from popart_unwind.ops.layout import DENSE_PAIRS_MAX, ExchangeNeed
+from popart_unwind.ops.layout import DENSE_PAIRS_MAX, ExchangeNeed, read_need
 from popart_unwind.target.hooks import (
     MatmulPartition,
     TileMapping,
@@ -33,6 +33,10 @@ Answer = np.ndarray | tuple[np.ndarray, ...]
 #: used dropped first: room for every distinct matmul of BERT-base or GPT-2 training and
 #: their embedding tables.
 ANSWER_BYTES_KEPT = 256 * 2**20
+#: Poplibs' convolution copies an operand into the plan's own layout before broadcasting it
+#: when more tiles than this read each of its elements (``inViewMaxBroadcastDests`` and
+#: ``weightViewMaxBroadcastDests`` in lib/poplin/Convolution.cpp).
+REARRANGE_ABOVE_DESTINATIONS = 7
 
 
 class TileTarget:
@@ -103,16 +107,35 @@ class TileTarget:
 
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                        operand: str, tiles: np.ndarray) -> ExchangeNeed:
-        """What each tile of the matmul plan must receive of ``operand`` laid out as ``tiles``.
+        """What each tile must receive before the matmul computes, ``operand`` laid out as
+        ``tiles`` (in grouped [G,M,K] / [G,K,N] order).
 
-        Tile (g, m, k, n) reads LHS block (g, m, k) and RHS block (g, k, n); it receives the
-        elements of its block it does not hold, in as many regions as there are maximal
-        runs of consecutive elements of that block sharing a source tile, less the runs it
-        holds itself (removing a tile's own runs never joins two others: they are not
-        contiguous). See docs/ipu-model.md.
+        Tile (g, m, k, n) reads LHS block (g, m, k) and RHS block (g, k, n). An operand
+        broadcast to more than ``REARRANGE_ABOVE_DESTINATIONS`` tiles is first copied into
+        the plan's own layout (Poplibs' pre-convolution rearrangement), so it costs that
+        copy — the elements not already where the plan wants them — plus the broadcast from
+        the plan's layout; any other operand is broadcast from where it lies. See
+        docs/ipu-model.md.
         """
         if operand not in ("lhs", "rhs"):
             raise TargetError(f"matmul_readers: operand must be 'lhs' or 'rhs', got {operand!r}")
+        dims = (groups, rows, inner, cols, dtype, operand)
+        if broadcast_destinations(self.matmul_plan(*dims[:5]), operand) \
+                <= REARRANGE_ABOVE_DESTINATIONS:
+            return self._block_readers(*dims, tiles)
+        wanted = self.matmul_tiles(*dims)
+        copy = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
+        received, regions = self._remembered(
+            ("broadcast", *dims),
+            lambda: _need_arrays(self._block_readers(*dims, wanted)))
+        return copy + ExchangeNeed(received, regions)
+
+    def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
+        """Each reading tile receives the elements of its block it does not hold, in as
+        many regions as there are maximal runs of consecutive elements of that block
+        sharing a source tile, less the runs it holds itself (removing a tile's own runs
+        never joins two others: they are not contiguous)."""
         blocks, block_starts, block_sizes, tile_block = self._remembered(
             ("readers", groups, rows, inner, cols, dtype, operand),
             lambda: self._reader_layout(groups, rows, inner, cols, dtype, operand))
@@ -197,6 +220,16 @@ class TileTarget:
             if best_key is None or key < best_key:
                 best_key, best = key, index
         return best
+
+
+def broadcast_destinations(plan: MatmulPartition, operand: str) -> int:
+    """How many tiles read each element of a matmul operand under ``plan``: the output
+    channel split for the LHS (activations), the batch split for the RHS (weights)."""
+    return plan.cols if operand == "lhs" else plan.rows
+
+
+def _need_arrays(need: ExchangeNeed) -> tuple[np.ndarray, np.ndarray]:
+    return need.received_bytes, need.regions
 
 
 def _arrays(answer: Answer) -> tuple[np.ndarray, ...]:

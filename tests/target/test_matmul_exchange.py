@@ -1,0 +1,129 @@
+"""What a matmul's tiles receive (``TileTarget.matmul_readers``) against an element-by-element
+oracle of docs/ipu-model.md: direct broadcast of a block to its readers, and, above seven
+readers per element, Poplibs' copy into the plan's layout followed by the broadcast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.target import IpuModel, TileTarget
+from popart_unwind.target.tile_target import (
+    REARRANGE_ABOVE_DESTINATIONS,
+    broadcast_destinations,
+)
+
+
+def _part(index: int, size: int, parts: int) -> int:
+    """The part of an axis of ``size`` cut at floor(p * size / parts) holding ``index``."""
+    return max(p for p in range(parts) if p * size // parts <= index)
+
+
+def block_of(shape, splits, flat: int) -> int:
+    a, b, c = np.unravel_index(flat, shape)
+    pa, pb, pc = (_part(int(i), s, n) for i, s, n in zip((a, b, c), shape, splits,
+                                                          strict=True))
+    return (pa * splits[1] + pb) * splits[2] + pc
+
+
+def broadcast_oracle(shape, splits, plan, operand, tiles, num_tiles, size):
+    """Each reading tile receives its block's elements held elsewhere; a region is a maximal
+    flat-contiguous stretch of one block on one source tile, not held by the reader."""
+    blocks = [block_of(shape, splits, e) for e in range(tiles.size)]
+    received = np.zeros(num_tiles, np.int64)
+    regions = np.zeros(num_tiles, np.int64)
+    for tile in range(plan.tiles_used):
+        k = tile % plan.inner
+        n = (tile // plan.inner) % plan.cols
+        m = (tile // (plan.inner * plan.cols)) % plan.rows
+        g = tile // (plan.inner * plan.cols * plan.rows)
+        block = ((g * plan.rows + m) * plan.inner + k if operand == "lhs"
+                 else (g * plan.inner + k) * plan.cols + n)
+        for e in range(tiles.size):
+            if blocks[e] != block or tiles[e] == tile:
+                continue
+            received[tile] += size
+            if e == 0 or blocks[e - 1] != block or tiles[e - 1] != tiles[e]:
+                regions[tile] += 1
+    return received, regions
+
+
+def copy_oracle(wanted, tiles, num_tiles, size):
+    """Each element not where the plan wants it is sent there; a region is a maximal
+    flat-contiguous stretch from one source tile to one destination tile."""
+    received = np.zeros(num_tiles, np.int64)
+    regions = np.zeros(num_tiles, np.int64)
+    for e in range(tiles.size):
+        if tiles[e] == wanted[e]:
+            continue
+        received[wanted[e]] += size
+        if (e == 0 or tiles[e - 1] == wanted[e - 1] or tiles[e - 1] != tiles[e]
+                or wanted[e - 1] != wanted[e]):
+            regions[wanted[e]] += 1
+    return received, regions
+
+
+@st.composite
+def cases(draw):
+    num_tiles = draw(st.sampled_from([4, 16, 64]))
+    dims = tuple(draw(st.integers(1, n)) for n in (2, 24, 6, 24))
+    operand = draw(st.sampled_from(["lhs", "rhs"]))
+    target = TileTarget(IpuModel(tiles_per_ipu=num_tiles, min_bytes_per_tile=4, grain_bytes=4))
+    g, m, k, n = dims
+    count = g * (m * k if operand == "lhs" else k * n)
+    layout = draw(st.sampled_from(["random", "wanted", "linear", "mostly wanted"]))
+    wanted = np.asarray(target.matmul_tiles(*dims, "float32", operand))
+    if layout == "wanted":
+        tiles = wanted.copy()
+    elif layout == "linear":
+        tiles = np.asarray(target.linear_tiles((count,), "float32")).astype(np.int64)
+    else:
+        seed = draw(st.integers(0, 2**16))
+        tiles = np.random.default_rng(seed).integers(0, num_tiles, count)
+        if layout == "mostly wanted":
+            tiles = np.where(np.arange(count) % 5 == 0, tiles, wanted)
+    return target, dims, operand, tiles.astype(np.int64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_matmul_readers_match_the_element_oracle(case):
+    target, (g, m, k, n), operand, tiles = case
+    plan = target.matmul_plan(g, m, k, n, "float32")
+    shape = (g, m, k) if operand == "lhs" else (g, k, n)
+    splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
+              else (plan.groups, plan.inner, plan.cols))
+    need = target.matmul_readers(g, m, k, n, "float32", operand, tiles)
+    if broadcast_destinations(plan, operand) > REARRANGE_ABOVE_DESTINATIONS:
+        wanted = np.asarray(target.matmul_tiles(g, m, k, n, "float32", operand))
+        copied = copy_oracle(wanted, tiles, target.num_tiles, 4)
+        sent = broadcast_oracle(shape, splits, plan, operand, wanted, target.num_tiles, 4)
+        expected = (copied[0] + sent[0], copied[1] + sent[1])
+    else:
+        expected = broadcast_oracle(shape, splits, plan, operand, tiles, target.num_tiles, 4)
+    np.testing.assert_array_equal(need.received_bytes, expected[0])
+    np.testing.assert_array_equal(need.regions, expected[1])
+
+
+def _wide_matmul(target: TileTarget) -> tuple[tuple[int, int, int, int], str]:
+    """A matmul and an operand the plan broadcasts to more than seven tiles."""
+    for dims in ((1, 512, 64, 512), (1, 2048, 256, 64), (1, 64, 256, 2048)):
+        plan = target.matmul_plan(*dims, "float16")
+        for operand in ("lhs", "rhs"):
+            if broadcast_destinations(plan, operand) > REARRANGE_ABOVE_DESTINATIONS:
+                return dims, operand
+    pytest.fail("no test matmul broadcasts an operand to more than seven tiles")
+
+
+def test_a_rearranged_operand_in_the_wanted_layout_pays_only_the_broadcast():
+    target = TileTarget()
+    dims, operand = _wide_matmul(target)
+    wanted = target.matmul_tiles(*dims, "float16", operand)
+    good = target.matmul_readers(*dims, "float16", operand, wanted)
+    moved = np.roll(np.asarray(wanted), 1)
+    bad = target.matmul_readers(*dims, "float16", operand, moved)
+    misplaced = int(np.count_nonzero(moved != wanted))
+    # The copy into the plan's layout is the whole difference: one copy per misplaced element.
+    assert bad.received_bytes.sum() - good.received_bytes.sum() == 2 * misplaced
