@@ -240,7 +240,8 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB", "RSS MiB",
                 "baseline s", "evaluate s", "solver obj/bound")
 COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
-                "max tile KiB o/P/L", "o÷P exchange", "same tiles as P")
+                "left to save MB o/P/L", "max tile KiB o/P/L", "o÷P exchange",
+                "same tiles as P")
 
 
 def time_cells(row: dict[str, Any]) -> list[str]:
@@ -266,6 +267,8 @@ def cost_cells(row: dict[str, Any]) -> list[str]:
     return [job_name(row), three(lambda c: f"{c['tile_ratio']:.3f}"),
             three(lambda c: f"{c['exchange_bytes'] / 1e6:,.2f}"),
             three(lambda c: f"{c['exchange_cycles'] / 1e3:,.1f}"),
+            three(lambda c: f"{c['avoidable_exchange_bytes'] / 1e6:,.3f}"
+                  if "avoidable_exchange_bytes" in c else "-"),  # rows of older runs lack it
             three(lambda c: f"{c['max_tile_bytes'] / 1024:,.1f}"),
             f"{ours / popart:.3f}" if popart else ("1.000" if not ours else "inf"),
             f"{100 * row['same_as_popart']:.1f}%" if "same_as_popart" in row else "-"]

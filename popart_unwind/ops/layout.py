@@ -148,6 +148,13 @@ class LayoutRule:
         """PopART's creator priority for input ``in_index`` (higher wins), or None."""
         return None
 
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileTarget) -> np.ndarray | None:
+        """The layout of input ``index`` for which this op receives least, its outputs laid
+        out as ``output_tiles``; None when the input's layout changes nothing the op
+        receives. Measures how much exchange a plan leaves to save."""
+        return None
+
     def unwind_tiles(self, op: Op, in_index: int, out_index: int,
                      out_tiles: np.ndarray) -> np.ndarray | None:
         """The layout of input ``in_index`` that gives output ``out_index`` the layout

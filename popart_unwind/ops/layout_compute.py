@@ -60,6 +60,33 @@ def _equal(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
 
 
+def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
+                    num_tiles: int) -> np.ndarray:
+    """For each source element, the tile among those reading it (``reader_tiles[k]`` reads
+    ``source_index[k]``) that reads it most, the lowest among equals; 0 if none reads it.
+    Placing an element there saves the most copies of it."""
+    keys = np.asarray(source_index, np.int64) * num_tiles + np.asarray(reader_tiles, np.int64)
+    keys, counts = np.unique(keys, return_counts=True)
+    element, tile = keys // num_tiles, keys % num_tiles
+    order = np.lexsort((tile, -counts, element))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = element[order][1:] != element[order][:-1]
+    result = np.zeros(num_sources, dtype=np.int64)
+    result[element[order][first]] = tile[order][first]
+    return result
+
+
+def _operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
+                       target: TileTarget) -> np.ndarray:
+    """The layout of an elementwise operand that its result's tiles read without exchange
+    (full shape) or with the fewest copies (numpy-broadcast)."""
+    out_shape, shape = _shape(op, op.output(0)), _shape(op, operand)
+    tiles = np.asarray(result_tiles).reshape(-1)
+    if shape == out_shape:
+        return tiles
+    return np.asarray(target.broadcast_operand_tiles(tiles, out_shape, shape)).reshape(-1)
+
+
 # -- elementwise ------------------------------------------------------------------------------
 class ElementwiseRule(LayoutRule):
     """Unary, Cast, broadcasting binary/variadic ops and Where.
@@ -156,6 +183,14 @@ class ElementwiseRule(LayoutRule):
                 wanted = target.broadcast_operand_tiles(first, out_shape, shape)
                 score += valuations.bias * _equal(tiles[k], wanted)
         return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileTarget) -> np.ndarray | None:
+        """A full-shape input on the result's tiles; a broadcast one where most of its
+        readers are (Poplibs' broadcast-operand layout)."""
+        if index not in dict(self.operands(op)):
+            return None
+        return _operand_of_result(op, op.input(index), output_tiles[0], target)
 
     def unwind_tiles(self, op: Op, in_index: int, out_index: int,
                      out_tiles: np.ndarray) -> np.ndarray | None:
@@ -328,6 +363,20 @@ class MatMulRule(LayoutRule):
         """poplin's createMatMulInputLHS/RHS, at PopART's default creator priority (0)."""
         return 0 if in_index in (0, 1) and self.dims(op) is not None else None
 
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileTarget) -> np.ndarray | None:
+        """Operands as the matmul plan wants them (no rearrangement, and each element
+        already on one of its readers); a Gemm bias as an elementwise operand of the
+        result."""
+        if self.dims(op) is None:
+            return None
+        if index in (0, 1):
+            return self.operand_tiles(op, index, target)
+        bias = self._bias(op)
+        if index == 2 and bias is not None:
+            return _operand_of_result(op, bias, output_tiles[0], target)
+        return None
+
 
 # -- gather -----------------------------------------------------------------------------------
 class GatherRule(LayoutRule):
@@ -397,6 +446,17 @@ class GatherRule(LayoutRule):
             return 0.0, bound
         wanted = target.sliceable_tiles(*dims, op.input(0).dtype)
         return valuations.sliceable * _equal(tiles, wanted), bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileTarget) -> np.ndarray | None:
+        """Each table element on the tile that reads it most (unread ones on tile 0)."""
+        dims = self.table_dims(op)
+        if index != 0 or dims is None:
+            return None
+        _, size = dims
+        reads = (self.rows(op)[:, None] * size + np.arange(size)[None, :]).reshape(-1)
+        return most_read_tiles(np.asarray(output_tiles[0]).reshape(-1), reads, prod(dims),
+                               target.num_tiles)
 
     def creates_input(self, op: Op, in_index: int) -> int | None:
         """popops' createSliceableTensor for the table. PopART ranks this creator above

@@ -23,7 +23,7 @@ from popart_unwind.target.ipu_model import IpuModel
 PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).
 SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
-                "max_tile_bytes", "regions")
+                "max_tile_bytes", "regions", "avoidable_exchange_bytes")
 #: Fields of each tensor entry.
 TENSOR_FIELDS = ("shape", "dtype", "tile_mapping", "method", "explanation", "graph")
 

@@ -41,6 +41,7 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
         ("upper bound", lambda s: _number(s["upper_bound"])),
         ("exchange bytes", lambda s: _number(s["exchange_bytes"])),
         ("exchange cycles", lambda s: _number(s["exchange_cycles"])),
+        ("exchange left to save", lambda s: _number(s["avoidable_exchange_bytes"])),
         ("max tile memory", lambda s: _memory(s, bytes_per_tile)),
         ("regions", lambda s: _number(s["regions"])),
     ]

@@ -25,7 +25,8 @@ from popart_unwind.report.summary import plain_table, summary_rows
 from popart_unwind.target.ipu_model import IpuModel
 
 SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
-           "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12}
+           "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,
+           "avoidable_exchange_bytes": 0}
 
 
 def document(mapping=None):

@@ -177,7 +177,8 @@ def test_summary_has_the_compared_figures():
     report = evaluate(add_ir(), small_target(), {("", "a"): tiles_of(0), ("", "c"): tiles_of(1)},
                       registry=RULES)
     assert set(report.summary()) == {"objective", "upper_bound", "exchange_bytes",
-                                     "exchange_cycles", "max_tile_bytes", "regions"}
+                                     "exchange_cycles", "max_tile_bytes", "regions",
+                                     "avoidable_exchange_bytes"}
     assert report.op(report.ops[0].op_id) is report.ops[0]
 
 

@@ -1,0 +1,90 @@
+"""The exchange a plan leaves to save (``avoidable_exchange_bytes``): what planned tensors'
+layouts add, op by op, beyond the layouts the op wants for them."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from popart_unwind.transforms.unwind_layouts import plan_ir
+
+from popart_unwind.ir import Builder
+from popart_unwind.ops.layout_compute import most_read_tiles
+from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
+
+TILES = 32
+
+
+def _target() -> TileTarget:
+    return TileTarget(IpuModel(tiles_per_ipu=TILES))
+
+
+def matmul_ir():
+    b = Builder()
+    x = b.add_input_tensor("float32", (64, 32), "x")
+    w = b.add_initialized_input_tensor(np.zeros((32, 48), np.float32), "w")
+    b.add_output_tensor(b.ai_onnx.matmul([x, w]))
+    return b.ir()
+
+
+def block_ir():
+    """A matmul with a bias, an elementwise partner that is a weight, and an embedding."""
+    b = Builder()
+    ids = b.add_input_tensor("int64", (16,), "ids")
+    table = b.add_initialized_input_tensor(np.zeros((40, 24), np.float32), "table")
+    w = b.add_initialized_input_tensor(np.zeros((24, 24), np.float32), "w")
+    bias = b.add_initialized_input_tensor(np.zeros(24, np.float32), "bias")
+    scale = b.add_initialized_input_tensor(np.zeros((16, 24), np.float32), "scale")
+    h = b.ai_onnx.gather([table, ids])
+    y = b.ai_onnx.add([b.ai_onnx.matmul([h, w]), bias])
+    b.add_output_tensor(b.ai_onnx.mul([b.ai_onnx.relu([y]), scale]))
+    return b.ir()
+
+
+def test_operands_where_the_matmul_wants_them_leave_nothing_to_save():
+    ir, target = matmul_ir(), _target()
+    wanted = {("", "x"): target.matmul_tiles(1, 64, 32, 48, "float32", "lhs"),
+              ("", "w"): target.matmul_tiles(1, 64, 32, 48, "float32", "rhs")}
+    best = evaluate(ir, target, wanted)
+    linear = evaluate(ir, target, linear_plan(ir, target))
+    assert best.avoidable_exchange_bytes == 0
+    # A matmul's result does not depend on its operands' layouts, so all the difference
+    # between the two plans is avoidable exchange of the linear one.
+    assert linear.avoidable_exchange_bytes == linear.exchange_bytes - best.exchange_bytes > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16))
+def test_avoidable_exchange_lies_between_zero_and_the_exchange(seed):
+    ir, target = block_ir(), _target()
+    rng = np.random.default_rng(seed)
+    plan = {("", t.id): rng.integers(0, TILES, t.nelms()).astype(np.int16)
+            for t in ir.main_graph.producerless_tensors()}
+    report = evaluate(ir, target, plan)
+    assert 0 <= report.avoidable_exchange_bytes <= report.exchange_bytes
+    for row in report.ops:
+        assert 0 <= row.avoidable_bytes <= row.exchange_bytes
+
+
+def test_plans_leave_less_to_save_than_linear():
+    ir, target = block_ir(), _target()
+    linear = evaluate(ir, target, linear_plan(ir, target))
+    baseline = evaluate(ir, target, popart_baseline(ir, target).mappings)
+    plan_ir(ir, target)
+    ours = evaluate(ir, target)
+    assert ours.avoidable_exchange_bytes <= baseline.avoidable_exchange_bytes
+    assert baseline.avoidable_exchange_bytes <= linear.avoidable_exchange_bytes
+    assert linear.avoidable_exchange_bytes > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 6), st.integers(0, 2**16))
+def test_most_read_tiles_against_counting(num_sources, num_tiles, seed):
+    rng = np.random.default_rng(seed)
+    reads = rng.integers(0, num_sources, 30)
+    readers = rng.integers(0, num_tiles, 30)
+    got = most_read_tiles(readers, reads, num_sources, num_tiles)
+    for element in range(num_sources):
+        counts = np.bincount(readers[reads == element], minlength=num_tiles)
+        expected = int(np.argmax(counts)) if counts.sum() else 0
+        assert got[element] == expected
