@@ -8,6 +8,8 @@ exact both ways and validate: every element on exactly one tile, tile ids in ran
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from popart_unwind.errors import PlanError
@@ -20,12 +22,15 @@ def tile_dtype(num_tiles: int) -> np.dtype:
     return np.dtype(np.int16 if num_tiles <= np.iinfo(np.int16).max else np.int32)
 
 
-def tile_array(mapping: TileMapping, num_elements: int, num_tiles: int, what: str = "tensor"
-               ) -> np.ndarray:
+def tile_array(mapping: TileMapping | TileIntervals, num_elements: int, num_tiles: int,
+               what: str = "tensor") -> np.ndarray:
     """Each element's tile, from a Poplar-format mapping; PlanError naming ``what`` unless
     the mapping has at most ``num_tiles`` tiles and covers each element exactly once."""
     if len(mapping) > num_tiles:
         raise PlanError(f"{what}: mapping has {len(mapping)} tiles, the target {num_tiles}")
+    if isinstance(mapping, TileIntervals):
+        pairs, owners = mapping.owners()
+        return tiles_from_intervals(pairs, owners, num_elements, num_tiles, what)
     counts = [len(intervals) for intervals in mapping]
     pairs = np.array([pair for intervals in mapping for pair in intervals],
                      dtype=np.int64).reshape(-1, 2)
@@ -56,25 +61,88 @@ def tiles_from_intervals(pairs: np.ndarray, owners: np.ndarray, num_elements: in
     return np.repeat(owners.astype(tile_dtype(num_tiles)), ends - begins)
 
 
-def tile_mapping(tiles: np.ndarray, num_tiles: int) -> TileMapping:
+def tile_mapping(tiles: np.ndarray, num_tiles: int) -> TileIntervals:
     """Poplar's format from each element's tile: per tile, its maximal runs in order.
 
     Built from whole-array operations: an embedding table split by columns has millions of
     runs."""
-    flat = np.asarray(tiles).reshape(-1)
-    if flat.size and (flat.min() < 0 or flat.max() >= num_tiles):
-        raise PlanError(f"tile ids must lie in [0, {num_tiles}); got "
-                        f"[{int(flat.min())}, {int(flat.max())}]")
-    mapping: TileMapping = [[] for _ in range(num_tiles)]
-    if not flat.size:
-        return mapping
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(flat)) + 1))
-    ends = np.append(starts[1:], flat.size)
-    run_tiles = flat[starts]
-    order = np.argsort(run_tiles, kind="stable")
-    bounds = np.searchsorted(run_tiles[order], np.arange(num_tiles + 1))
-    begin_list, end_list = starts[order].tolist(), ends[order].tolist()
-    for tile in np.flatnonzero(np.diff(bounds)).tolist():
-        low, high = int(bounds[tile]), int(bounds[tile + 1])
-        mapping[tile] = list(zip(begin_list[low:high], end_list[low:high], strict=True))
-    return mapping
+    return TileIntervals.from_tiles(tiles, num_tiles)
+
+
+class TileIntervals(Sequence):
+    """Poplar's format — per tile, the ``(begin, end)`` runs it holds, in order — kept in
+    three integer arrays instead of one Python tuple per run: the layouts of a real model
+    have tens of millions of runs, gigabytes as tuples. Immutable; indexing a tile gives its
+    runs as a list of tuples, and it compares equal to the same mapping as nested lists."""
+
+    __slots__ = ("_begins", "_bounds", "_ends")
+
+    def __init__(self, bounds: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> None:
+        """``begins[bounds[t]:bounds[t + 1]]`` and the same slice of ``ends`` are tile t's
+        runs."""
+        self._bounds = np.asarray(bounds, dtype=np.int64)
+        ends = np.asarray(ends)
+        narrow = np.int32 if not ends.size or int(ends.max()) <= np.iinfo(np.int32).max \
+            else np.int64  # half the memory for any tensor under 2**31 elements
+        self._begins = np.asarray(begins, dtype=narrow)
+        self._ends = np.asarray(ends, dtype=narrow)
+        for array in (self._bounds, self._begins, self._ends):
+            array.flags.writeable = False
+
+    @classmethod
+    def from_tiles(cls, tiles: np.ndarray, num_tiles: int) -> TileIntervals:
+        flat = np.asarray(tiles).reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= num_tiles):
+            raise PlanError(f"tile ids must lie in [0, {num_tiles}); got "
+                            f"[{int(flat.min())}, {int(flat.max())}]")
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(flat)) + 1)) if flat.size \
+            else np.zeros(0, np.int64)
+        ends = np.append(starts[1:], flat.size) if flat.size else starts
+        run_tiles = flat[starts]
+        order = np.argsort(run_tiles, kind="stable")
+        bounds = np.searchsorted(run_tiles[order], np.arange(num_tiles + 1))
+        return cls(bounds, starts[order], ends[order])
+
+    def __len__(self) -> int:
+        return self._bounds.size - 1
+
+    def __getitem__(self, tile: int | slice) -> list:
+        """Tile ``tile``'s runs (a list of lists for a slice), indexed as a list is."""
+        if isinstance(tile, slice):
+            return [self[t] for t in range(*tile.indices(len(self)))]
+        tile = range(len(self))[tile]  # negative indices and IndexError as for lists
+        low, high = int(self._bounds[tile]), int(self._bounds[tile + 1])
+        return list(zip(self._begins[low:high].tolist(), self._ends[low:high].tolist(),
+                        strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TileIntervals):
+            return (np.array_equal(self._bounds, other._bounds)
+                    and np.array_equal(self._begins, other._begins)
+                    and np.array_equal(self._ends, other._ends))
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes) \
+                or len(other) != len(self):
+            return False
+        try:
+            return all(self[t] == [(int(b), int(e)) for b, e in other[t]]
+                       for t in range(len(self)))
+        except (TypeError, ValueError):
+            return False
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
+
+    def __repr__(self) -> str:
+        return f"TileIntervals({len(self)} tiles, {self._begins.size} runs)"
+
+    @property
+    def num_runs(self) -> int:
+        return int(self._begins.size)
+
+    def to_lists(self) -> TileMapping:
+        """The same mapping as nested Python lists (for JSON)."""
+        return [self[t] for t in range(len(self))]
+
+    def owners(self) -> tuple[np.ndarray, np.ndarray]:
+        """((begin, end) rows, the tile of each row), without building tuples."""
+        owners = np.repeat(np.arange(len(self)), np.diff(self._bounds))
+        return np.stack([self._begins, self._ends], axis=1).astype(np.int64), owners

@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from popart_unwind.errors import PlanError
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array
+
 if TYPE_CHECKING:
     from popart_unwind.ir.op import Op
     from popart_unwind.ir.tensor import Tensor
@@ -168,6 +171,11 @@ BARRIER = LayoutRule()
 
 def tile_array_of(mapping: Sequence[Sequence[tuple[int, int]]], numel: int) -> np.ndarray:
     """Each element's tile from a Poplar-format mapping (-1 where no interval covers it)."""
+    if isinstance(mapping, TileIntervals):  # usually complete: then no per-run loop
+        try:
+            return tile_array(mapping, numel, max(len(mapping), 1)).astype(np.int64)
+        except PlanError:
+            pass
     tiles = np.full(numel, -1, dtype=np.int64)
     for tile, intervals in enumerate(mapping):
         for begin, end in intervals:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ir.tile_mapping import tile_mapping
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_dtype, tile_mapping
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout import TileTarget
 from popart_unwind.ops.registry import OpRegistry
@@ -30,7 +29,8 @@ from popart_unwind.unwind.solvers import cyclic_gc_paused
 from .emit import Emitter, Progress, emit_ir, label
 from .realize import Realizer, validate
 
-TileMapping = list[list[tuple[int, int]]]
+#: Poplar's format, held compactly (``TileIntervals``: a sequence of per-tile run lists).
+TileMapping = TileIntervals
 
 UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
 
@@ -133,13 +133,13 @@ def _plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None,
     realizer = Realizer(emitter, solution)
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
-    to_mapping = _mapping_builder(target)
     planned = []
     for tensor, sink in emitter.planned:
         tiles = sink_tiles[sink]
         what = f"tensor {label(tensor)!r}"
         validate(tiles, tensor.nelms(), target.num_tiles, what)
-        planned.append(_planned(emitter, realizer, tensor, sink, tiles, to_mapping(tiles)))
+        planned.append(_planned(emitter, realizer, tensor, sink, tiles,
+                                tile_mapping(tiles, target.num_tiles)))
     timings["realize"] = _lap(began, timings)
 
     changed = _write(planned, ir, progress) if write else False
@@ -148,15 +148,6 @@ def _plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None,
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
                 solution.algo, solution.proven_optimal, target.num_tiles, timings,
                 emitter.graph, solution, realizer, changed)
-
-
-def _mapping_builder(target: TileTarget) -> Callable[[np.ndarray], TileMapping]:
-    """Tiles -> Poplar's format: the target's own converter when it has one (the IPU Model's
-    is C++), else the IR's numpy one."""
-    convert = getattr(target, "to_mapping", None)
-    if callable(convert):
-        return convert
-    return lambda tiles: tile_mapping(tiles, target.num_tiles)
 
 
 def _lap(began: float, timings: dict[str, float]) -> float:
@@ -175,7 +166,7 @@ def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorI
     method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY
     return PlannedTensor(tensor.graph.id, tensor.id, tuple(tensor.shape), tensor.dtype,
                          mapping, method, explain(emitter, realizer, sink, numel),
-                         tiles.astype(np.int32))
+                         tiles.astype(tile_dtype(int(tiles.max()) + 1 if tiles.size else 1)))
 
 
 def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) -> str:
@@ -199,15 +190,10 @@ def _write(planned: list[PlannedTensor], ir: Ir, progress: Progress | None) -> b
     for done, entry in enumerate(planned, 1):
         tensor = ir.graph(entry.graph_id).tensor(entry.tensor_id)
         old = tensor.tile_mapping
-        if old != entry.tile_mapping and _normalised(old) != entry.tile_mapping:
-            tensor.tile_mapping = [list(tile) for tile in entry.tile_mapping]
+        if old is None or entry.tile_mapping != old:
+            tensor.tile_mapping = entry.tile_mapping  # immutable: the Ir and the plan share it
             changed = True
         if progress is not None and (done % 256 == 0 or done == len(planned)):
             progress("write", done, len(planned))
     return changed
 
-
-def _normalised(mapping: Any) -> TileMapping | None:
-    if mapping is None:
-        return None
-    return [[(int(b), int(e)) for b, e in tile] for tile in mapping]

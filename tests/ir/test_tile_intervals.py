@@ -1,0 +1,75 @@
+"""``TileIntervals``, the compact Poplar-format mapping written onto tensors, against the
+nested lists it stands for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_mapping
+from popart_unwind.ops.layout import tile_array_of
+
+
+def runs_oracle(tiles: list[int], num_tiles: int) -> list[list[tuple[int, int]]]:
+    """Per tile, the maximal runs of consecutive elements on it, element by element."""
+    mapping: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
+    for element, tile in enumerate(tiles):
+        runs = mapping[tile]
+        if runs and runs[-1][1] == element:
+            runs[-1] = (runs[-1][0], element + 1)
+        else:
+            runs.append((element, element + 1))
+    return mapping
+
+
+arrays = st.integers(1, 9).flatmap(
+    lambda n: st.tuples(st.just(n), st.lists(st.integers(0, n - 1), max_size=60)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays)
+def test_tile_intervals_are_the_runs_per_tile(case):
+    num_tiles, tiles = case
+    compact = tile_mapping(np.array(tiles, dtype=np.int64), num_tiles)
+    expected = runs_oracle(tiles, num_tiles)
+    assert isinstance(compact, TileIntervals)
+    assert len(compact) == num_tiles
+    assert [compact[t] for t in range(num_tiles)] == expected
+    assert compact == expected and compact.to_lists() == expected
+    assert compact.num_runs == sum(len(runs) for runs in expected)
+    assert np.array_equal(tile_array(compact, len(tiles), num_tiles), tiles)
+    assert np.array_equal(tile_array_of(compact, len(tiles)), tiles)
+    assert json.loads(json.dumps(compact.to_lists())) == [[list(r) for r in runs]
+                                                          for runs in expected]
+
+
+def test_indexing_and_equality_behave_like_lists():
+    compact = tile_mapping(np.array([1, 1, 0, 1]), 3)
+    assert compact[-1] == [] and compact[-2] == [(0, 2), (3, 4)]
+    assert compact[1:] == [[(0, 2), (3, 4)], []]
+    assert list(compact) == [[(2, 3)], [(0, 2), (3, 4)], []]
+    with pytest.raises(IndexError):
+        compact[3]
+    assert compact == [[[2, 3]], [[0, 2], [3, 4]], []]  # JSON's lists compare equal too
+    assert compact != [[(2, 3)], [(0, 2)], []]
+    assert compact != [[(2, 3)], [(0, 2), (3, 4)]]
+    assert compact != "abc" and compact != 7
+    assert compact == tile_mapping(np.array([1, 1, 0, 1]), 3)
+    with pytest.raises(TypeError):
+        hash(compact)
+
+
+def test_tile_intervals_are_immutable_and_checked():
+    compact = tile_mapping(np.array([0, 1]), 2)
+    with pytest.raises(ValueError):
+        compact._begins[0] = 5
+    with pytest.raises(PlanError, match=r"\[0, 2\)"):
+        tile_mapping(np.array([0, 2]), 2)
+    with pytest.raises(PlanError, match=r"cover \[0, 3\) exactly once"):
+        tile_array(compact, 3, 2)
+    assert tile_array_of(compact, 3).tolist() == [0, 1, -1]  # a partial fallback
