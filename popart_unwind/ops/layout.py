@@ -155,8 +155,24 @@ class LayoutRule:
                          target: TileTarget) -> np.ndarray | None:
         """The layout of input ``index`` for which this op receives least, its outputs laid
         out as ``output_tiles``; None when the input's layout changes nothing the op
-        receives. Measures how much exchange a plan leaves to save."""
+        receives."""
         return None
+
+    def least_received(self, op: Op, input_tiles: list[np.ndarray | None],
+                       output_tiles: list[np.ndarray], planned: set[int],
+                       target: TileTarget) -> int:
+        """A lower bound on the bytes this op receives over every layout of the inputs in
+        ``planned``, the others as ``input_tiles`` — how much exchange a plan leaves to
+        save. This default holds for ops whose outputs' layouts do not depend on the
+        planned inputs: each planned input as ``best_input_tiles`` wants it."""
+        best = list(input_tiles)
+        for index in planned:
+            wanted = self.best_input_tiles(op, index, output_tiles, target) \
+                if index < len(best) else None
+            if wanted is not None:
+                best[index] = np.asarray(wanted).reshape(-1)
+        need = self.exchange(op, best, output_tiles, target)
+        return int(np.asarray(need.received_bytes).sum())
 
     def unwind_tiles(self, op: Op, in_index: int, out_index: int,
                      out_tiles: np.ndarray) -> np.ndarray | None:

@@ -192,6 +192,29 @@ class ElementwiseRule(LayoutRule):
             return None
         return _operand_of_result(op, op.input(index), output_tiles[0], target)
 
+    def least_received(self, op: Op, input_tiles: list[np.ndarray | None],
+                       output_tiles: list[np.ndarray], planned: set[int],
+                       target: TileTarget) -> int:
+        """When a planned input has the result's shape, the result's layout is the plan's
+        to choose too (Poplar clones one full-shape input), so the bound is per element:
+        the unplanned full-shape inputs not on that element's best tile among theirs.
+        Broadcast inputs then count nothing: the result could sit where they lie."""
+        operands, full = self.operands(op), self._full(op)
+        if not any(operands[k][0] in planned for k in full):
+            return super().least_received(op, input_tiles, output_tiles, planned, target)
+        fixed = [(np.asarray(input_tiles[index]).reshape(-1),
+                  target.dtype_size(tensor.dtype))
+                 for k, (index, tensor) in enumerate(operands)
+                 if k in full and index not in planned and _tiles(input_tiles, index)
+                 is not None]
+        if len(fixed) < 2:
+            return 0
+        # Moving everything to the tile of input j costs, per element, the sizes of the
+        # inputs elsewhere; the cheapest j may differ from element to element.
+        costs = [sum(size * (tiles != tiles_j) for tiles, size in fixed)
+                 for tiles_j, _ in fixed]
+        return int(np.minimum.reduce(costs).sum())
+
     def unwind_tiles(self, op: Op, in_index: int, out_index: int,
                      out_tiles: np.ndarray) -> np.ndarray | None:
         """A full-shape input takes the output's layout as it is."""

@@ -277,24 +277,17 @@ class _Evaluation:
     def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: list[np.ndarray | None],
                    outputs: list[np.ndarray], need: ExchangeNeed,
                    from_parameters: dict[str, bool]) -> int:
-        """Bytes this op receives beyond what it would with every planned operand in the
-        layout the op wants for it (``best_input_tiles``), its outputs as they are."""
-        best = list(input_tiles)
-        changed = False
-        for index, tensor in op.input_map().items():
-            if not from_parameters[tensor.id] or index >= len(best):
-                continue
-            wanted = rule.best_input_tiles(op, index, outputs, self.target)
-            if wanted is not None:
-                best[index], changed = np.asarray(wanted).reshape(-1), True
-        if not changed:
+        """Bytes this op receives beyond the least it could with its planned operands
+        (producer-less tensors and views of them) laid out in any way."""
+        planned = {index for index, tensor in op.input_map().items()
+                   if from_parameters[tensor.id]}
+        if not planned:
             return 0
-        floor = rule.exchange(op, best, outputs, self.target)
-        avoidable = int(np.asarray(need.received_bytes).sum()
-                        - np.asarray(floor.received_bytes).sum())
+        least = rule.least_received(op, input_tiles, outputs, planned, self.target)
+        avoidable = int(np.asarray(need.received_bytes).sum()) - least
         if avoidable < 0:
-            raise PlanError(f"op {op.debug_name()}: its layout rule prices the layouts it "
-                            f"wants above the plan's ({-avoidable} bytes more)")
+            raise PlanError(f"op {op.debug_name()}: its layout rule's least exchange exceeds "
+                            f"what this plan pays by {-avoidable} bytes")
         return avoidable
 
     def _charge(self, op: Op, need: ExchangeNeed, executions: int,
