@@ -297,6 +297,7 @@ _RULE_MODULES = {
     **dict.fromkeys(("ElementwiseRule", "MatMulRule", "GatherRule", "ELEMENTWISE",
                      "FIRST_INPUT_ELEMENTWISE", "MATMUL", "GATHER", "matmul_groups"),
                     "layout_compute"),
+    **dict.fromkeys(("ConvRule", "CONV", "conv_geometry"), "layout_conv"),
     **dict.fromkeys(("SubgraphRule", "SUBGRAPH"), "layout_control"),
 }
 

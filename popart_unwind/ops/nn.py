@@ -14,6 +14,7 @@ import numpy as np
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.op import Op
 from popart_unwind.ops.common import constant_value, input_shape, normalize_axis
+from popart_unwind.ops.layout_conv import CONV
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.shapes import broadcast_shapes
 
@@ -221,7 +222,7 @@ register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax))
 register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax))
 register(OpDef("LayerNormalization", infer=_infer_layer_norm))
 register(OpDef("BatchNormalization", infer=_infer_batch_norm))
-register(OpDef("Conv", infer=_infer_conv))
+register(OpDef("Conv", infer=_infer_conv, layout=CONV))
 register(OpDef("ConvTranspose", infer=_infer_conv_transpose))
 for _pool in ("MaxPool", "AveragePool", "LpPool"):
     register(OpDef(_pool, infer=_infer_pool))

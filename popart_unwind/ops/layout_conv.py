@@ -1,0 +1,534 @@
+"""Layout rule of ONNX Conv: Poplibs' convolution seen through the matmul partition model.
+
+Poplibs plans a matmul as a convolution (lib/poplin/MatMul.cpp); here the converse holds: a
+convolution is the grouped matmul of its im2col, ``[G, M, K] x [G, K, N]`` with G the
+groups, M = batch x output positions, K = input channels per group x kernel positions and
+N = output channels per group, so one partition model serves both. The weights and the
+output are exact views of the matmul's RHS and output. The data input is not (an element
+feeds several im2col positions, padding feeds none), so its wanted layout and its exchange
+are derived from the im2col itself. docs/ipu-model.md ("Convolutions") states every choice
+and approximation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from popart_unwind.ops.layout import (
+    ExchangeNeed,
+    LayoutRule,
+    TileTarget,
+    UnwindEmitter,
+    read_need,
+)
+from popart_unwind.ops.layout_compute import broadcast_index
+
+if TYPE_CHECKING:
+    from popart_unwind.ir.op import Op
+
+Shape = tuple[int, ...]
+
+#: Poplibs copies the activations into the plan's own layout before broadcasting them when
+#: each element goes to more than this many tiles (``inViewMaxBroadcastDests`` in
+#: lib/poplin/Convolution.cpp); the same rule as ``TileTarget.matmul_readers`` applies to
+#: matmul operands, so a 1x1 convolution costs what its matmul costs.
+REARRANGE_ABOVE_DESTINATIONS = 7
+#: Bytes of derived arrays (wanted data layouts, im2col read structures) kept per target,
+#: least recently used dropped first: every layer asks again in the planner, the baseline
+#: and each costing.
+MEMO_BYTES = 256 * 2**20
+#: im2col positions enumerated at once when deriving what each tile reads.
+CHUNK_POSITIONS = 1 << 22
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution's sizes, with ONNX's defaults filled in (``pads`` are the lower pads;
+    the upper ones only bound the output, which is given)."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    field: Shape
+    kernel: Shape
+    out_field: Shape
+    strides: Shape
+    pads: Shape
+    dilations: Shape
+    dtype: str
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        """(G, M, K, N) of the im2col matmul."""
+        return (self.groups, self.batch * prod(self.out_field),
+                self.in_channels // self.groups * prod(self.kernel),
+                self.out_channels // self.groups)
+
+    @property
+    def input_shape(self) -> Shape:
+        return (self.batch, self.in_channels, *self.field)
+
+    @property
+    def output_shape(self) -> Shape:
+        return (self.batch, self.out_channels, *self.out_field)
+
+    @property
+    def bias_shape(self) -> Shape:
+        """The bias as it broadcasts against the output: one value per output channel."""
+        return (1, self.out_channels) + (1,) * len(self.field)
+
+
+def conv_geometry(op: Op) -> ConvGeometry | None:
+    """The geometry of a Conv the model covers, or None: unknown or empty shapes, an
+    ``auto_pad`` other than NOTSET, attributes that do not fit the shapes."""
+    if not (op.has_input(0) and op.has_input(1) and op.has_output(0)):
+        return None
+    x, w, y = op.input(0).shape, op.input(1).shape, op.output(0).shape
+    if x is None or w is None or y is None:
+        return None
+    n = len(x) - 2
+    if n < 1 or len(w) != len(x) or len(y) != len(x) or min((*x, *w, *y)) < 1:
+        return None
+    attributes = op.attributes
+    if attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+        return None
+    try:
+        group = int(attributes.get("group", 1))
+        kernel = _ints(attributes.get("kernel_shape", w[2:]), n)
+        strides = _ints(attributes.get("strides", [1] * n), n)
+        dilations = _ints(attributes.get("dilations", [1] * n), n)
+        pads = _ints(attributes.get("pads", [0] * 2 * n), 2 * n)
+    except (TypeError, ValueError):
+        return None
+    if (group < 1 or x[1] != w[1] * group or w[0] % group or kernel != tuple(w[2:])
+            or min(strides + dilations) < 1 or min(pads) < 0 or tuple(y[:2]) != (x[0], w[0])):
+        return None
+    for axis in range(n):
+        window = (kernel[axis] - 1) * dilations[axis] + 1
+        padded = x[2 + axis] + pads[axis] + pads[axis + n]
+        if padded < window or (padded - window) // strides[axis] + 1 != y[2 + axis]:
+            return None
+    if op.has_input(2) and tuple(op.input(2).shape or ()) != (w[0],):
+        return None
+    return ConvGeometry(x[0], x[1], w[0], group, tuple(x[2:]), kernel, tuple(y[2:]), strides,
+                        pads[:n], dilations, op.input(0).dtype)
+
+
+def _ints(values: Any, count: int) -> Shape:
+    result = tuple(int(v) for v in values)
+    if len(result) != count:
+        raise ValueError(f"{count} values expected, got {len(result)}")
+    return result
+
+
+class ConvRule(LayoutRule):
+    """ONNX Conv (N-d, grouped, strided, padded, dilated; ``auto_pad`` NOTSET) as PopART's
+    ConvOpx lowers it: data and weights created by poplin (createInput, createWeights), the
+    output laid out by the convolution's plan, a bias added per output channel."""
+
+    kind = "conv"
+
+    # -- layouts ---------------------------------------------------------------------------
+    def weight_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+        """poplin's createWeights: the plan's RHS layout, seen as the weights
+        ``w[g*N + n, ci, *kk] = rhs[g, (ci, *kk), n]``."""
+        groups, _, inner, cols = geometry.dims
+        rhs = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "rhs"))
+        return np.ascontiguousarray(rhs.reshape(groups, inner, cols).transpose(0, 2, 1)
+                                    ).reshape(-1)
+
+    def product_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+        """The plan's output layout, seen as ``y[b, g*N + n, *o] = out[g, (b, *o), n]``."""
+        groups, _, _, cols = geometry.dims
+        out = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "output"))
+        return np.ascontiguousarray(out.reshape(groups, geometry.batch, -1, cols)
+                                    .transpose(1, 0, 3, 2)).reshape(-1)
+
+    def data_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+        """poplin's createInput, approximated: each element on the LHS tile of the first
+        im2col position reading it; unread elements (stride gaps) extend their preceding
+        neighbour's tile, as Poplibs extends partial usage."""
+        return _remembered(target, ("data", geometry),
+                           lambda: _create_input_tiles(geometry, target))
+
+    def bias_tiles(self, geometry: ConvGeometry, output_tiles: np.ndarray,
+                   target: TileTarget) -> np.ndarray:
+        """poplin's createBiases: each output channel's bias where most of it lies."""
+        return np.asarray(target.broadcast_operand_tiles(
+            np.asarray(output_tiles).reshape(-1), geometry.output_shape, geometry.bias_shape)
+        ).reshape(-1)
+
+    def operand_tiles(self, op: Op, index: int, target: TileTarget) -> np.ndarray | None:
+        """The layout poplin creates for input ``index`` (0 data, 1 weights, 2 bias)."""
+        geometry = conv_geometry(op)
+        if geometry is None or not op.has_input(index) or index not in (0, 1, 2):
+            return None
+        if index == 0:
+            return self.data_tiles(geometry, target)
+        if index == 1:
+            return self.weight_tiles(geometry, target)
+        return self.bias_tiles(geometry, self.product_tiles(geometry, target), target)
+
+    def wanted_input_tiles(self, op: Op, index: int, target: TileTarget) -> np.ndarray | None:
+        return self.operand_tiles(op, index, target)
+
+    def creates_input(self, op: Op, in_index: int) -> int | None:
+        """PopART's ConvOpx creates data and weights (poplin createInput, createWeights);
+        the bias, split off into an AddBias op by PopART, is created there by
+        createBiases. All at PopART's default priority, 0."""
+        if in_index not in (0, 1, 2) or not op.has_input(in_index):
+            return None
+        return 0 if conv_geometry(op) is not None else None
+
+    # -- the unwinding problem -------------------------------------------------------------
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        geometry = conv_geometry(op)
+        if geometry is None:
+            emitter.barrier(op)
+            return
+        graph, values = emitter.graph, emitter.valuations
+        operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
+        for index, operand in enumerate(operands):
+            source = emitter.source(
+                op.input(index),
+                lambda target, index=index: self.operand_tiles(op, index, target),
+                f"{op.debug_name()} {('data', 'weights')[index]}")
+            graph.valued_pair(operand, source, values.matmul)
+        out = op.output(0)
+        [product] = emitter.fixed_point(
+            operands, [geometry.output_shape],
+            [lambda target: self.product_tiles(geometry, target)], f"{op.debug_name()} output")
+        if not op.has_input(2):
+            emitter.define(out, product)
+            return
+        bias = graph.reshape(emitter.tensor(op.input(2)), geometry.bias_shape)
+        result = graph.sum_like([product, bias], [0], {"default": values.bias}, name=out.id)
+        emitter.define(out, result.out)
+
+    # -- costing ---------------------------------------------------------------------------
+    def output_tiles(self, op: Op, input_tiles: list[np.ndarray | None],
+                     target: TileTarget) -> list[np.ndarray]:
+        """The plan's output layout; the bias is added in place."""
+        geometry = conv_geometry(op)
+        if geometry is None:
+            return super().output_tiles(op, input_tiles, target)
+        return [self.product_tiles(geometry, target)]
+
+    def exchange(self, op: Op, input_tiles: list[np.ndarray | None],
+                 output_tiles: list[np.ndarray], target: TileTarget) -> ExchangeNeed:
+        geometry = conv_geometry(op)
+        if geometry is None:
+            return super().exchange(op, input_tiles, output_tiles, target)
+        need = ExchangeNeed.none(target.num_tiles)
+        weights = _given(input_tiles, 1)
+        if weights is not None:
+            groups, _, inner, cols = geometry.dims
+            grouped = np.ascontiguousarray(
+                weights.reshape(groups, cols, inner).transpose(0, 2, 1)).reshape(-1)
+            need = need + target.matmul_readers(*geometry.dims, geometry.dtype, "rhs", grouped)
+        data = _given(input_tiles, 0)
+        if data is not None:
+            need = need + self.data_need(geometry, data, target)
+        bias = _given(input_tiles, 2)
+        if bias is not None:
+            need = need + read_need(
+                np.asarray(output_tiles[0]).reshape(-1),
+                broadcast_index(geometry.bias_shape, geometry.output_shape), bias,
+                target.dtype_size(op.input(2).dtype), target.num_tiles)
+        return need
+
+    def data_need(self, geometry: ConvGeometry, tiles: np.ndarray,
+                  target: TileTarget) -> ExchangeNeed:
+        """What the partition's tiles receive of the data input laid out as ``tiles``: each
+        tile the distinct elements its LHS block reads and it does not hold. Above
+        ``REARRANGE_ABOVE_DESTINATIONS`` readers per element the data is first copied into
+        the createInput layout and broadcast from there."""
+        size = target.dtype_size(geometry.dtype)
+        reads = _remembered(target, ("reads", geometry),
+                            lambda: _read_structure(geometry, target))
+        if target.matmul_plan(*geometry.dims, geometry.dtype).cols \
+                <= REARRANGE_ABOVE_DESTINATIONS:
+            return _block_need(reads, tiles, size, target.num_tiles)
+        wanted = self.data_tiles(geometry, target)
+        copy = read_need(wanted, None, tiles, size, target.num_tiles)
+        received, regions = _remembered(
+            target, ("broadcast", geometry),
+            lambda: _need_arrays(_block_need(reads, wanted, size, target.num_tiles)))
+        return copy + ExchangeNeed(received, regions)
+
+    def agreement(self, op: Op, input_tiles: list[np.ndarray | None], target: TileTarget,
+                  valuations: Any) -> tuple[float, float]:
+        """Data and weights against what poplin creates (matmul value), the bias against
+        its channels' tiles (bias value)."""
+        geometry = conv_geometry(op)
+        if geometry is None:
+            return 0.0, 0.0
+        score = bound = 0.0
+        for index in (0, 1):
+            bound += valuations.matmul * op.input(index).nelms()
+            tiles = _given(input_tiles, index)
+            if tiles is not None:
+                score += valuations.matmul * _equal(tiles, self.operand_tiles(op, index, target))
+        if op.has_input(2):
+            bound += valuations.bias * geometry.out_channels
+            tiles = _given(input_tiles, 2)
+            if tiles is not None:
+                score += valuations.bias * _equal(tiles, self.operand_tiles(op, 2, target))
+        return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileTarget) -> np.ndarray | None:
+        """What poplin creates: no rearrangement, every read element on a tile reading it,
+        each bias value on a tile of its channel."""
+        geometry = conv_geometry(op)
+        if geometry is None or index not in (0, 1, 2) or not op.has_input(index):
+            return None
+        if index == 2:
+            return self.bias_tiles(geometry, output_tiles[0], target)
+        return self.operand_tiles(op, index, target)
+
+
+CONV = ConvRule()
+
+
+# -- the data input's layout --------------------------------------------------------------
+def _first_readers(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Along one spatial axis: for each input position, the first (lowest) output position
+    reading it and the kernel position it is read at; -1 where none reads it."""
+    position = np.arange(size)
+    first = np.full(size, -1, dtype=np.int64)
+    at = np.full(size, -1, dtype=np.int64)
+    for k in range(kernel - 1, -1, -1):  # a larger kernel position means an earlier output
+        shifted = position + pad - k * dilation
+        o = shifted // stride
+        hit = (first < 0) & (shifted >= 0) & (shifted % stride == 0) & (o < out)
+        first[hit], at[hit] = o[hit], k
+    return first, at
+
+
+def _create_input_tiles(geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+    groups, rows, inner, cols = geometry.dims
+    lhs = np.asarray(target.matmul_tiles(groups, rows, inner, cols, geometry.dtype, "lhs")
+                     ).reshape(-1)
+    n = len(geometry.field)
+    out_strides, kernel_strides = _strides(geometry.out_field), _strides(geometry.kernel)
+    # The lowest flat LHS index reading an element has the lowest output position m, and
+    # output positions are row-major: axis by axis, the first output position reading it.
+    m_part = np.zeros((1,) * n, dtype=np.int64)
+    k_part = np.zeros((1,) * n, dtype=np.int64)
+    read = np.ones((1,) * n, dtype=bool)
+    for axis in range(n):
+        first, at = _first_readers(geometry.field[axis], geometry.out_field[axis],
+                                   geometry.kernel[axis], geometry.strides[axis],
+                                   geometry.pads[axis], geometry.dilations[axis])
+        shape = [1] * n
+        shape[axis] = -1
+        m_part = m_part + (first * out_strides[axis]).reshape(shape)
+        k_part = k_part + (at * kernel_strides[axis]).reshape(shape)
+        read = read & (first >= 0).reshape(shape)
+    per_group = geometry.in_channels // groups
+    channel = np.arange(geometry.in_channels).reshape((1, -1) + (1,) * n)
+    batch = np.arange(geometry.batch).reshape((-1, 1) + (1,) * n)
+    flat = (((channel // per_group) * rows + batch * prod(geometry.out_field)
+             + m_part[None, None]) * inner
+            + (channel % per_group) * prod(geometry.kernel) + k_part[None, None])
+    shape = geometry.input_shape
+    flat = np.broadcast_to(flat, shape).reshape(-1)
+    read = np.broadcast_to(read[None, None], shape).reshape(-1)
+    if not read.any():  # no position reads anything: all padding
+        return np.zeros(flat.size, dtype=lhs.dtype)
+    # Unread elements take the tile of the read element before them (the first read one
+    # for those before it): Poplibs' extension of partial usage to neighbours.
+    nearest = np.where(read, np.arange(flat.size), -1)
+    np.maximum.accumulate(nearest, out=nearest)
+    nearest[nearest < 0] = int(np.argmax(read))
+    return np.ascontiguousarray(lhs[flat[nearest]])
+
+
+def _strides(shape: Shape) -> list[int]:
+    return [prod(shape[axis + 1:]) for axis in range(len(shape))]
+
+
+# -- what each tile reads of the data input -------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Reads:
+    """The distinct (LHS block, data element) pairs of the im2col, sorted by block then
+    element, and which block each tile reads; layout independent, so computed once."""
+
+    block: np.ndarray  # per pair
+    element: np.ndarray  # per pair
+    starts: np.ndarray  # per pair: a new block or a gap in the elements begins here
+    block_sizes: np.ndarray  # distinct elements per block
+    tile_block: np.ndarray  # per tile: the block it reads, -1 when idle
+
+
+def _parts(size: int, count: int) -> np.ndarray:
+    """The part of each index when ``size`` is cut into ``count`` parts at
+    ``floor(p * size / count)`` (the partition model's cut)."""
+    bounds = np.arange(count + 1) * size // count
+    return np.searchsorted(bounds, np.arange(size), side="right") - 1
+
+
+def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over (output position, kernel position) pairs that read a real element (not
+    padding): the flat output position, flat kernel position and flat spatial offset read."""
+    n = len(geometry.field)
+    outs = np.indices(geometry.out_field).reshape(n, -1)
+    kernel = np.indices(geometry.kernel).reshape(n, -1)
+    offset = np.zeros((outs.shape[1], kernel.shape[1]), dtype=np.int64)
+    valid = np.ones(offset.shape, dtype=bool)
+    for axis, stride in enumerate(_strides(geometry.field)):
+        position = ((outs[axis] * geometry.strides[axis] - geometry.pads[axis])[:, None]
+                    + (kernel[axis] * geometry.dilations[axis])[None, :])
+        valid &= (position >= 0) & (position < geometry.field[axis])
+        offset += position * stride
+    out_index, kernel_index = np.nonzero(valid)
+    return out_index, kernel_index, offset[out_index, kernel_index]
+
+
+def _read_structure(geometry: ConvGeometry, target: TileTarget) -> _Reads:
+    groups, rows, inner, cols = geometry.dims
+    plan = target.matmul_plan(groups, rows, inner, cols, geometry.dtype)
+    per_group = geometry.in_channels // groups
+    positions, kernel_size = prod(geometry.out_field), prod(geometry.kernel)
+    spatial = prod(geometry.field)
+    numel = prod(geometry.input_shape)
+    out_index, kernel_index, offset = _window(geometry)
+    row_block, inner_block = _parts(rows, plan.rows), _parts(inner, plan.inner)
+    group_block = _parts(groups, plan.groups)
+    # k = (ci, kk): the inner block of each (input channel, readable window pair)
+    inner_part = inner_block.reshape(per_group, kernel_size)[:, kernel_index]  # [Cg, V]
+    # Enumerate im2col rows (b, g) in chunks: element ids of different rows never meet.
+    width = per_group * max(out_index.size, 1)
+    step = max(1, CHUNK_POSITIONS // width)
+    chunks = []
+    for first in range(0, geometry.batch * groups, step):
+        row = np.arange(first, min(first + step, geometry.batch * groups))
+        b, g = row // groups, row % groups
+        base = ((b * geometry.in_channels + g * per_group)[:, None]
+                + np.arange(per_group)[None, :]) * spatial  # [R, Cg]
+        m = (b * positions)[:, None] + out_index[None, :]  # [R, V]
+        row_part = (group_block[g][:, None] * plan.rows + row_block[m]) * plan.inner
+        block = row_part[:, None, :] + inner_part[None, :, :]  # [R, Cg, V]
+        element = base[:, :, None] + offset[None, None, :]
+        chunks.append(_distinct(block.reshape(-1) * numel + element.reshape(-1)))
+    keys = np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.int64)
+    num_blocks = plan.groups * plan.rows * plan.inner
+    index_type = np.int32 if max(numel, num_blocks) < 2**31 else np.int64
+    block = (keys // numel).astype(index_type)
+    element = (keys % numel).astype(index_type)
+    starts = np.ones(keys.size, dtype=bool)
+    starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
+    return _Reads(block, element, starts,
+                  np.bincount(block, minlength=num_blocks).astype(np.int64),
+                  _lhs_reader_blocks(plan, target.num_tiles))
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct keys, sorted (numpy's sort is far faster than np.unique's hash)."""
+    keys = np.sort(keys)
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
+
+
+def _lhs_reader_blocks(plan: Any, num_tiles: int) -> np.ndarray:
+    """For each tile, the LHS block (g, m, k) it reads; tile ((g*gM + m)*gN + n)*gK + k."""
+    tile = np.arange(plan.tiles_used)
+    k = tile % plan.inner
+    m = (tile // (plan.inner * plan.cols)) % plan.rows
+    g = tile // (plan.inner * plan.cols * plan.rows)
+    result = np.full(num_tiles, -1, dtype=np.int64)
+    result[:plan.tiles_used] = (g * plan.rows + m) * plan.inner + k
+    return result
+
+
+def _block_need(reads: _Reads, tiles: np.ndarray, element_bytes: int,
+                num_tiles: int) -> ExchangeNeed:
+    """Each reading tile receives its block's distinct elements less those it holds, in
+    as many regions as the block has runs of consecutive elements from one source tile,
+    less the runs it holds (as ``TileTarget.matmul_readers`` counts)."""
+    source = np.asarray(tiles).reshape(-1)[reads.element].astype(np.int64)
+    starts = reads.starts.copy()
+    starts[1:] |= source[1:] != source[:-1]
+    runs = np.bincount(reads.block[starts], minlength=reads.block_sizes.size)
+    held = reads.tile_block[source] == reads.block
+    held_elements = np.bincount(source[held], minlength=num_tiles)[:num_tiles]
+    held_runs = np.bincount(source[held & starts], minlength=num_tiles)[:num_tiles]
+    readers = reads.tile_block >= 0
+    blocks = reads.tile_block[readers]
+    received = np.zeros(num_tiles, np.int64)
+    regions = np.zeros(num_tiles, np.int64)
+    received[readers] = (reads.block_sizes[blocks] - held_elements[readers]) * element_bytes
+    regions[readers] = runs[blocks] - held_runs[readers]
+    return ExchangeNeed(received, regions)
+
+
+def _need_arrays(need: ExchangeNeed) -> tuple[np.ndarray, np.ndarray]:
+    return need.received_bytes, need.regions
+
+
+# -- small helpers ----------------------------------------------------------------------------
+def _given(input_tiles: Sequence[np.ndarray | None], index: int) -> np.ndarray | None:
+    tiles = input_tiles[index] if index < len(input_tiles) else None
+    return None if tiles is None else np.asarray(tiles).reshape(-1)
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> int:
+    return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
+
+
+class _Memo:
+    """Derived arrays of one target, least recently used dropped beyond ``MEMO_BYTES``."""
+
+    def __init__(self) -> None:
+        self.answers: OrderedDict[tuple, Any] = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        found = self.answers.get(key)
+        if found is not None:
+            self.answers.move_to_end(key)
+            return found
+        found = compute()
+        for array in _arrays(found):
+            array.flags.writeable = False
+        self.answers[key] = found
+        self.nbytes += _nbytes(found)
+        while self.nbytes > MEMO_BYTES and len(self.answers) > 1:
+            self.nbytes -= _nbytes(self.answers.popitem(last=False)[1])
+        return found
+
+
+def _arrays(answer: Any) -> list[np.ndarray]:
+    if isinstance(answer, np.ndarray):
+        return [answer]
+    if isinstance(answer, _Reads):
+        return [answer.block, answer.element, answer.starts, answer.block_sizes,
+                answer.tile_block]
+    return list(answer)
+
+
+def _nbytes(answer: Any) -> int:
+    return sum(array.nbytes for array in _arrays(answer))
+
+
+#: One memo per target, gone with it (answers depend on the target's model and tiles).
+_MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _remembered(target: TileTarget, key: tuple, compute: Callable[[], Any]) -> Any:
+    try:
+        memo = _MEMOS.get(target)
+        if memo is None:
+            memo = _MEMOS[target] = _Memo()
+    except TypeError:  # a target that cannot be referenced weakly: no memo
+        return compute()
+    return memo.get(key, compute)
