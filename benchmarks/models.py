@@ -16,7 +16,7 @@ of ``plan_ir`` alone; the run also checks that planning is deterministic), "RSS 
 process's ``ru_maxrss`` (torch, the model, import and everything else included).
 ``--quick`` skips the second planning run. ``--dump DIR`` saves the three plans' mappings
 and costs; ``--check DIR`` compares them with an earlier dump (a speed-up must not change
-any plan; the import itself is not deterministic between processes, see RESULTS.md).
+any plan). ``benchmarks/exchange_breakdown.py`` shows where one graph's exchange goes.
 ``--json FILE`` keeps the rows, and ``--from-json FILE --markdown`` prints them as the
 Markdown tables RESULTS.md records.
 """

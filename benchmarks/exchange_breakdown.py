@@ -1,0 +1,77 @@
+"""Where a model's exchange goes, and what a plan leaves to save, by kind of op.
+
+Each op's ``exchange_bytes`` and ``avoidable_bytes`` (``evaluate``'s rows) are grouped by
+the op's layout rule (matmul, conv, elementwise, gather, …) and by whether it reads a
+planned tensor (a producer-less tensor or a view of one), for our plan and PopART's:
+
+    python benchmarks/exchange_breakdown.py bert real training
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import models  # this folder's benchmark: its model import
+
+
+def planned_tensors(graph, registry) -> set[str]:
+    """Producer-less tensors and the outputs of view ops reading only such tensors."""
+    planned = {t.id for t in graph.producerless_tensors()}
+    for op in graph.schedule():
+        if registry.layout_rule(op).kind == "view" and all(
+                t.id in planned for t in op.inputs if t is not None):
+            planned.update(t.id for t in op.outputs)
+    return planned
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", choices=models.MODELS)
+    parser.add_argument("size", choices=("tiny", "real"))
+    parser.add_argument("kind", choices=("forward", "training"))
+    args = parser.parse_args()
+
+    from popart_unwind.transforms import run_pipeline
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    from popart_unwind.ops import REGISTRY
+    from popart_unwind.target import TileTarget, evaluate, popart_baseline
+
+    ir = models.import_graph(args.model, args.size, args.kind, "torch")
+    run_pipeline(ir)
+    target = TileTarget()
+    plan = plan_ir(ir, target)
+    graph = ir.main_graph
+    planned = planned_tensors(graph, REGISTRY)
+    ops = {op.id: op for op in graph.ops}
+    plans = {"ours": {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors},
+             "popart": dict(popart_baseline(ir, target).mappings)}
+    for name, mappings in plans.items():
+        report = evaluate(ir, target, mappings=mappings)
+        spent, left = collections.Counter(), collections.Counter()
+        for row in report.ops:
+            op = ops.get(row.op_id)
+            if op is None:  # an op of a subgraph
+                key = ("subgraph op", "-")
+            else:
+                reads = "planned" if any(t.id in planned for t in op.inputs) else "computed"
+                key = (REGISTRY.layout_rule(op).kind, reads)
+            spent[key] += row.exchange_bytes * row.executions
+            left[key] += row.avoidable_bytes * row.executions
+        total = report.exchange_bytes
+        print(f"{name}: exchange {total / 1e6:,.1f} MB, left to save "
+              f"{report.avoidable_exchange_bytes / 1e6:,.1f} MB "
+              f"({100 * report.avoidable_exchange_bytes / max(total, 1):.1f}%)")
+        for (kind, reads), value in sorted(spent.items(), key=lambda item: -item[1]):
+            if value:
+                print(f"  {kind:12} reads {reads:8} {100 * value / total:5.1f}% of the "
+                      f"exchange, {left[(kind, reads)] / 1e6:10,.2f} MB left to save")
+
+
+if __name__ == "__main__":
+    main()
