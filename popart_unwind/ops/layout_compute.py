@@ -44,7 +44,8 @@ def _shape(op: Op, tensor: Tensor) -> Shape:
     return tensor.shape
 
 
-def _tiles(input_tiles: Sequence[np.ndarray | None], index: int) -> np.ndarray | None:
+def flat_tiles(input_tiles: Sequence[np.ndarray | None], index: int) -> np.ndarray | None:
+    """Input ``index``'s layout as a flat array, or None where it is absent or unknown."""
     tiles = input_tiles[index] if index < len(input_tiles) else None
     return None if tiles is None else np.asarray(tiles).reshape(-1)
 
@@ -56,7 +57,8 @@ def broadcast_index(small: Shape, full: Shape) -> np.ndarray:
                            full).reshape(-1)
 
 
-def _equal(a: np.ndarray, b: np.ndarray) -> int:
+def count_equal(a: np.ndarray, b: np.ndarray) -> int:
+    """How many elements two layouts place on the same tile."""
     return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
 
 
@@ -135,7 +137,7 @@ class ElementwiseRule(LayoutRule):
     def output_tiles(self, op: Op, input_tiles: list[np.ndarray | None],
                      target: TileTarget) -> list[np.ndarray]:
         out, full = op.output(0), self._full(op)
-        candidates = [_tiles(input_tiles, op_index)
+        candidates = [flat_tiles(input_tiles, op_index)
                       for k, (op_index, _) in enumerate(self.operands(op)) if k in full]
         candidates = [c for c in candidates if c is not None]
         if not candidates:
@@ -148,7 +150,7 @@ class ElementwiseRule(LayoutRule):
         readers = np.asarray(output_tiles[0]).reshape(-1)
         need = ExchangeNeed.none(target.num_tiles)
         for op_index, tensor in self.operands(op):
-            tiles = _tiles(input_tiles, op_index)
+            tiles = flat_tiles(input_tiles, op_index)
             if tiles is None:
                 continue
             shape = _shape(op, tensor)
@@ -166,13 +168,13 @@ class ElementwiseRule(LayoutRule):
         if not full:
             return 0.0, 0.0
         operands = self.operands(op)
-        tiles = [_tiles(input_tiles, i) for i, _ in operands]
+        tiles = [flat_tiles(input_tiles, i) for i, _ in operands]
         out_shape = _shape(op, op.output(0))
         score = bound = 0.0
         for a, b in ((a, b) for n, a in enumerate(full) for b in full[n + 1:]):
             bound += valuations.elementwise * prod(out_shape)
             if tiles[a] is not None and tiles[b] is not None:
-                score += valuations.elementwise * _equal(tiles[a], tiles[b])
+                score += valuations.elementwise * count_equal(tiles[a], tiles[b])
         first = tiles[full[0]]
         for k, (_, tensor) in enumerate(operands):
             if k in full:
@@ -181,7 +183,7 @@ class ElementwiseRule(LayoutRule):
             bound += valuations.bias * prod(shape)
             if first is not None and tiles[k] is not None:
                 wanted = target.broadcast_operand_tiles(first, out_shape, shape)
-                score += valuations.bias * _equal(tiles[k], wanted)
+                score += valuations.bias * count_equal(tiles[k], wanted)
         return score, bound
 
     def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
@@ -205,7 +207,7 @@ class ElementwiseRule(LayoutRule):
         fixed = [(np.asarray(input_tiles[index]).reshape(-1),
                   target.dtype_size(tensor.dtype))
                  for k, (index, tensor) in enumerate(operands)
-                 if k in full and index not in planned and _tiles(input_tiles, index)
+                 if k in full and index not in planned and flat_tiles(input_tiles, index)
                  is not None]
         if len(fixed) < 2:
             return 0
@@ -336,7 +338,7 @@ class MatMulRule(LayoutRule):
             return super().output_tiles(op, input_tiles, target)
         product = self._product_tiles(op, target)
         bias = self._bias(op)
-        bias_tiles = _tiles(input_tiles, 2)
+        bias_tiles = flat_tiles(input_tiles, 2)
         if bias is None or bias_tiles is None or _shape(op, bias) != _shape(op, op.output(0)):
             return [product]
         return [[product, bias_tiles][target.elementwise_output([product, bias_tiles])].copy()]
@@ -348,11 +350,11 @@ class MatMulRule(LayoutRule):
             return super().exchange(op, input_tiles, output_tiles, target)
         need = ExchangeNeed.none(target.num_tiles)
         for index, operand in enumerate(("lhs", "rhs")):
-            tiles = _tiles(input_tiles, index)
+            tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
                 need = need + target.matmul_readers(*dims, self._dtype(op), operand,
                                                     self._grouped(op, index, tiles))
-        bias, bias_tiles = self._bias(op), _tiles(input_tiles, 2)
+        bias, bias_tiles = self._bias(op), flat_tiles(input_tiles, 2)
         if bias is not None and bias_tiles is not None:
             out_shape = _shape(op, op.output(0))
             need = need + read_need(np.asarray(output_tiles[0]).reshape(-1),
@@ -367,19 +369,20 @@ class MatMulRule(LayoutRule):
         score = bound = 0.0
         for index in (0, 1):
             bound += valuations.matmul * op.input(index).nelms()
-            tiles = _tiles(input_tiles, index)
+            tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
-                score += valuations.matmul * _equal(tiles, self.operand_tiles(op, index, target))
+                wanted = self.operand_tiles(op, index, target)
+                score += valuations.matmul * count_equal(tiles, wanted)
         bias = self._bias(op)
         if bias is not None:
             out_shape, shape = _shape(op, op.output(0)), _shape(op, bias)
-            product, tiles = self._product_tiles(op, target), _tiles(input_tiles, 2)
+            product, tiles = self._product_tiles(op, target), flat_tiles(input_tiles, 2)
             value = valuations.elementwise if shape == out_shape else valuations.bias
             bound += value * prod(shape)
             if tiles is not None:
                 wanted = product if shape == out_shape else target.broadcast_operand_tiles(
                     product, out_shape, shape)
-                score += value * _equal(tiles, wanted)
+                score += value * count_equal(tiles, wanted)
         return score, bound
 
     def creates_input(self, op: Op, in_index: int) -> int | None:
@@ -450,7 +453,7 @@ class GatherRule(LayoutRule):
 
     def exchange(self, op: Op, input_tiles: list[np.ndarray | None],
                  output_tiles: list[np.ndarray], target: TileTarget) -> ExchangeNeed:
-        dims, table = self.table_dims(op), _tiles(input_tiles, 0)
+        dims, table = self.table_dims(op), flat_tiles(input_tiles, 0)
         if dims is None or table is None:
             return super().exchange(op, input_tiles, output_tiles, target)
         _, size = dims
@@ -464,11 +467,11 @@ class GatherRule(LayoutRule):
         if dims is None:
             return 0.0, 0.0
         bound = valuations.sliceable * prod(dims)
-        tiles = _tiles(input_tiles, 0)
+        tiles = flat_tiles(input_tiles, 0)
         if tiles is None:
             return 0.0, bound
         wanted = target.sliceable_tiles(*dims, op.input(0).dtype)
-        return valuations.sliceable * _equal(tiles, wanted), bound
+        return valuations.sliceable * count_equal(tiles, wanted), bound
 
     def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
                          target: TileTarget) -> np.ndarray | None:

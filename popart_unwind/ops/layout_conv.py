@@ -13,11 +13,8 @@ and approximation.
 from __future__ import annotations
 
 import dataclasses
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +25,7 @@ from popart_unwind.ops.layout import (
     UnwindEmitter,
     read_need,
 )
-from popart_unwind.ops.layout_compute import broadcast_index
+from popart_unwind.ops.layout_compute import broadcast_index, count_equal, flat_tiles
 
 if TYPE_CHECKING:
     from popart_unwind.ir.op import Op
@@ -40,10 +37,6 @@ Shape = tuple[int, ...]
 #: lib/poplin/Convolution.cpp); the same rule as ``TileTarget.matmul_readers`` applies to
 #: matmul operands, so a 1x1 convolution costs what its matmul costs.
 REARRANGE_ABOVE_DESTINATIONS = 7
-#: Bytes of derived arrays (wanted data layouts, im2col read structures) kept per target,
-#: least recently used dropped first: every layer asks again in the planner, the baseline
-#: and each costing.
-MEMO_BYTES = 256 * 2**20
 #: im2col positions enumerated at once when deriving what each tile reads.
 CHUNK_POSITIONS = 1 << 22
 
@@ -156,7 +149,7 @@ class ConvRule(LayoutRule):
         """poplin's createInput, approximated: each element on the LHS tile of the first
         im2col position reading it; unread elements (stride gaps) extend their preceding
         neighbour's tile, as Poplibs extends partial usage."""
-        return _remembered(target, ("data", geometry),
+        return target.remembered(("conv data", geometry),
                            lambda: _create_input_tiles(geometry, target))
 
     def bias_tiles(self, geometry: ConvGeometry, output_tiles: np.ndarray,
@@ -228,16 +221,16 @@ class ConvRule(LayoutRule):
         if geometry is None:
             return super().exchange(op, input_tiles, output_tiles, target)
         need = ExchangeNeed.none(target.num_tiles)
-        weights = _given(input_tiles, 1)
+        weights = flat_tiles(input_tiles, 1)
         if weights is not None:
             groups, _, inner, cols = geometry.dims
             grouped = np.ascontiguousarray(
                 weights.reshape(groups, cols, inner).transpose(0, 2, 1)).reshape(-1)
             need = need + target.matmul_readers(*geometry.dims, geometry.dtype, "rhs", grouped)
-        data = _given(input_tiles, 0)
+        data = flat_tiles(input_tiles, 0)
         if data is not None:
             need = need + self.data_need(geometry, data, target)
-        bias = _given(input_tiles, 2)
+        bias = flat_tiles(input_tiles, 2)
         if bias is not None:
             need = need + read_need(
                 np.asarray(output_tiles[0]).reshape(-1),
@@ -252,15 +245,15 @@ class ConvRule(LayoutRule):
         ``REARRANGE_ABOVE_DESTINATIONS`` readers per element the data is first copied into
         the createInput layout and broadcast from there."""
         size = target.dtype_size(geometry.dtype)
-        reads = _remembered(target, ("reads", geometry),
+        reads = target.remembered(("conv reads", geometry),
                             lambda: _read_structure(geometry, target))
         if target.matmul_plan(*geometry.dims, geometry.dtype).cols \
                 <= REARRANGE_ABOVE_DESTINATIONS:
             return _block_need(reads, tiles, size, target.num_tiles)
         wanted = self.data_tiles(geometry, target)
         copy = read_need(wanted, None, tiles, size, target.num_tiles)
-        received, regions = _remembered(
-            target, ("broadcast", geometry),
+        received, regions = target.remembered(
+            ("conv broadcast", geometry),
             lambda: _need_arrays(_block_need(reads, wanted, size, target.num_tiles)))
         return copy + ExchangeNeed(received, regions)
 
@@ -274,14 +267,15 @@ class ConvRule(LayoutRule):
         score = bound = 0.0
         for index in (0, 1):
             bound += valuations.matmul * op.input(index).nelms()
-            tiles = _given(input_tiles, index)
+            tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
-                score += valuations.matmul * _equal(tiles, self.operand_tiles(op, index, target))
+                wanted = self.operand_tiles(op, index, target)
+                score += valuations.matmul * count_equal(tiles, wanted)
         if op.has_input(2):
             bound += valuations.bias * geometry.out_channels
-            tiles = _given(input_tiles, 2)
+            tiles = flat_tiles(input_tiles, 2)
             if tiles is not None:
-                score += valuations.bias * _equal(tiles, self.operand_tiles(op, 2, target))
+                score += valuations.bias * count_equal(tiles, self.operand_tiles(op, 2, target))
         return score, bound
 
     def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
@@ -359,8 +353,7 @@ def _strides(shape: Shape) -> list[int]:
 
 
 # -- what each tile reads of the data input -------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _Reads:
+class _Reads(NamedTuple):
     """The distinct (LHS block, data element) pairs of the im2col, sorted by block then
     element, and which block each tile reads; layout independent, so computed once."""
 
@@ -473,62 +466,3 @@ def _block_need(reads: _Reads, tiles: np.ndarray, element_bytes: int,
 
 def _need_arrays(need: ExchangeNeed) -> tuple[np.ndarray, np.ndarray]:
     return need.received_bytes, need.regions
-
-
-# -- small helpers ----------------------------------------------------------------------------
-def _given(input_tiles: Sequence[np.ndarray | None], index: int) -> np.ndarray | None:
-    tiles = input_tiles[index] if index < len(input_tiles) else None
-    return None if tiles is None else np.asarray(tiles).reshape(-1)
-
-
-def _equal(a: np.ndarray, b: np.ndarray) -> int:
-    return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
-
-
-class _Memo:
-    """Derived arrays of one target, least recently used dropped beyond ``MEMO_BYTES``."""
-
-    def __init__(self) -> None:
-        self.answers: OrderedDict[tuple, Any] = OrderedDict()
-        self.nbytes = 0
-
-    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        found = self.answers.get(key)
-        if found is not None:
-            self.answers.move_to_end(key)
-            return found
-        found = compute()
-        for array in _arrays(found):
-            array.flags.writeable = False
-        self.answers[key] = found
-        self.nbytes += _nbytes(found)
-        while self.nbytes > MEMO_BYTES and len(self.answers) > 1:
-            self.nbytes -= _nbytes(self.answers.popitem(last=False)[1])
-        return found
-
-
-def _arrays(answer: Any) -> list[np.ndarray]:
-    if isinstance(answer, np.ndarray):
-        return [answer]
-    if isinstance(answer, _Reads):
-        return [answer.block, answer.element, answer.starts, answer.block_sizes,
-                answer.tile_block]
-    return list(answer)
-
-
-def _nbytes(answer: Any) -> int:
-    return sum(array.nbytes for array in _arrays(answer))
-
-
-#: One memo per target, gone with it (answers depend on the target's model and tiles).
-_MEMOS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _remembered(target: TileTarget, key: tuple, compute: Callable[[], Any]) -> Any:
-    try:
-        memo = _MEMOS.get(target)
-        if memo is None:
-            memo = _MEMOS[target] = _Memo()
-    except TypeError:  # a target that cannot be referenced weakly: no memo
-        return compute()
-    return memo.get(key, compute)

@@ -67,11 +67,11 @@ class TileTarget:
         """Poplar's format of a tile array (built in C++: real tables have millions of runs)."""
         return poplar_mapping(tiles, self.num_tiles)
 
-    def _remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
-        """A hook's answer (an array or a tuple of arrays), computed once per key: every
-        layer of a model asks the same matmul and table questions, in the planner, the
-        baseline and the cost model alike. Answers are read-only, so no caller can change
-        what the next one gets."""
+    def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+        """An answer derived from the target alone (an array or a tuple of arrays), computed
+        once per key: every layer of a model asks the same matmul, table and convolution
+        questions, in the planner, the baseline and the cost model alike. Answers are
+        read-only, so no caller can change what the next one gets."""
         found = self._answers.get(key)
         if found is not None:
             self._answers.move_to_end(key)
@@ -101,7 +101,7 @@ class TileTarget:
         """Where the matmul plan wants ``operand`` ([G,M,K], [G,K,N] or the output [G,M,N])."""
         if operand not in OPERANDS:
             raise TargetError(f"matmul operand must be one of {OPERANDS}, got {operand!r}")
-        return self._remembered(
+        return self.remembered(
             ("matmul", groups, rows, inner, cols, dtype, operand),
             lambda: self.model.matmul_tiles(groups, rows, inner, cols, dtype, operand))
 
@@ -125,7 +125,7 @@ class TileTarget:
             return self._block_readers(*dims, tiles)
         wanted = self.matmul_tiles(*dims)
         copy = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
-        received, regions = self._remembered(
+        received, regions = self.remembered(
             ("broadcast", *dims),
             lambda: _need_arrays(self._block_readers(*dims, wanted)))
         return copy + ExchangeNeed(received, regions)
@@ -136,7 +136,7 @@ class TileTarget:
         many regions as there are maximal runs of consecutive elements of that block
         sharing a source tile, less the runs it holds itself (removing a tile's own runs
         never joins two others: they are not contiguous)."""
-        blocks, block_starts, block_sizes, tile_block = self._remembered(
+        blocks, block_starts, block_sizes, tile_block = self.remembered(
             ("readers", groups, rows, inner, cols, dtype, operand),
             lambda: self._reader_layout(groups, rows, inner, cols, dtype, operand))
         runs_per_block, held_elements, held_runs = block_reader_counts(
@@ -202,7 +202,7 @@ class TileTarget:
 
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
         """An embedding table [entries, size] split along its unsliced axis."""
-        return self._remembered(
+        return self.remembered(
             ("sliceable", num_entries, embedding_size, dtype),
             lambda: self.model.sliceable_table_tiles(num_entries, embedding_size, dtype))
 
