@@ -51,7 +51,7 @@ class OpCost:
     max_tile_regions: int
     executions: int = 1
     #: Of ``exchange_bytes``, what the layouts of planned tensors (producer-less ones and
-    #: views of them) add beyond the layouts this op would want for them.
+    #: views of them) add above the least any layout of them would cost this op.
     avoidable_bytes: int = 0
 
 
