@@ -85,6 +85,10 @@ class ExchangeNeed:
         return ExchangeNeed(self.received_bytes + other.received_bytes,
                             self.regions + other.regions)
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(received bytes, regions): the form a target's answer cache keeps."""
+        return self.received_bytes, self.regions
+
 
 #: A layout a root of the unwinding problem carries: flat tiles, or a function of the target
 #: giving them (called only if the planner needs that root's tiles).
@@ -254,6 +258,33 @@ def _ids(tiles: np.ndarray) -> np.ndarray:
     int64 first was a large share of costing a real model."""
     flat = np.asarray(tiles).reshape(-1)
     return flat if np.can_cast(flat.dtype, np.int64) else flat.astype(np.int64)
+
+
+def axis_parts(size: int, count: int) -> np.ndarray:
+    """The part of each index of an axis of ``size`` cut into ``count`` parts at
+    ``floor(p * size / count)`` (the matmul partition model's cut)."""
+    bounds = np.arange(count + 1) * size // count
+    return np.searchsorted(bounds, np.arange(size), side="right") - 1
+
+
+def matmul_reader_blocks(plan: Any, operand: str, num_tiles: int) -> np.ndarray:
+    """For each tile, the block of matmul ``operand`` ("lhs" or "rhs") it reads under a
+    partition ``plan`` (splits ``groups``, ``rows``, ``inner``, ``cols``), -1 for tiles the
+    plan leaves idle. Tile ((g * gM + m) * gN + n) * gK + k reads LHS block (g, m, k) and
+    RHS block (g, k, n)."""
+    used = plan.tiles_used
+    tile = np.arange(used)
+    k = tile % plan.inner
+    n = (tile // plan.inner) % plan.cols
+    m = (tile // (plan.inner * plan.cols)) % plan.rows
+    g = tile // (plan.inner * plan.cols * plan.rows)
+    if operand == "lhs":
+        block = (g * plan.rows + m) * plan.inner + k
+    else:
+        block = (g * plan.inner + k) * plan.cols + n
+    result = np.full(num_tiles, -1, dtype=np.int64)
+    result[:used] = block
+    return result
 
 
 #: Up to this many possible (tile, element) pairs, distinct pairs are found by marking a

@@ -23,6 +23,8 @@ from popart_unwind.ops.layout import (
     LayoutRule,
     TileTarget,
     UnwindEmitter,
+    axis_parts,
+    matmul_reader_blocks,
     read_need,
 )
 from popart_unwind.ops.layout_compute import broadcast_index, count_equal, flat_tiles
@@ -254,7 +256,7 @@ class ConvRule(LayoutRule):
         copy = read_need(wanted, None, tiles, size, target.num_tiles)
         received, regions = target.remembered(
             ("conv broadcast", geometry),
-            lambda: _need_arrays(_block_need(reads, wanted, size, target.num_tiles)))
+            lambda: _block_need(reads, wanted, size, target.num_tiles).arrays())
         return copy + ExchangeNeed(received, regions)
 
     def agreement(self, op: Op, input_tiles: list[np.ndarray | None], target: TileTarget,
@@ -364,13 +366,6 @@ class _Reads(NamedTuple):
     tile_block: np.ndarray  # per tile: the block it reads, -1 when idle
 
 
-def _parts(size: int, count: int) -> np.ndarray:
-    """The part of each index when ``size`` is cut into ``count`` parts at
-    ``floor(p * size / count)`` (the partition model's cut)."""
-    bounds = np.arange(count + 1) * size // count
-    return np.searchsorted(bounds, np.arange(size), side="right") - 1
-
-
 def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Over (output position, kernel position) pairs that read a real element (not
     padding): the flat output position, flat kernel position and flat spatial offset read."""
@@ -396,8 +391,8 @@ def _read_structure(geometry: ConvGeometry, target: TileTarget) -> _Reads:
     spatial = prod(geometry.field)
     numel = prod(geometry.input_shape)
     out_index, kernel_index, offset = _window(geometry)
-    row_block, inner_block = _parts(rows, plan.rows), _parts(inner, plan.inner)
-    group_block = _parts(groups, plan.groups)
+    row_block, inner_block = axis_parts(rows, plan.rows), axis_parts(inner, plan.inner)
+    group_block = axis_parts(groups, plan.groups)
     # k = (ci, kk): the inner block of each (input channel, readable window pair)
     inner_part = inner_block.reshape(per_group, kernel_size)[:, kernel_index]  # [Cg, V]
     # Enumerate im2col rows (b, g) in chunks: element ids of different rows never meet.
@@ -423,24 +418,13 @@ def _read_structure(geometry: ConvGeometry, target: TileTarget) -> _Reads:
     starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
     return _Reads(block, element, starts,
                   np.bincount(block, minlength=num_blocks).astype(np.int64),
-                  _lhs_reader_blocks(plan, target.num_tiles))
+                  matmul_reader_blocks(plan, "lhs", target.num_tiles))
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:
     """The distinct keys, sorted (numpy's sort is far faster than np.unique's hash)."""
     keys = np.sort(keys)
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
-
-
-def _lhs_reader_blocks(plan: Any, num_tiles: int) -> np.ndarray:
-    """For each tile, the LHS block (g, m, k) it reads; tile ((g*gM + m)*gN + n)*gK + k."""
-    tile = np.arange(plan.tiles_used)
-    k = tile % plan.inner
-    m = (tile // (plan.inner * plan.cols)) % plan.rows
-    g = tile // (plan.inner * plan.cols * plan.rows)
-    result = np.full(num_tiles, -1, dtype=np.int64)
-    result[:plan.tiles_used] = (g * plan.rows + m) * plan.inner + k
-    return result
 
 
 def _block_need(reads: _Reads, tiles: np.ndarray, element_bytes: int,
@@ -462,7 +446,3 @@ def _block_need(reads: _Reads, tiles: np.ndarray, element_bytes: int,
     received[readers] = (reads.block_sizes[blocks] - held_elements[readers]) * element_bytes
     regions[readers] = runs[blocks] - held_runs[readers]
     return ExchangeNeed(received, regions)
-
-
-def _need_arrays(need: ExchangeNeed) -> tuple[np.ndarray, np.ndarray]:
-    return need.received_bytes, need.regions

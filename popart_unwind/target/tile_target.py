@@ -16,7 +16,13 @@ import numpy as np
 
 from popart_unwind.errors import TargetError
 from popart_unwind.ir.tile_mapping import tile_array, tile_dtype
-from popart_unwind.ops.layout import DENSE_PAIRS_MAX, ExchangeNeed, read_need
+from popart_unwind.ops.layout import (
+    DENSE_PAIRS_MAX,
+    ExchangeNeed,
+    axis_parts,
+    matmul_reader_blocks,
+    read_need,
+)
 from popart_unwind.target.hooks import (
     MatmulPartition,
     TileMapping,
@@ -127,7 +133,7 @@ class TileTarget:
         copy = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
         received, regions = self.remembered(
             ("broadcast", *dims),
-            lambda: _need_arrays(self._block_readers(*dims, wanted)))
+            lambda: self._block_readers(*dims, wanted).arrays())
         return copy + ExchangeNeed(received, regions)
 
     def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
@@ -156,14 +162,14 @@ class TileTarget:
         where blocks start in flat order, each block's size, and the block each tile reads."""
         plan = self.matmul_plan(groups, rows, inner, cols, dtype)
         shape = _operand_shape(groups, rows, inner, cols, operand)
-        axis_parts = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
-                      else (plan.groups, plan.inner, plan.cols))
-        blocks, block_sizes = _block_ids(shape, axis_parts)
+        splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
+                  else (plan.groups, plan.inner, plan.cols))
+        blocks, block_sizes = _block_ids(shape, splits)
         blocks = blocks.astype(np.int32)  # at most one block per tile: kept small
         block_starts = np.ones(blocks.size, dtype=bool)
         block_starts[1:] = blocks[1:] != blocks[:-1]
         return (blocks, block_starts, block_sizes,
-                _reader_blocks(plan, operand, self.num_tiles))
+                matmul_reader_blocks(plan, operand, self.num_tiles))
 
     def bias_tiles(self, activation_tiles: np.ndarray,
                    activation_shape: Sequence[int]) -> np.ndarray:
@@ -228,10 +234,6 @@ def broadcast_destinations(plan: MatmulPartition, operand: str) -> int:
     return plan.cols if operand == "lhs" else plan.rows
 
 
-def _need_arrays(need: ExchangeNeed) -> tuple[np.ndarray, np.ndarray]:
-    return need.received_bytes, need.regions
-
-
 def _arrays(answer: Answer) -> tuple[np.ndarray, ...]:
     return answer if isinstance(answer, tuple) else (answer,)
 
@@ -253,31 +255,11 @@ def _block_ids(shape: tuple[int, int, int], parts: tuple[int, int, int]
     per_axis = []
     sizes = []
     for size, count in zip(shape, parts, strict=True):
-        bounds = np.arange(count + 1) * size // count
-        per_axis.append(np.searchsorted(bounds, np.arange(size), side="right") - 1)
-        sizes.append(np.diff(bounds))
+        per_axis.append(axis_parts(size, count))
+        sizes.append(np.diff(np.arange(count + 1) * size // count))
     a, b, c = per_axis
     blocks = ((a[:, None, None] * parts[1] + b[None, :, None]) * parts[2]
               + c[None, None, :]).reshape(-1)
     block_sizes = (sizes[0][:, None, None] * sizes[1][None, :, None]
                    * sizes[2][None, None, :]).reshape(-1)
     return blocks, block_sizes
-
-
-def _reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) -> np.ndarray:
-    """For each tile, the block of ``operand`` it reads (-1 for tiles the plan leaves idle).
-
-    Tile index ((g * gM + m) * gN + n) * gK + k, as ``MatmulPartition.tile``."""
-    used = plan.tiles_used
-    tile = np.arange(used)
-    k = tile % plan.inner
-    n = (tile // plan.inner) % plan.cols
-    m = (tile // (plan.inner * plan.cols)) % plan.rows
-    g = tile // (plan.inner * plan.cols * plan.rows)
-    if operand == "lhs":
-        block = (g * plan.rows + m) * plan.inner + k
-    else:
-        block = (g * plan.inner + k) * plan.cols + n
-    result = np.full(num_tiles, -1, dtype=np.int64)
-    result[:used] = block
-    return result
