@@ -14,7 +14,7 @@ Gather (the embedding lookup).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,34 @@ def _operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
     if shape == out_shape:
         return tiles
     return np.asarray(target.broadcast_operand_tiles(tiles, out_shape, shape)).reshape(-1)
+
+
+def tie_created_operands(op: Op, emitter: UnwindEmitter,
+                         created: Callable[[Op, int, TileTarget], np.ndarray],
+                         names: tuple[str, str]) -> list[Any]:
+    """Inputs 0 and 1 of a matmul-like op, each tied by a ``matmul`` pair to a Source with
+    the layout its creator makes (``created(op, index, target)``); their unwind tensors."""
+    operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
+    for index, operand in enumerate(operands):
+        source = emitter.source(
+            op.input(index), lambda target, index=index: created(op, index, target),
+            f"{op.debug_name()} {names[index]}")
+        emitter.graph.valued_pair(operand, source, emitter.valuations.matmul)
+    return operands
+
+
+def created_agreement(op: Op, input_tiles: Sequence[np.ndarray | None], target: TileTarget,
+                      value: float, created: Callable[[Op, int, TileTarget], np.ndarray]
+                      ) -> tuple[float, float]:
+    """The ``matmul`` pairs of inputs 0 and 1 scored on concrete tiles: (value x elements
+    where each lies as its creator would put it, value x elements)."""
+    score = bound = 0.0
+    for index in (0, 1):
+        bound += value * op.input(index).nelms()
+        tiles = flat_tiles(input_tiles, index)
+        if tiles is not None:
+            score += value * count_equal(tiles, created(op, index, target))
+    return score, bound
 
 
 # -- elementwise ------------------------------------------------------------------------------
@@ -311,13 +339,7 @@ class MatMulRule(LayoutRule):
             emitter.barrier(op)
             return
         graph, values = emitter.graph, emitter.valuations
-        operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
-        for index, operand in enumerate(operands):
-            source = emitter.source(
-                op.input(index),
-                lambda target, index=index: self.operand_tiles(op, index, target),
-                f"{op.debug_name()} {('lhs', 'rhs')[index]}")
-            graph.valued_pair(operand, source, values.matmul)
+        operands = tie_created_operands(op, emitter, self.operand_tiles, ("lhs", "rhs"))
         out = op.output(0)
         [product] = emitter.fixed_point(operands, [_shape(op, out)],
                                         [lambda target: self._product_tiles(op, target)],
@@ -366,13 +388,8 @@ class MatMulRule(LayoutRule):
                   valuations: Any) -> tuple[float, float]:
         if self.dims(op) is None:
             return 0.0, 0.0
-        score = bound = 0.0
-        for index in (0, 1):
-            bound += valuations.matmul * op.input(index).nelms()
-            tiles = flat_tiles(input_tiles, index)
-            if tiles is not None:
-                wanted = self.operand_tiles(op, index, target)
-                score += valuations.matmul * count_equal(tiles, wanted)
+        score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
+                                         self.operand_tiles)
         bias = self._bias(op)
         if bias is not None:
             out_shape, shape = _shape(op, op.output(0)), _shape(op, bias)

@@ -27,7 +27,13 @@ from popart_unwind.ops.layout import (
     matmul_reader_blocks,
     read_need,
 )
-from popart_unwind.ops.layout_compute import broadcast_index, count_equal, flat_tiles
+from popart_unwind.ops.layout_compute import (
+    broadcast_index,
+    count_equal,
+    created_agreement,
+    flat_tiles,
+    tie_created_operands,
+)
 
 if TYPE_CHECKING:
     from popart_unwind.ir.op import Op
@@ -190,13 +196,7 @@ class ConvRule(LayoutRule):
             emitter.barrier(op)
             return
         graph, values = emitter.graph, emitter.valuations
-        operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
-        for index, operand in enumerate(operands):
-            source = emitter.source(
-                op.input(index),
-                lambda target, index=index: self.operand_tiles(op, index, target),
-                f"{op.debug_name()} {('data', 'weights')[index]}")
-            graph.valued_pair(operand, source, values.matmul)
+        operands = tie_created_operands(op, emitter, self.operand_tiles, ("data", "weights"))
         out = op.output(0)
         [product] = emitter.fixed_point(
             operands, [geometry.output_shape],
@@ -266,13 +266,8 @@ class ConvRule(LayoutRule):
         geometry = conv_geometry(op)
         if geometry is None:
             return 0.0, 0.0
-        score = bound = 0.0
-        for index in (0, 1):
-            bound += valuations.matmul * op.input(index).nelms()
-            tiles = flat_tiles(input_tiles, index)
-            if tiles is not None:
-                wanted = self.operand_tiles(op, index, target)
-                score += valuations.matmul * count_equal(tiles, wanted)
+        score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
+                                         self.operand_tiles)
         if op.has_input(2):
             bound += valuations.bias * geometry.out_channels
             tiles = flat_tiles(input_tiles, 2)
