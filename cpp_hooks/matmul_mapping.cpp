@@ -4,7 +4,6 @@
 #include <array>
 #include <limits>
 #include <stdexcept>
-#include <string>
 #include <tuple>
 
 namespace popart_unwind {
@@ -35,14 +34,40 @@ void checkSplits(const MatmulShape &shape, const MatmulSplits &s, std::size_t nu
   }
 }
 
-// Map a row-major [A, B, C] tensor cut into blocks by `splits`: the elements of each block,
+std::uint64_t partitionCycles(const MatmulShape &shape, const MatmulSplits &splits,
+                              const TileParams &params) {
+  const std::uint64_t gB = ceilDiv(shape.groups, splits.groups);
+  const std::uint64_t mB = ceilDiv(shape.rows, splits.rows);
+  const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
+  const std::uint64_t nB = ceilDiv(shape.cols, splits.cols);
+  const std::uint64_t compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
+  // A tile already holds its own share of each operand block and receives the rest.
+  const std::uint64_t lhsBlock = gB * mB * kB;
+  const std::uint64_t rhsBlock = gB * kB * nB;
+  const std::uint64_t received =
+      (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
+  std::uint64_t cycles = compute +
+                         ceilDiv(received * params.elementBytes, params.exchangeBytesPerCycle) +
+                         params.syncCycles;
+  if (splits.inner > 1) {
+    // Each of the gK tiles of an output block sums one share of it: it receives that share's
+    // partials from the other gK - 1 tiles.
+    const std::uint64_t share = ceilDiv(gB * mB * nB, splits.inner);
+    const std::uint64_t partials = share * (splits.inner - 1);
+    cycles += ceilDiv(partials * params.partialBytesPerElement, params.exchangeBytesPerCycle) +
+              params.syncCycles;
+  }
+  return cycles;
+}
+
+// Visit a row-major [A, B, C] tensor cut into blocks by `splits`: the elements of each block,
 // in the block's own row-major order, are cut into `spread` nearly equal contiguous chunks and
 // chunk j of block (a, b, c) goes to tile tileOf(a, b, c, j).
 template <typename TileOf>
-TileMapping blockSpreadMapping(const std::array<std::size_t, 3> &dims,
-                               const std::array<std::size_t, 3> &splits, std::size_t spread,
-                               std::size_t numTiles, TileOf tileOf) {
-  TileMapping mapping(numTiles);
+void forEachBlockChunk(const std::array<std::size_t, 3> &dims,
+                       const std::array<std::size_t, 3> &splits, std::size_t spread,
+                       TileOf tileOf,
+                       const std::function<void(std::size_t, std::size_t, std::size_t)> &visit) {
   const auto [sizeA, sizeB, sizeC] = dims;
   for (std::size_t a = 0; a < splits[0]; ++a) {
     const std::size_t a0 = partBegin(sizeA, splits[0], a);
@@ -57,66 +82,31 @@ TileMapping blockSpreadMapping(const std::array<std::size_t, 3> &dims,
         for (std::size_t j = 0; j < spread; ++j) {
           const std::size_t lo = partBegin(blockSize, spread, j);
           const std::size_t hi = partBegin(blockSize, spread, j + 1);
-          if (lo == hi) {
-            continue;
-          }
-          auto &intervals = mapping[tileOf(a, b, c, j)];
+          const std::size_t tile = tileOf(a, b, c, j);
           // Walk the block rows (fixed a, b; a run of nc elements along C) the chunk touches.
-          for (std::size_t row = lo / nc; row * nc < hi; ++row) {
+          for (std::size_t row = lo / nc; lo < hi && row * nc < hi; ++row) {
             const std::size_t first = std::max(lo, row * nc) - row * nc;
             const std::size_t last = std::min(hi, (row + 1) * nc) - row * nc;
-            const std::size_t ia = row / nb;
-            const std::size_t ib = row % nb;
-            const std::size_t base = ((a0 + ia) * sizeB + (b0 + ib)) * sizeC + c0;
-            appendInterval(intervals, base + first, base + last);
+            const std::size_t base = ((a0 + row / nb) * sizeB + (b0 + row % nb)) * sizeC + c0;
+            visit(base + first, base + last, tile);
           }
         }
       }
     }
   }
-  return mapping;
+}
+
+std::size_t matmulTile(const MatmulSplits &s, std::size_t g, std::size_t m, std::size_t k,
+                       std::size_t n) {
+  return ((g * s.rows + m) * s.cols + n) * s.inner + k;
 }
 
 } // namespace
 
-std::uint64_t matmulPartitionCycles(const MatmulShape &shape, const MatmulSplits &splits,
-                                    const MatmulCosts &costs) {
+MatmulSplits planMatmul(const MatmulShape &shape, const TileParams &params) {
   checkShape(shape);
-  if (costs.bytesPerElement == 0 || costs.partialBytesPerElement == 0 ||
-      costs.exchangeBytesPerCycle == 0 || costs.macsPerCycle == 0) {
-    throw std::invalid_argument("matmul costs: element sizes, exchange bytes per cycle and "
-                                "MACs per cycle must be at least 1");
-  }
-  const std::uint64_t gB = ceilDiv(shape.groups, splits.groups);
-  const std::uint64_t mB = ceilDiv(shape.rows, splits.rows);
-  const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
-  const std::uint64_t nB = ceilDiv(shape.cols, splits.cols);
-  const std::uint64_t compute = ceilDiv(gB * mB * kB * nB, costs.macsPerCycle);
-  // A tile already holds its own share of each operand block and receives the rest.
-  const std::uint64_t lhsBlock = gB * mB * kB;
-  const std::uint64_t rhsBlock = gB * kB * nB;
-  const std::uint64_t received =
-      (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
-  std::uint64_t cycles = compute +
-                         ceilDiv(received * costs.bytesPerElement, costs.exchangeBytesPerCycle) +
-                         costs.syncCycles;
-  if (splits.inner > 1) {
-    // Each of the gK tiles of an output block sums one share of it: it receives that share's
-    // partials from the other gK - 1 tiles.
-    const std::uint64_t share = ceilDiv(gB * mB * nB, splits.inner);
-    const std::uint64_t partials = share * (splits.inner - 1);
-    cycles += ceilDiv(partials * costs.partialBytesPerElement, costs.exchangeBytesPerCycle) +
-              costs.syncCycles;
-  }
-  return cycles;
-}
-
-MatmulSplits planMatmul(const MatmulShape &shape, std::size_t numTiles,
-                        const MatmulCosts &costs) {
-  checkShape(shape);
-  if (numTiles == 0) {
-    throw std::invalid_argument("matmul planning needs at least one tile");
-  }
+  params.check();
+  const std::size_t numTiles = params.numTiles;
   MatmulSplits best{1, 1, 1, 1};
   auto bestKey = std::make_tuple(std::numeric_limits<std::uint64_t>::max(), std::size_t(0),
                                  std::size_t(0), std::size_t(0), std::size_t(0), std::size_t(0));
@@ -128,7 +118,7 @@ MatmulSplits planMatmul(const MatmulShape &shape, std::size_t numTiles,
         const std::size_t afterK = afterM / gK;
         for (std::size_t gN = 1; gN <= std::min(shape.cols, afterK); ++gN) {
           const MatmulSplits splits{gG, gM, gK, gN};
-          const auto key = std::make_tuple(matmulPartitionCycles(shape, splits, costs),
+          const auto key = std::make_tuple(partitionCycles(shape, splits, params),
                                            splits.tilesUsed(), gG, gM, gK, gN);
           if (key < bestKey) {
             bestKey = key;
@@ -141,34 +131,46 @@ MatmulSplits planMatmul(const MatmulShape &shape, std::size_t numTiles,
   return best;
 }
 
-TileMapping matmulLhsMapping(const MatmulShape &shape, const MatmulSplits &splits,
-                             std::size_t numTiles) {
-  checkSplits(shape, splits, numTiles);
-  return blockSpreadMapping(
-      {shape.groups, shape.rows, shape.inner}, {splits.groups, splits.rows, splits.inner},
-      splits.cols, numTiles, [&](std::size_t g, std::size_t m, std::size_t k, std::size_t n) {
-        return matmulTile(splits, g, m, k, n);
-      });
+std::size_t matmulElements(const MatmulShape &s, const std::string &operand) {
+  if (operand == "lhs") {
+    return s.groups * s.rows * s.inner;
+  }
+  if (operand == "rhs") {
+    return s.groups * s.inner * s.cols;
+  }
+  if (operand == "output") {
+    return s.groups * s.rows * s.cols;
+  }
+  throw std::invalid_argument("matmul operand must be lhs, rhs or output, not " + operand);
 }
 
-TileMapping matmulRhsMapping(const MatmulShape &shape, const MatmulSplits &splits,
-                             std::size_t numTiles) {
-  checkSplits(shape, splits, numTiles);
-  return blockSpreadMapping(
-      {shape.groups, shape.inner, shape.cols}, {splits.groups, splits.inner, splits.cols},
-      splits.rows, numTiles, [&](std::size_t g, std::size_t k, std::size_t n, std::size_t m) {
-        return matmulTile(splits, g, m, k, n);
-      });
-}
-
-TileMapping matmulOutputMapping(const MatmulShape &shape, const MatmulSplits &splits,
-                                std::size_t numTiles) {
-  checkSplits(shape, splits, numTiles);
-  return blockSpreadMapping(
-      {shape.groups, shape.rows, shape.cols}, {splits.groups, splits.rows, splits.cols},
-      splits.inner, numTiles, [&](std::size_t g, std::size_t m, std::size_t n, std::size_t k) {
-        return matmulTile(splits, g, m, k, n);
-      });
+void forEachMatmulRun(const MatmulShape &shape, const MatmulSplits &s,
+                      const std::string &operand, std::size_t numTiles,
+                      const std::function<void(std::size_t, std::size_t, std::size_t)> &visit) {
+  checkSplits(shape, s, numTiles);
+  matmulElements(shape, operand); // refuses an unknown operand
+  if (operand == "lhs") {
+    forEachBlockChunk(
+        {shape.groups, shape.rows, shape.inner}, {s.groups, s.rows, s.inner}, s.cols,
+        [&](std::size_t g, std::size_t m, std::size_t k, std::size_t n) {
+          return matmulTile(s, g, m, k, n);
+        },
+        visit);
+  } else if (operand == "rhs") {
+    forEachBlockChunk(
+        {shape.groups, shape.inner, shape.cols}, {s.groups, s.inner, s.cols}, s.rows,
+        [&](std::size_t g, std::size_t k, std::size_t n, std::size_t m) {
+          return matmulTile(s, g, m, k, n);
+        },
+        visit);
+  } else {
+    forEachBlockChunk(
+        {shape.groups, shape.rows, shape.cols}, {s.groups, s.rows, s.cols}, s.inner,
+        [&](std::size_t g, std::size_t m, std::size_t n, std::size_t k) {
+          return matmulTile(s, g, m, k, n);
+        },
+        visit);
+  }
 }
 
 } // namespace popart_unwind

@@ -1,9 +1,9 @@
-// Mapping of a table sliced along its first axis (an embedding table), in Poplar's format.
+// Layout of a table sliced along its first axis (an embedding table).
 #pragma once
 
 #include <cstddef>
 
-#include "tile_mapping.hpp"
+#include "tile_params.hpp"
 
 namespace popart_unwind {
 
@@ -32,17 +32,27 @@ struct SliceableLayout {
   std::size_t colEnd(std::size_t tile) const {
     return colBegin(tile) + colsPerPart < numCols ? colBegin(tile) + colsPerPart : numCols;
   }
-  // Intervals of tile `tile` < tilesUsed(): one per row, or one in all when it holds whole rows.
-  std::size_t numIntervals(std::size_t tile) const {
-    return colParts == 1 ? 1 : rowEnd(tile) - rowBegin(tile);
-  }
 };
 
-SliceableLayout sliceableLayout(std::size_t numRows, std::size_t numCols, std::size_t numTiles,
-                                std::size_t grainSize);
+// The layout of `numRows` x `numCols` on params.numTiles tiles, in grains of
+// params.grainElements columns.
+SliceableLayout sliceableLayout(std::size_t numRows, std::size_t numCols,
+                                const TileParams &params);
 
-// The layout above as a tile mapping of `numTiles` tiles.
-TileMapping sliceableTableMapping(std::size_t numRows, std::size_t numCols,
-                                  std::size_t numTiles, std::size_t grainSize);
+// out[e] = the tile of element e (row-major); the layout covers every element once by
+// construction.
+template <typename TileId>
+void fillSliceableTiles(const SliceableLayout &layout, TileId *out) {
+  for (std::size_t tile = 0; tile < layout.tilesUsed(); ++tile) {
+    const std::size_t colBegin = layout.colBegin(tile);
+    const std::size_t colEnd = layout.colEnd(tile);
+    for (std::size_t row = layout.rowBegin(tile); row < layout.rowEnd(tile); ++row) {
+      TileId *base = out + row * layout.numCols;
+      for (std::size_t col = colBegin; col < colEnd; ++col) {
+        base[col] = static_cast<TileId>(tile);
+      }
+    }
+  }
+}
 
 } // namespace popart_unwind

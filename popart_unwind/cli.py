@@ -122,9 +122,9 @@ def _one_line(error: BaseException) -> str:
 
 
 def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    from popart_unwind.machine import IpuModel
     from popart_unwind.report.atomic import check_file_target, check_folder_target
     from popart_unwind.report.model_input import is_factory
-    from popart_unwind.target.ipu_model import IpuModel
 
     started = time.perf_counter()
     if args.algo is not None and args.algo not in _algorithms():

@@ -1,16 +1,17 @@
-"""What each op type means: one module per op family registers its ``OpDef``s.
-
-Importing this package registers every family, so ``REGISTRY`` is complete.
-"""
+"""What each op type means: one module per op family states every rule of its ops (shape
+rule, folds, canonicalization patterns, side effects, layout rule) and registers their
+``OpDef``s. The families are imported here, from this one list, so ``REGISTRY`` is complete
+whenever the package is imported."""
 
 from popart_unwind.ops import (  # noqa: F401  (imported to register their op definitions)
     constants,
     control,
+    conv,
     elementwise,
     indexing,
     linalg,
-    nn,
     reduce,
+    stochastic,
     views,
 )
 from popart_unwind.ops.registry import REGISTRY, OpDef, OpRegistry, register

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor, TensorType
+
+#: Folding stays cheap: no fold makes a constant of more elements than this.
+FOLD_MAX_ELEMENTS = 1 << 16
 
 
 def constant_value(tensor: Tensor) -> np.ndarray | None:
@@ -31,7 +36,7 @@ def constant_input(op: Op, index: int, what: str) -> np.ndarray:
     value = constant_value(op.input(index))
     if value is None:
         raise ShapeUndecided(f"op {op.debug_name()}: {what} (input {index}, "
-                         f"{op.input(index).id!r}) must be a constant to know the shape")
+                             f"{op.input(index).id!r}) must be a constant to know the shape")
     return value
 
 
@@ -40,3 +45,8 @@ def normalize_axis(op: Op, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ShapeError(f"op {op.debug_name()}: axis {axis} is out of range for rank {rank}")
     return axis % rank
+
+
+def ints(values: Sequence[int] | np.ndarray) -> list[int]:
+    """An attribute's or a constant's values as a flat list of Python ints."""
+    return [int(v) for v in np.asarray(values).reshape(-1)]

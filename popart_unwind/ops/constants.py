@@ -7,7 +7,6 @@ constant, ``Shape`` and ``Size`` as soon as the input's shape is known (shapes a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from math import prod
 
 import numpy as np
@@ -15,12 +14,8 @@ import numpy as np
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import ONNX_DTYPES, dtype_of_array
 from popart_unwind.ir.op import Op
-from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ops.common import constant_input, input_shape
-from popart_unwind.ops.registry import InferredOutputs, OpDef, register
-
-Constants = Sequence[np.ndarray | None]
-FoldResult = list[Tensor | np.ndarray] | None
+from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
 
 #: Constant's value attributes and how each becomes an array.
 _VALUE_ATTRIBUTES = {
@@ -40,7 +35,7 @@ def _typed(op: Op, array: np.ndarray) -> tuple[str, tuple[int, ...]]:
 
 
 # -- Constant ---------------------------------------------------------------------------------
-def constant_value(op: Op) -> np.ndarray:
+def _held_value(op: Op) -> np.ndarray:
     """The value a Constant op holds, from whichever value attribute it has."""
     given = [key for key in op.attributes if key.startswith(("value", "sparse_value"))]
     if len(given) != 1:
@@ -52,11 +47,11 @@ def constant_value(op: Op) -> np.ndarray:
 
 
 def _infer_constant(op: Op) -> InferredOutputs:
-    return [_typed(op, constant_value(op))]
+    return [_typed(op, _held_value(op))]
 
 
 def _fold_constant(op: Op, constants: Constants) -> FoldResult:
-    return [constant_value(op).copy()]
+    return [_held_value(op).copy()]
 
 
 # -- ConstantOfShape --------------------------------------------------------------------------

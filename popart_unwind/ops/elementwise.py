@@ -6,13 +6,21 @@ first data input. Folds compute with numpy on constant inputs (integer Div trunc
 zero as ONNX defines; an integer division by zero is left unfolded) and drop identities
 (x + 0, x - 0, x * 1, x / 1, x ** 1, Neg(Neg x), ...) only where the result has exactly
 x's dtype and shape: a constant that broadcasts x wider must stay.
+
+Layouts: the unwinding problem gets a ``sum_like``; inputs of the output's shape are
+elementwise partners, each smaller (numpy-broadcast) input is tied to the Poplibs
+broadcast-operand layout of the first full one. Poplar lays the result out like the
+best-balanced full-shape input. PopART's creator search passes through a same-shape input to
+the result, except through Add (``AddOpx`` is a dead end for it by default).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import lru_cache, reduce
+from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -20,13 +28,21 @@ from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ops import layout_compute
+from popart_unwind.machine.exchange import broadcast_index, read_need
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.memory import Chain
 from popart_unwind.ops.common import input_shape
-from popart_unwind.ops.registry import InferredOutputs, OpDef, register
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    UnwindEmitter,
+    count_equal,
+    flat_tiles,
+    known_shape,
+)
+from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
 from popart_unwind.shapes import broadcast_shapes
 
-Constants = Sequence[np.ndarray | None]
-FoldResult = list[Tensor | np.ndarray] | None
 #: A numpy kernel: (op, input values) -> result, or None where folding would be wrong.
 Kernel = Callable[[Op, list[np.ndarray]], np.ndarray | None]
 MICROSOFT_DOMAIN = "com.microsoft"
@@ -218,6 +234,168 @@ def _fold_rule(kernel: Kernel):
     return fold
 
 
+# -- layouts ----------------------------------------------------------------------------
+def operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
+                       target: TileMachine) -> np.ndarray:
+    """The layout of an elementwise operand that its result's tiles read without exchange
+    (full shape) or with the fewest copies (numpy-broadcast)."""
+    out_shape, shape = known_shape(op, op.output(0)), known_shape(op, operand)
+    tiles = np.asarray(result_tiles).reshape(-1)
+    if shape == out_shape:
+        return tiles
+    return np.asarray(target.broadcast_operand_tiles(tiles, out_shape, shape)).reshape(-1)
+
+
+class ElementwiseRule(LayoutRule):
+    """Unary, Cast, broadcasting binary/variadic ops and Where.
+
+    ``data_inputs`` lists the inputs read elementwise (default: all; CastLike reads only
+    input 0's values). An input connected twice (x * x) counts once. ``popart_unwinds``:
+    whether PopART's creator search passes through the op (not through Add).
+    """
+
+    kind = "elementwise"
+
+    def __init__(self, data_inputs: tuple[int, ...] | None = None,
+                 popart_unwinds: bool = True) -> None:
+        self.data_inputs = data_inputs
+        self.popart_unwinds = popart_unwinds
+
+    def operands(self, op: Op) -> list[tuple[int, Tensor]]:
+        """(input index, tensor) of each distinct data input, in index order."""
+        seen: set[str] = set()
+        found = []
+        for index, tensor in op.input_map().items():
+            if self.data_inputs is not None and index not in self.data_inputs:
+                continue
+            if tensor.id not in seen:
+                seen.add(tensor.id)
+                found.append((index, tensor))
+        return found
+
+    def _full(self, op: Op) -> list[int]:
+        """Positions in ``operands`` of the inputs with the output's shape."""
+        out = known_shape(op, op.output(0))
+        return [k for k, (_, t) in enumerate(self.operands(op)) if known_shape(op, t) == out]
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        full = self._full(op)
+        if not full:  # every input broadcasts: nothing has the result's layout
+            emitter.barrier(op)
+            return
+        operands = self.operands(op)
+        values: dict[Any, float] = {"default": emitter.valuations.elementwise}
+        for k in range(len(operands)):
+            if k not in full:
+                values[(full[0], k)] = emitter.valuations.bias
+        out = op.output(0)
+        result = emitter.graph.sum_like([emitter.tensor(t) for _, t in operands], full,
+                                        values, name=out.id)
+        emitter.define(out, result.out)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        out, full = op.output(0), self._full(op)
+        candidates = [flat_tiles(input_tiles, op_index)
+                      for k, (op_index, _) in enumerate(self.operands(op)) if k in full]
+        candidates = [c for c in candidates if c is not None]
+        if not candidates:
+            return [target.linear_tiles(known_shape(op, out), out.dtype)]
+        return [candidates[target.elementwise_output(candidates)].copy()]
+
+    def exchange(self, op: Op, input_tiles: InputTiles,
+                 output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
+        out_shape = known_shape(op, op.output(0))
+        readers = np.asarray(output_tiles[0]).reshape(-1)
+        need = ExchangeNeed.none(target.num_tiles)
+        for op_index, tensor in self.operands(op):
+            tiles = flat_tiles(input_tiles, op_index)
+            if tiles is None:
+                continue
+            shape = known_shape(op, tensor)
+            size = target.dtype_size(tensor.dtype)
+            if shape == out_shape:
+                need = need + read_need(readers, None, tiles, size, target.num_tiles)
+            else:
+                need = need + read_need(readers, broadcast_index(shape, out_shape), tiles,
+                                        size, target.num_tiles)
+        return need
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        full = self._full(op)
+        if not full:
+            return 0.0, 0.0
+        operands = self.operands(op)
+        tiles = [flat_tiles(input_tiles, i) for i, _ in operands]
+        out_shape = known_shape(op, op.output(0))
+        score = bound = 0.0
+        for a, b in ((a, b) for n, a in enumerate(full) for b in full[n + 1:]):
+            bound += valuations.elementwise * prod(out_shape)
+            if tiles[a] is not None and tiles[b] is not None:
+                score += valuations.elementwise * count_equal(tiles[a], tiles[b])
+        first = tiles[full[0]]
+        for k, (_, tensor) in enumerate(operands):
+            if k in full:
+                continue
+            shape = known_shape(op, tensor)
+            bound += valuations.bias * prod(shape)
+            if first is not None and tiles[k] is not None:
+                wanted = target.broadcast_operand_tiles(first, out_shape, shape)
+                score += valuations.bias * count_equal(tiles[k], wanted)
+        return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """A full-shape input on the result's tiles; a broadcast one where most of its
+        readers are (Poplibs' broadcast-operand layout)."""
+        if index not in dict(self.operands(op)):
+            return None
+        return operand_of_result(op, op.input(index), output_tiles[0], target)
+
+    def least_received(self, op: Op, input_tiles: InputTiles,
+                       output_tiles: list[np.ndarray], planned: set[int],
+                       target: TileMachine) -> int:
+        """When a planned input has the result's shape, the result's layout is the plan's
+        to choose too (Poplar clones one full-shape input), so the bound is per element:
+        the unplanned full-shape inputs not on that element's best tile among theirs.
+        Broadcast inputs then count nothing: the result could sit where they lie."""
+        operands, full = self.operands(op), self._full(op)
+        if not any(operands[k][0] in planned for k in full):
+            return super().least_received(op, input_tiles, output_tiles, planned, target)
+        fixed = [(np.asarray(input_tiles[index]).reshape(-1),
+                  target.dtype_size(tensor.dtype))
+                 for k, (index, tensor) in enumerate(operands)
+                 if k in full and index not in planned and flat_tiles(input_tiles, index)
+                 is not None]
+        if len(fixed) < 2:
+            return 0
+        # Moving everything to the tile of input j costs, per element, the sizes of the
+        # inputs elsewhere; the cheapest j may differ from element to element.
+        costs = [sum(size * (tiles != tiles_j) for tiles, size in fixed)
+                 for tiles_j, _ in fixed]
+        return int(np.minimum.reduce(costs).sum())
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        """A same-shape data input is its result, element for element
+        (``ElementWiseBinaryOpx::unwindTensorLayout``)."""
+        if not self.popart_unwinds or out_index != 0 or not op.has_input(in_index):
+            return None
+        if self.data_inputs is not None and in_index not in self.data_inputs:
+            return None
+        shape = known_shape(op, op.input(in_index))
+        return Chain(shape) if shape == known_shape(op, op.output(0)) else None
+
+
+ELEMENTWISE = ElementwiseRule()
+#: CastLike reads only input 0's values (input 1 gives the type).
+FIRST_INPUT_ELEMENTWISE = ElementwiseRule(data_inputs=(0,))
+#: PopART's ``AddOpx`` is a dead end for the creator search (``getInputCreatorType``,
+#: willow/src/popx/op/addx.cpp: only with decomposeGradSum or batch serialisation does it
+#: defer to the elementwise rule).
+ADD = ElementwiseRule(popart_unwinds=False)
+
+
 # -- the table ----------------------------------------------------------------------------
 _UNARY: dict[str, Kernel] = {
     "Relu": _unary(lambda x: np.maximum(x, np.zeros((), x.dtype))),
@@ -286,8 +464,7 @@ _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
             domain: str = "ai.onnx") -> None:
     infer = _INFER.setdefault(name, _infer_rule(kind, arity, broadcast))
-    layout = layout_compute.FIRST_INPUT_ELEMENTWISE if kind == "like" \
-        else layout_compute.ELEMENTWISE
+    layout = FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add" else ELEMENTWISE
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
                    commutative=name in COMMUTATIVE, layout=layout))
 

@@ -4,22 +4,42 @@ CumSum, OneHot, TopK, NonZero, Resize), with ONNX semantics.
 Where a shape depends on an input's values (Tile's repeats, Pad's pads, TopK's k), the rule
 needs that input to be a constant and otherwise cannot decide; NonZero's output length
 depends on data, so it is known only for a constant input.
+
+Layouts: Gather on axis 0 is an embedding lookup (popops' multiSlice over a sliceable
+table): the table is tied to a Source carrying popops' createSliceableTensor layout, and the
+result is a barrier root, mapped linearly. PopART's ``GatherOpx`` creates the table with the
+highest creator priority. The other ops are barriers.
 """
 
 from __future__ import annotations
 
 import math
+from math import prod
+from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
-from popart_unwind.ops.common import constant_value, input_shape, normalize_axis
-from popart_unwind.ops.layout_compute import GATHER
+from popart_unwind.machine.exchange import most_read_tiles, read_need
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.ops.common import (
+    FOLD_MAX_ELEMENTS,
+    constant_value,
+    input_shape,
+    ints,
+    normalize_axis,
+)
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    UnwindEmitter,
+    count_equal,
+    flat_tiles,
+    known_shape,
+)
 from popart_unwind.ops.registry import OpDef, register
-from popart_unwind.ops.shape_inference import ShapeUndecided
 
-FOLD_MAX_ELEMENTS = 1 << 16
 _INDEX_DTYPES = ("int32", "int64")
 
 
@@ -31,10 +51,6 @@ def _value(op: Op, index: int, what: str) -> np.ndarray:
     if value is None:
         raise ShapeUndecided(f"op {op.debug_name()}: {what} is not a constant")
     return np.asarray(value)
-
-
-def _ints(values) -> list[int]:
-    return [int(v) for v in np.asarray(values).reshape(-1)]
 
 
 def _index_input(op: Op, index: int) -> tuple[int, ...]:
@@ -190,7 +206,7 @@ def _fold_scatter_elements(op: Op, constants) -> list | None:
 # -- Tile, Pad, Trilu, CumSum ---------------------------------------------------------------
 def _infer_tile(op: Op) -> list:
     shape = input_shape(op, 0)
-    repeats = _ints(_value(op, 1, "repeats"))
+    repeats = ints(_value(op, 1, "repeats"))
     if len(repeats) != len(shape) or min(repeats, default=0) < 0:
         raise ShapeError(f"op {op.debug_name()}: repeats {repeats} must be {len(shape)} "
                          f"non-negative counts")
@@ -201,7 +217,7 @@ def _fold_tile(op: Op, constants) -> list | None:
     x, repeats = constants[0], constants[1]
     if x is None or repeats is None or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
         return None
-    return [np.tile(x, _ints(repeats))]
+    return [np.tile(x, ints(repeats))]
 
 
 def _pads(op: Op, rank: int) -> list[int]:
@@ -210,9 +226,9 @@ def _pads(op: Op, rank: int) -> list[int]:
         pads = list(op.attributes.get("pads", []))
         axes = list(range(rank))
     else:
-        pads = _ints(_value(op, 1, "pads"))
+        pads = ints(_value(op, 1, "pads"))
         axes = (list(range(rank)) if not op.has_input(3)
-                else [normalize_axis(op, a, rank) for a in _ints(_value(op, 3, "axes"))])
+                else [normalize_axis(op, a, rank) for a in ints(_value(op, 3, "axes"))])
     if len(pads) != 2 * len(axes):
         raise ShapeError(f"op {op.debug_name()}: {len(pads)} pads for {len(axes)} axes")
     full = [0] * (2 * rank)
@@ -268,7 +284,7 @@ def _fold_trilu(op: Op, constants) -> list | None:
     if op.has_input(1):
         if constants[1] is None:
             return None
-        k = _ints(constants[1])[0]
+        k = ints(constants[1])[0]
     if not _small(x):
         return None
     return [np.triu(x, k) if op.attributes.get("upper", 1) else np.tril(x, k)]
@@ -278,7 +294,7 @@ def _infer_cumsum(op: Op) -> list:
     shape = input_shape(op, 0)
     axis = constant_value(op.input(1))
     if axis is not None:
-        normalize_axis(op, _ints(axis)[0], max(len(shape), 1))
+        normalize_axis(op, ints(axis)[0], max(len(shape), 1))
     return [(op.input(0).dtype, shape)]
 
 
@@ -286,7 +302,7 @@ def _fold_cumsum(op: Op, constants) -> list | None:
     x, axis = constants[0], constants[1]
     if not _small(x) or axis is None or x.ndim == 0:
         return None
-    axis = normalize_axis(op, _ints(axis)[0], x.ndim)
+    axis = normalize_axis(op, ints(axis)[0], x.ndim)
     reverse = op.attributes.get("reverse", 0)
     work = np.flip(x, axis) if reverse else x
     total = np.cumsum(work, axis=axis, dtype=x.dtype)
@@ -318,7 +334,7 @@ def _infer_top_k(op: Op) -> list:
         if k is None:
             raise ShapeError(f"op {op.debug_name()}: attribute k is required")
     else:
-        values = _ints(_value(op, 1, "K"))
+        values = ints(_value(op, 1, "K"))
         if len(values) != 1:
             raise ShapeError(f"op {op.debug_name()}: K must hold one number, got {values}")
         k = values[0]
@@ -376,7 +392,7 @@ def _infer_resize(op: Op) -> list:
     if op.type.version < 11:
         return [(op.input(0).dtype, _scaled(op, shape, list(_value(op, 1, "scales"))))]
     if op.has_input(3):
-        return [(op.input(0).dtype, _resize_sizes(op, shape, _ints(_value(op, 3, "sizes"))))]
+        return [(op.input(0).dtype, _resize_sizes(op, shape, ints(_value(op, 3, "sizes"))))]
     scales = [float(s) for s in _value(op, 2, "scales").reshape(-1)]
     rank = len(shape)
     axes = [normalize_axis(op, a, rank) for a in op.attributes.get("axes", range(rank))]
@@ -397,7 +413,95 @@ def _infer_upsample(op: Op) -> list:
     return [(op.input(0).dtype, _scaled(op, shape, scales))]
 
 
-register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GATHER))
+# -- layouts ----------------------------------------------------------------------------
+class GatherRule(LayoutRule):
+    """Gather on axis 0 of a table: popops' multiSlice over a sliceable table."""
+
+    kind = "gather"
+
+    def table_dims(self, op: Op) -> tuple[int, int] | None:
+        """(entries, embedding size) of the table, or None if this is not a table lookup."""
+        table = known_shape(op, op.input(0))
+        axis = int(op.attributes.get("axis", 0))
+        if not table or axis not in (0, -len(table)) or not op.has_input(1):
+            return None
+        entries, size = table[0], prod(table[1:])
+        return (entries, size) if entries and size else None
+
+    def wanted_input_tiles(self, op: Op, in_index: int,
+                           target: TileMachine) -> np.ndarray | None:
+        """What popops' createSliceableTensor would give the table."""
+        dims = self.table_dims(op)
+        if in_index != 0 or dims is None:
+            return None
+        return target.sliceable_tiles(*dims, op.input(0).dtype)
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        dims = self.table_dims(op)
+        if dims is not None:
+            table = op.input(0)
+            source = emitter.source(
+                table, lambda target: target.sliceable_tiles(*dims, table.dtype),
+                f"{op.debug_name()} table")
+            emitter.graph.valued_pair(emitter.tensor(table), source,
+                                      emitter.valuations.sliceable)
+        emitter.barrier(op)
+
+    def rows(self, op: Op) -> np.ndarray:
+        """The table row each looked-up position reads: the constant indices when known,
+        else row 0 for every position (a representative: under a column-split table every
+        row of a column lies on the same tiles, so any row gives the same exchange)."""
+        entries, _ = self.table_dims(op)
+        indices = op.input(1)
+        value = constant_value(indices)
+        count = prod(known_shape(op, indices))
+        if value is None or np.asarray(value).size != count:
+            return np.zeros(count, dtype=np.int64)
+        rows = np.asarray(value, dtype=np.int64).reshape(-1)
+        rows = np.where(rows < 0, rows + entries, rows)
+        return np.where((rows >= 0) & (rows < entries), rows, 0)
+
+    def exchange(self, op: Op, input_tiles: InputTiles,
+                 output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
+        dims, table = self.table_dims(op), flat_tiles(input_tiles, 0)
+        if dims is None or table is None:
+            return super().exchange(op, input_tiles, output_tiles, target)
+        _, size = dims
+        reads = (self.rows(op)[:, None] * size + np.arange(size)[None, :]).reshape(-1)
+        return read_need(np.asarray(output_tiles[0]).reshape(-1), reads, table,
+                         target.dtype_size(op.input(0).dtype), target.num_tiles)
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        dims = self.table_dims(op)
+        if dims is None:
+            return 0.0, 0.0
+        bound = valuations.sliceable * prod(dims)
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None:
+            return 0.0, bound
+        wanted = target.sliceable_tiles(*dims, op.input(0).dtype)
+        return valuations.sliceable * count_equal(tiles, wanted), bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """Each table element on the tile that reads it most (unread ones on tile 0)."""
+        dims = self.table_dims(op)
+        if index != 0 or dims is None:
+            return None
+        _, size = dims
+        reads = (self.rows(op)[:, None] * size + np.arange(size)[None, :]).reshape(-1)
+        return most_read_tiles(np.asarray(output_tiles[0]).reshape(-1), reads, prod(dims),
+                               target.num_tiles)
+
+    def creates_input(self, op: Op, in_index: int) -> int | None:
+        """popops' createSliceableTensor for the table. PopART ranks this creator above
+        all others (``GatherOpx`` sets the largest priority), so a weight shared by an
+        embedding and a matmul (a tied LM head) is laid out for the gather."""
+        return 1 if in_index == 0 and self.table_dims(op) is not None else None
+
+
+register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule()))
 register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements))
 register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
 register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd))

@@ -14,14 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popart_unwind.ops.layout import (
-    ExchangeNeed,
-    LayoutRule,
-    TileTarget,
-    UnwindEmitter,
-    read_need,
-    tile_array_of,
-)
+from popart_unwind.machine.exchange import read_need
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.ops.layout_rule import CalleeLayouts, InputTiles, LayoutRule, UnwindEmitter
 
 if TYPE_CHECKING:
     from popart_unwind.ir.graph import Graph
@@ -76,6 +71,7 @@ class SubgraphRule(LayoutRule):
     """Call, Loop, If: copies in and out tied by ValuedPairs; outputs are new Sinks."""
 
     kind = "subgraph"
+    runs_subgraphs = True
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         graph, value = emitter.graph, emitter.valuations.call_copy
@@ -100,60 +96,49 @@ class SubgraphRule(LayoutRule):
         for body_out, body_in in loop_feedback(op):
             graph.valued_pair(emitter.tensor(body_out), emitter.tensor(body_in), value)
 
-    def output_tiles(self, op: Op, input_tiles: list[np.ndarray | None],
-                     target: TileTarget) -> list[np.ndarray]:
-        """Planned call outputs keep their mappings; others are mapped linearly."""
-        result = []
-        for tensor in op.outputs:
-            planned = _planned(tensor)
-            result.append(planned if planned is not None
-                          else target.linear_tiles(tensor.shape, tensor.dtype))
-        return result
-
-    def exchange(self, op: Op, input_tiles: list[np.ndarray | None],
-                 output_tiles: list[np.ndarray], target: TileTarget) -> ExchangeNeed:
-        """The copies in: each subgraph input element is received unless its tile holds
-        the op input element already (copies out are the caller's to count, per site)."""
+    def call_cost(self, op: Op, input_tiles: InputTiles, callees: CalleeLayouts,
+                  target: TileMachine, valuations: Any
+                  ) -> tuple[list[np.ndarray], ExchangeNeed, float, float]:
+        """The op's output layouts — planned if the plan has them, else clones of the
+        callee's outputs (as PopART's CallOpx makes them), else linear — and its copies in
+        and out: (outputs, exchange, score, bound), the copies charged as exchange and
+        scored as the planner's call ValuedPairs."""
+        outputs = []
+        for index, tensor in op.output_map().items():
+            tiles = callees.planned(tensor)
+            if tiles is None:
+                found = copies_out(op, index)
+                tiles = callees.tiles(found[0]) if found else target.linear_tiles(
+                    tensor.shape, tensor.dtype)
+            outputs.append(tiles)
         need = ExchangeNeed.none(target.num_tiles)
-        for index, outer, inner in copies_in(op):
-            held = input_tiles[index] if index < len(input_tiles) else None
-            planned = _planned(inner)
-            if held is None or planned is None:
-                continue
-            need = need + read_need(planned, None, np.asarray(held),
-                                    target.dtype_size(outer.dtype), target.num_tiles)
-        return need
-
-    def agreement(self, op: Op, input_tiles: list[np.ndarray | None], target: TileTarget,
-                  valuations: Any) -> tuple[float, float]:
-        """The copy-in pairs, and the copy-out pairs whose subgraph output is planned
-        (producer-less); copies of computed subgraph outputs are scored per call site
-        by the caller, which knows their layouts."""
         score = bound = 0.0
         value = valuations.call_copy
-        for index, _, inner in copies_in(op):
-            bound += value * inner.nelms()
-            held = input_tiles[index] if index < len(input_tiles) else None
-            planned = _planned(inner)
-            if held is not None and planned is not None:
-                score += value * int(np.count_nonzero(np.asarray(held).reshape(-1) == planned))
-        for index, tensor in op.output_map().items():
+        for source, destination, size in self._copies(op, input_tiles, outputs, callees,
+                                                      target):
+            need = need + read_need(destination, None, source, size, target.num_tiles)
+            score += value * float(np.count_nonzero(source == destination))
+            bound += value * float(source.size)
+        return outputs, need, score, bound
+
+    def _copies(self, op: Op, input_tiles: InputTiles, outputs: list[np.ndarray],
+                callees: CalleeLayouts, target: TileMachine
+                ) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """(source tiles, destination tiles, element bytes) of each copy the op makes: into
+        each callee's inputs, out of its outputs, and (Loop) from one iteration's outputs to
+        the next one's inputs — the copies the planner ties by call ValuedPairs."""
+        copies = []
+        for index, outer, inner in copies_in(op):
+            copies.append((input_tiles[index], callees.tiles(inner),
+                           target.dtype_size(outer.dtype)))
+        for position, (index, tensor) in enumerate(op.output_map().items()):
             for inner in copies_out(op, index):
-                if inner.producer is not None:
-                    continue
-                bound += value * tensor.nelms()
-                a, b = _planned(inner), _planned(tensor)
-                if a is not None and b is not None:
-                    score += value * int(np.count_nonzero(a == b))
-        return score, bound
-
-
-def _planned(tensor: Tensor) -> np.ndarray | None:
-    """A tensor's planned mapping as flat tiles, if it has a complete one."""
-    if tensor.tile_mapping is None or tensor.shape is None:
-        return None
-    tiles = tile_array_of(tensor.tile_mapping, tensor.nelms())
-    return None if (tiles < 0).any() else tiles
+                copies.append((callees.tiles(inner), outputs[position],
+                               target.dtype_size(tensor.dtype)))
+        for body_out, body_in in loop_feedback(op):
+            copies.append((callees.tiles(body_out), callees.tiles(body_in),
+                           target.dtype_size(body_in.dtype)))
+        return copies
 
 
 SUBGRAPH = SubgraphRule()

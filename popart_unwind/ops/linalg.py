@@ -3,25 +3,44 @@
 Shapes come from the project's shape engine (``matmul_shape``, ``einsum_shape``) wherever it
 states the rule; Einsum equations the engine's notation cannot write (an ellipsis in the
 middle of a term, more than two operands) use a direct label-by-label rule.
+
+Layouts: when a MatMul's or Gemm's product is the row-major flattening of a grouped
+``[G, M, K] x [G, K, N]`` (``matmul_groups``), each operand is tied to a Source carrying
+poplin's ``createMatMulInputLHS/RHS`` layout (the machine's matmul plan) and the result is a
+FixedPoint laid out by the plan; Gemm's C is added to the product like an elementwise
+partner. Any other product is left a barrier. PopART's ``MatMulOpx`` creates both operands,
+at the default creator priority.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import PlanError, ShapeError
 from popart_unwind.ir.op import Op
-from popart_unwind.ops.common import input_shape
-from popart_unwind.ops.layout_compute import MATMUL
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.machine.exchange import broadcast_index, read_need
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
+from popart_unwind.ops.elementwise import operand_of_result
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    UnwindEmitter,
+    count_equal,
+    flat_tiles,
+    known_shape,
+)
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.shapes import Shape, broadcast_shapes, einsum_shape, matmul_shape
 
-#: Folding stays cheap: at most this many result elements and multiply-adds.
-FOLD_MAX_ELEMENTS = 1 << 16
+#: Folding stays cheap: at most this many multiply-adds.
 FOLD_MAX_FLOPS = 1 << 24
 
 
@@ -192,7 +211,208 @@ def _fold_einsum(op: Op, constants) -> list | None:
     return [np.asarray(np.einsum(equation, *constants)).astype(constants[0].dtype)]
 
 
-register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MATMUL))
+# -- layouts --------------------------------------------------------------------------------
+def matmul_groups(lhs: tuple[int, ...], rhs: tuple[int, ...]
+                  ) -> tuple[int, int, int, int] | None:
+    """(G, M, K, N) when numpy's matmul of these shapes is the row-major flattening of a
+    grouped ``[G, M, K] x [G, K, N]``: a 1-D or 2-D rhs (G = 1, M the product of the lhs's
+    leading axes) or equal batch axes (G their product). None otherwise (broadcast batch
+    axes, which poplin expands first) or for empty operands."""
+    if not lhs or not rhs or lhs[-1] != (rhs[0] if len(rhs) == 1 else rhs[-2]):
+        return None
+    if len(rhs) <= 2:
+        dims = (1, prod(lhs[:-1]), lhs[-1], rhs[-1] if len(rhs) == 2 else 1)
+    elif len(lhs) == len(rhs) and lhs[:-2] == rhs[:-2]:
+        dims = (prod(lhs[:-2]), lhs[-2], lhs[-1], rhs[-1])
+    else:
+        return None
+    return dims if min(dims) > 0 else None
+
+
+#: The layout a matmul-like op's creator gives its input ``index`` (flat tiles).
+Created = Callable[[Op, int, TileMachine], np.ndarray]
+
+
+def tie_created_operands(op: Op, emitter: UnwindEmitter, created: Created,
+                         names: tuple[str, str]) -> list[Any]:
+    """Inputs 0 and 1 of a matmul-like op, each tied by a ``matmul`` pair to a Source with
+    the layout its creator makes (``created(op, index, target)``); their unwind tensors."""
+    operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
+    for index, operand in enumerate(operands):
+        source = emitter.source(
+            op.input(index), lambda target, index=index: created(op, index, target),
+            f"{op.debug_name()} {names[index]}")
+        emitter.graph.valued_pair(operand, source, emitter.valuations.matmul)
+    return operands
+
+
+def created_agreement(op: Op, input_tiles: InputTiles, target: TileMachine, value: float,
+                      created: Created) -> tuple[float, float]:
+    """The ``matmul`` pairs of inputs 0 and 1 scored on concrete tiles: (value x elements
+    where each lies as its creator would put it, value x elements)."""
+    score = bound = 0.0
+    for index in (0, 1):
+        bound += value * op.input(index).nelms()
+        tiles = flat_tiles(input_tiles, index)
+        if tiles is not None:
+            score += value * count_equal(tiles, created(op, index, target))
+    return score, bound
+
+
+class MatMulRule(LayoutRule):
+    """MatMul: grouped products only (``matmul_groups``); any other product is a barrier."""
+
+    kind = "matmul"
+
+    def dims(self, op: Op) -> tuple[int, int, int, int] | None:
+        """(G, M, K, N) of the grouped product, or None if the op is not one."""
+        return matmul_groups(known_shape(op, op.input(0)), known_shape(op, op.input(1)))
+
+    def transposed(self, op: Op, index: int) -> bool:
+        """Whether operand ``index`` enters the product transposed."""
+        return False
+
+    def bias(self, op: Op) -> Tensor | None:
+        """A tensor added to the product (Gemm's C)."""
+        return None
+
+    def operand_tiles(self, op: Op, index: int, target: TileMachine) -> np.ndarray:
+        """The matmul plan's layout of input ``index`` (0: lhs, 1: rhs) in the input's own
+        shape, flat (a transposed operand gets the transposed layout)."""
+        dims = self.dims(op)
+        if dims is None or index not in (0, 1):
+            raise PlanError(f"op {op.debug_name()}: input {index} is not a grouped matmul "
+                            f"operand")
+        tiles = target.matmul_tiles(*dims, op.input(0).dtype, ("lhs", "rhs")[index])
+        if self.transposed(op, index):
+            _, m, k, n = dims
+            grid = tiles.reshape((m, k) if index == 0 else (k, n))
+            tiles = np.ascontiguousarray(grid.T).reshape(-1)
+        return tiles
+
+    def wanted_input_tiles(self, op: Op, in_index: int,
+                           target: TileMachine) -> np.ndarray | None:
+        """What poplin's createMatMulInputLHS/RHS would give input ``in_index``."""
+        if in_index not in (0, 1) or self.dims(op) is None:
+            return None
+        return self.operand_tiles(op, in_index, target)
+
+    def creates_input(self, op: Op, in_index: int) -> int | None:
+        """poplin's createMatMulInputLHS/RHS, at PopART's default creator priority (0)."""
+        return 0 if in_index in (0, 1) and self.dims(op) is not None else None
+
+    def _grouped(self, op: Op, index: int, tiles: np.ndarray) -> np.ndarray:
+        """Operand tiles in the grouped [G, M, K] / [G, K, N] order (undo a transpose)."""
+        tiles = np.asarray(tiles).reshape(-1)
+        if self.transposed(op, index):
+            tiles = np.ascontiguousarray(tiles.reshape(known_shape(op, op.input(index))).T)
+        return tiles.reshape(-1)
+
+    def _product_tiles(self, op: Op, target: TileMachine) -> np.ndarray:
+        return target.matmul_tiles(*self.dims(op), op.input(0).dtype, "output")
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        if self.dims(op) is None:
+            emitter.barrier(op)
+            return
+        graph, values = emitter.graph, emitter.valuations
+        operands = tie_created_operands(op, emitter, self.operand_tiles, ("lhs", "rhs"))
+        out = op.output(0)
+        [product] = emitter.fixed_point(operands, [known_shape(op, out)],
+                                        [lambda target: self._product_tiles(op, target)],
+                                        f"{op.debug_name()} output")
+        bias = self.bias(op)
+        if bias is None:
+            emitter.define(out, product)
+            return
+        full = [0, 1] if known_shape(op, bias) == known_shape(op, out) else [0]
+        value = values.elementwise if len(full) == 2 else values.bias
+        result = graph.sum_like([product, emitter.tensor(bias)], full,
+                                {"default": value}, name=out.id)
+        emitter.define(out, result.out)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        if self.dims(op) is None:
+            return super().output_tiles(op, input_tiles, target)
+        product = self._product_tiles(op, target)
+        bias = self.bias(op)
+        bias_tiles = flat_tiles(input_tiles, 2)
+        if bias is None or bias_tiles is None \
+                or known_shape(op, bias) != known_shape(op, op.output(0)):
+            return [product]
+        return [[product, bias_tiles][target.elementwise_output([product, bias_tiles])].copy()]
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        dims = self.dims(op)
+        if dims is None:
+            return super().exchange(op, input_tiles, output_tiles, target)
+        need = ExchangeNeed.none(target.num_tiles)
+        for index, operand in enumerate(("lhs", "rhs")):
+            tiles = flat_tiles(input_tiles, index)
+            if tiles is not None:
+                need = need + target.matmul_readers(*dims, op.input(0).dtype, operand,
+                                                    self._grouped(op, index, tiles))
+        bias, bias_tiles = self.bias(op), flat_tiles(input_tiles, 2)
+        if bias is not None and bias_tiles is not None:
+            out_shape = known_shape(op, op.output(0))
+            need = need + read_need(np.asarray(output_tiles[0]).reshape(-1),
+                                    broadcast_index(known_shape(op, bias), out_shape),
+                                    bias_tiles, target.dtype_size(bias.dtype), target.num_tiles)
+        return need
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        if self.dims(op) is None:
+            return 0.0, 0.0
+        score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
+                                         self.operand_tiles)
+        bias = self.bias(op)
+        if bias is not None:
+            out_shape, shape = known_shape(op, op.output(0)), known_shape(op, bias)
+            product, tiles = self._product_tiles(op, target), flat_tiles(input_tiles, 2)
+            value = valuations.elementwise if shape == out_shape else valuations.bias
+            bound += value * prod(shape)
+            if tiles is not None:
+                wanted = product if shape == out_shape else target.broadcast_operand_tiles(
+                    product, out_shape, shape)
+                score += value * count_equal(tiles, wanted)
+        return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """Operands as the matmul plan wants them (no rearrangement, and each element
+        already on one of its readers); a bias as an elementwise operand of the result."""
+        if self.dims(op) is None:
+            return None
+        if index in (0, 1):
+            return self.operand_tiles(op, index, target)
+        bias = self.bias(op)
+        if index == 2 and bias is not None:
+            return operand_of_result(op, bias, output_tiles[0], target)
+        return None
+
+
+class GemmRule(MatMulRule):
+    """Gemm: 2-D A and B, each possibly transposed, and a C broadcast onto the product."""
+
+    def dims(self, op: Op) -> tuple[int, int, int, int] | None:
+        a, b = known_shape(op, op.input(0)), known_shape(op, op.input(1))
+        if len(a) != 2 or len(b) != 2:
+            return None
+        rows, inner = a[::-1] if self.transposed(op, 0) else a
+        inner_b, cols = b[::-1] if self.transposed(op, 1) else b
+        return (1, rows, inner, cols) if inner == inner_b and min(rows, inner, cols) else None
+
+    def transposed(self, op: Op, index: int) -> bool:
+        return bool(op.attributes.get("transA" if index == 0 else "transB", 0))
+
+    def bias(self, op: Op) -> Tensor | None:
+        return op.input(2) if op.has_input(2) else None
+
+
+register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MatMulRule()))
 register(OpDef("MatMulInteger", infer=_infer_matmul_integer))
-register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=MATMUL))
+register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=GemmRule()))
 register(OpDef("Einsum", infer=_infer_einsum, fold=_fold_einsum))

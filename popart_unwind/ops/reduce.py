@@ -1,21 +1,29 @@
-"""Op family: reductions (ReduceSum, ReduceMean, ... ArgMax, ArgMin), with ONNX semantics.
+"""Op family: reductions and normalisations (ReduceSum, ReduceMean, ... ArgMax, ArgMin,
+Softmax, LogSoftmax, LayerNormalization, BatchNormalization), with ONNX semantics.
 
 The reduced axes are an attribute up to a version and an optional input from then on
 (ReduceSum from opset 13, the others from 18); without axes every axis is reduced, unless
-``noop_with_empty_axes`` makes the op the identity.
+``noop_with_empty_axes`` makes the op the identity. The normalisations follow what changed
+between opset versions (Softmax's default axis, BatchNormalization's outputs). For layouts
+all of these are barriers.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
-from popart_unwind.ops.common import constant_value, input_shape, normalize_axis
+from popart_unwind.ops.common import (
+    FOLD_MAX_ELEMENTS,
+    constant_value,
+    input_shape,
+    normalize_axis,
+)
 from popart_unwind.ops.registry import OpDef, register
-from popart_unwind.ops.shape_inference import ShapeUndecided
-
-FOLD_MAX_ELEMENTS = 1 << 16
+from popart_unwind.shapes import broadcast_shapes
 
 
 def _square_sum(x, axis, keepdims):
@@ -139,3 +147,84 @@ for _name in REDUCTIONS:
     register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce))
 register(OpDef("ArgMax", infer=_infer_arg, fold=_fold_arg))
 register(OpDef("ArgMin", infer=_infer_arg, fold=_fold_arg))
+
+
+# -- Softmax, LogSoftmax, LayerNormalization, BatchNormalization --------------------------
+def _floats(op: Op, index: int) -> str:
+    dtype = op.input(index).dtype
+    if dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise ShapeError(f"op {op.debug_name()}: input {index} must be a float tensor, got "
+                         f"{dtype}")
+    return dtype
+
+
+def _broadcasts_to(op: Op, index: int, target: tuple[int, ...], what: str) -> None:
+    """Input ``index`` must broadcast one way to ``target`` (ONNX's unidirectional rule)."""
+    shape = input_shape(op, index)
+    try:
+        ok = broadcast_shapes(shape, target) == tuple(target)
+    except ShapeError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"op {op.debug_name()}: {what} {shape} does not broadcast to "
+                         f"{tuple(target)}")
+
+
+def _softmax_axis(op: Op, rank: int) -> int:
+    default = -1 if op.type.version >= 13 else 1
+    return normalize_axis(op, op.attributes.get("axis", default), max(rank, 1))
+
+
+def _infer_softmax(op: Op) -> list:
+    shape = input_shape(op, 0)
+    _softmax_axis(op, len(shape))
+    return [(_floats(op, 0), shape)]
+
+
+def _fold_softmax(op: Op, constants) -> list | None:
+    x = constants[0]
+    if x is None or x.size > FOLD_MAX_ELEMENTS or x.ndim == 0:
+        return None
+    axis = _softmax_axis(op, x.ndim)
+    # Before opset 13 the input is seen as 2-D: axes before ``axis`` x the rest.
+    work = x if op.type.version >= 13 else x.reshape(math.prod(x.shape[:axis]), -1)
+    reduce_axis = axis if op.type.version >= 13 else 1
+    shifted = work - work.max(axis=reduce_axis, keepdims=True)
+    log_sum = np.log(np.exp(shifted).sum(axis=reduce_axis, keepdims=True))
+    log_probs = shifted - log_sum
+    result = log_probs if op.type.name == "LogSoftmax" else np.exp(log_probs)
+    return [result.reshape(x.shape).astype(x.dtype)]
+
+
+# -- LayerNormalization, BatchNormalization ------------------------------------------------
+def _infer_layer_norm(op: Op) -> list:
+    shape = input_shape(op, 0)
+    axis = normalize_axis(op, op.attributes.get("axis", -1), max(len(shape), 1))
+    normalized = shape[axis:]
+    _broadcasts_to(op, 1, normalized, "Scale")
+    if op.has_input(2):
+        _broadcasts_to(op, 2, normalized, "B")
+    stats = shape[:axis] + (1,) * (len(shape) - axis)
+    stash = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}.get(
+        op.attributes.get("stash_type", 1), "float32")
+    return [(_floats(op, 0), shape), (stash, stats), (stash, stats)]
+
+
+def _infer_batch_norm(op: Op) -> list:
+    shape = input_shape(op, 0)
+    channels = shape[1] if len(shape) >= 2 else 1
+    for index, what in ((1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")):
+        if input_shape(op, index) != (channels,):
+            raise ShapeError(f"op {op.debug_name()}: {what} must have shape ({channels},) "
+                             f"for {channels} channels, got {input_shape(op, index)}")
+    dtype = _floats(op, 0)
+    stats = (op.input(3).dtype, (channels,))
+    # Opsets 14/15: Y, running_mean, running_var; earlier: Y, mean, var, saved mean/var.
+    count = 2 if op.type.version >= 14 else 4
+    return [(dtype, shape)] + [stats] * count
+
+
+register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax))
+register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax))
+register(OpDef("LayerNormalization", infer=_infer_layer_norm))
+register(OpDef("BatchNormalization", infer=_infer_batch_norm))

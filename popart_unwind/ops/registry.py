@@ -2,34 +2,36 @@
 
 An :class:`OpDef` is registered once, by the module of its op family (``ops/views.py``,
 ``ops/elementwise.py``, ...). Everything that needs to know what an op means — shape
-inference, the canonicalizer, later the layout planner and the cost model — looks the
-op up here instead of switching on type names.
+inference, the canonicalizer, the transforms, the layout planner, the cost model and the
+PopART baseline — looks the op up here instead of switching on type names.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
-from popart_unwind.ops.layout import BARRIER, LayoutRule
-
-if TYPE_CHECKING:
-    from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.layout_rule import BARRIER, LayoutRule
 
 #: (dtype, shape) of each output, in output-index order.
 InferredOutputs = list[tuple[str, tuple[int, ...]]]
 #: A shape rule. It reads input dtypes/shapes (and constant input data where the op's
 #: meaning needs it, e.g. Reshape's target shape) and raises ShapeError on a mismatch.
 InferRule = Callable[[Op], InferredOutputs]
-#: A fold hook (seed 003): given the op and, per input index, its constant value or None,
-#: return one replacement per output — an existing Tensor or a numpy constant — or None to
-#: leave the op alone. It must not create ops.
-FoldRule = Callable[[Op, Sequence[np.ndarray | None]], "Sequence[Tensor | np.ndarray] | None"]
+#: Per input index, the input's constant value or None (absent inputs included).
+Constants = Sequence[np.ndarray | None]
+#: What a fold gives: one replacement per output (an existing Tensor or a numpy constant),
+#: or None to leave the op alone.
+FoldResult = Sequence[Tensor | np.ndarray] | None
+#: A fold hook (MLIR's ``fold``): from the op and its constant inputs, the replacements of
+#: its outputs, or None. It must not create ops.
+FoldRule = Callable[[Op, Constants], FoldResult]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +50,11 @@ class OpDef:
     #: Has effects beyond its outputs: never erased, merged or folded away. A predicate
     #: where it depends on the op (a Call has effects if its body has).
     side_effects: bool | Callable[[Op], bool] = False
-    #: How the op bears on tile layouts (``ops/layout.py``); unmodelled ops are barriers.
+    #: Draws random numbers: two such ops give different values from the same inputs, so
+    #: they are never merged.
+    random: bool = False
+    #: How the op bears on tile layouts (``ops/layout_rule.py``); unmodelled ops are barriers.
     layout: LayoutRule = BARRIER
-
 
     def has_side_effects(self, op: Op) -> bool:
         effect = self.side_effects
@@ -90,6 +94,10 @@ class OpRegistry:
         """Unknown (opaque) ops are assumed to have side effects: never erased."""
         opdef = self.lookup(op)
         return True if opdef is None else opdef.has_side_effects(op)
+
+    def draws_random(self, op: Op) -> bool:
+        opdef = self.lookup(op)
+        return opdef is not None and opdef.random
 
 
 REGISTRY = OpRegistry()

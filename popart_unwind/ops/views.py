@@ -3,46 +3,55 @@
 Reshape, Flatten, Squeeze and Unsqueeze are row-major reshapes; Transpose permutes axes;
 Slice, Concat, Expand, Split and Identity select, join, broadcast or pass elements on.
 Each OpDef states its shape rule, its fold (numpy on constant inputs, or the input itself
-when the view changes nothing) and its canonicalization patterns.
+when the view changes nothing), its canonicalization patterns and its layout rule.
+
+In Poplar these ops make views: no data moves, each output element *is* an input element.
+So a view's layout rule is an element map, written once as a list of steps (reshape,
+dim_shuffle, slice, sub_sample, reverse, expand). The same steps build the ``memory.Chain``
+of ``view_chain`` (applied to tile arrays by ``output_tiles``, and followed by PopART's
+creator search) and the unwinding Graph's view ops of ``unwind``, so the two can never
+disagree. Views need no exchange and carry no ValuedPairs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import PlanError, ShapeError
 from popart_unwind.ir.dtypes import numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ops import layout_views
-from popart_unwind.ops.common import constant_input, input_shape, normalize_axis
-from popart_unwind.ops.registry import InferredOutputs, OpDef, register
+from popart_unwind.machine.interface import TileMachine
+from popart_unwind.memory import Chain
+from popart_unwind.ops.common import constant_input, input_shape, ints, normalize_axis
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, UnwindEmitter, known_shape
+from popart_unwind.ops.registry import Constants, InferredOutputs, OpDef, register
 from popart_unwind.rewrite import Rewriter, pattern
 from popart_unwind.shapes import broadcast_shapes
+from popart_unwind.unwind import Graph, TensorId
+from popart_unwind.unwind.ops import concat_slab
 
-Constants = Sequence[np.ndarray | None]
 Shape = tuple[int, ...]
+#: One step of an element map: (name, *arguments), names as the unwind Graph's methods.
+Step = tuple[Any, ...]
 
 #: Ops that reorder no elements: their output is the input read in row-major order.
 RESHAPE_LIKE = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 # -- shared helpers -------------------------------------------------------------------------
-def _ints(values: Sequence[int] | np.ndarray) -> list[int]:
-    return [int(v) for v in np.asarray(values).reshape(-1)]
-
-
 def _axes_operand(op: Op, index: int, attribute: str, since: int) -> list[int] | None:
     """Axes given as an attribute before opset ``since`` and as a constant input after."""
     if op.type.version < since:
         axes = op.attributes.get(attribute)
-        return None if axes is None else _ints(axes)
+        return None if axes is None else ints(axes)
     if not op.has_input(index):
         return None
-    return _ints(constant_input(op, index, attribute))
+    return ints(constant_input(op, index, attribute))
 
 
 def _output_type(op: Op) -> tuple[str, Shape] | None:
@@ -73,8 +82,8 @@ def reshape_target(op: Op) -> list[int]:
     if op.type.version < 5:
         if "shape" not in op.attributes:
             raise ShapeError(f"op {op.debug_name()} needs a 'shape' attribute")
-        return _ints(op.attributes["shape"])
-    return _ints(constant_input(op, 1, "the target shape"))
+        return ints(op.attributes["shape"])
+    return ints(constant_input(op, 1, "the target shape"))
 
 
 def reshape_shape(op: Op, in_shape: Shape, target: Sequence[int]) -> Shape:
@@ -211,7 +220,7 @@ def _compose_reshapes(op: Op, rewriter: Rewriter) -> bool:
 # -- Transpose ------------------------------------------------------------------------------
 def transpose_perm(op: Op, rank: int) -> list[int]:
     perm = op.attributes.get("perm")
-    perm = list(range(rank))[::-1] if perm is None else _ints(perm)
+    perm = list(range(rank))[::-1] if perm is None else ints(perm)
     if sorted(perm) != list(range(rank)):
         raise ShapeError(f"op {op.debug_name()}: perm {perm} is not a permutation of "
                          f"{rank} axes")
@@ -256,16 +265,16 @@ def slice_plan(op: Op, in_shape: Shape) -> list[tuple[int, int, int, int]]:
     """Per input axis (start, end, step, size) after ONNX's clamping; ``end`` may be -1 for a
     negative step that runs down to index 0 inclusive."""
     if op.type.version < 10:
-        starts, ends = _ints(op.attributes["starts"]), _ints(op.attributes["ends"])
+        starts, ends = ints(op.attributes["starts"]), ints(op.attributes["ends"])
         axes = op.attributes.get("axes")
-        axes = list(range(len(starts))) if axes is None else _ints(axes)
+        axes = list(range(len(starts))) if axes is None else ints(axes)
         steps = [1] * len(starts)
     else:
-        starts = _ints(constant_input(op, 1, "starts"))
-        ends = _ints(constant_input(op, 2, "ends"))
-        axes = (_ints(constant_input(op, 3, "axes")) if op.has_input(3)
+        starts = ints(constant_input(op, 1, "starts"))
+        ends = ints(constant_input(op, 2, "ends"))
+        axes = (ints(constant_input(op, 3, "axes")) if op.has_input(3)
                 else list(range(len(starts))))
-        steps = _ints(constant_input(op, 4, "steps")) if op.has_input(4) else [1] * len(starts)
+        steps = ints(constant_input(op, 4, "steps")) if op.has_input(4) else [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ShapeError(f"op {op.debug_name()}: starts, ends, axes and steps differ in length")
     plan = [(0, d, 1, d) for d in in_shape]
@@ -349,7 +358,7 @@ def _fold_concat(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | No
 
 
 def _infer_expand(op: Op) -> InferredOutputs:
-    shape, target = input_shape(op, 0), _ints(constant_input(op, 1, "the target shape"))
+    shape, target = input_shape(op, 0), ints(constant_input(op, 1, "the target shape"))
     try:
         return [(_same_dtype(op), broadcast_shapes(shape, target))]
     except ShapeError as error:
@@ -369,9 +378,9 @@ def split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
     axis = normalize_axis(op, int(op.attributes.get("axis", 0)), len(in_shape))
     dim, count = in_shape[axis], len(op.output_map())
     if op.type.version >= 13 and op.has_input(1):
-        sizes = _ints(constant_input(op, 1, "split"))
+        sizes = ints(constant_input(op, 1, "split"))
     elif op.type.version < 13 and "split" in op.attributes:
-        sizes = _ints(op.attributes["split"])
+        sizes = ints(op.attributes["split"])
     elif op.type.version >= 18 and "num_outputs" in op.attributes:
         count = int(op.attributes["num_outputs"])
         chunk = -(-dim // count) if count > 0 else 0
@@ -399,20 +408,210 @@ def _fold_split(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | Non
     return [part.copy() for part in np.split(constants[0], np.cumsum(sizes)[:-1], axis=axis)]
 
 
+# -- layouts ----------------------------------------------------------------------------
+def chain_of(in_shape: Sequence[int], steps: Sequence[Step]) -> Chain:
+    """The Chain performing ``steps`` on a tensor of ``in_shape``."""
+    chain = Chain(tuple(in_shape))
+    for step in steps:
+        name, args = step[0], step[1:]
+        if name == "sub_sample":
+            for axis, stride in enumerate(args[0]):
+                if stride > 1:
+                    chain.sub_sample(stride, axis)
+        else:
+            getattr(chain, name)(*args)
+    return chain
+
+
+def emit_steps(graph: Graph, tensor: TensorId, steps: Sequence[Step], name: str) -> TensorId:
+    """The unwind Graph's view ops performing ``steps`` on ``tensor``; the last is named."""
+    if not steps:
+        return graph.identity(tensor, name=name)
+    for k, step in enumerate(steps):
+        tensor = getattr(graph, step[0])(tensor, *step[1:],
+                                         name=name if k == len(steps) - 1 else "")
+    return tensor
+
+
+def _flat(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+class ViewRule(LayoutRule):
+    """A view of input 0: each output's element map is ``steps(op, out_index)``."""
+
+    kind = "view"
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        raise NotImplementedError
+
+    def view_chain(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        if in_index != 0 or not op.has_input(0) or not op.has_output(out_index):
+            return None
+        return chain_of(known_shape(op, op.input(0)), self.steps(op, out_index))
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        source = emitter.tensor(op.input(0))
+        for index, out in op.output_map().items():
+            emitter.define(out, emit_steps(emitter.graph, source, self.steps(op, index),
+                                           out.id))
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        tiles = _input(op, input_tiles, 0)
+        shaped = np.asarray(tiles).reshape(known_shape(op, op.input(0)))
+        return [_flat(self.view_chain(op, 0, j).apply(shaped)) for j in op.output_map()]
+
+    def aliases_outputs(self, op: Op) -> bool:
+        return True
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        """Views pass layouts back exactly (``Opx::unwindTensorLayout`` of view ops)."""
+        return self.view_chain(op, in_index, out_index)
+
+
+def _input(op: Op, input_tiles: InputTiles, index: int) -> np.ndarray:
+    tiles = input_tiles[index] if index < len(input_tiles) else None
+    if tiles is None:
+        raise PlanError(f"op {op.debug_name()}: the layout of input {index} is needed")
+    return np.asarray(tiles)
+
+
+class ReshapeRule(ViewRule):
+    """Reshape, Flatten, Squeeze, Unsqueeze: the elements in row-major order, reshaped."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        out = known_shape(op, op.output(out_index))
+        return [] if out == known_shape(op, op.input(0)) else [("reshape", out)]
+
+
+class TransposeRule(ViewRule):
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        shape = known_shape(op, op.input(0))
+        perm = tuple(transpose_perm(op, len(shape)))
+        return [] if perm == tuple(range(len(shape))) else [("dim_shuffle", perm)]
+
+
+class SliceRule(ViewRule):
+    """A box of the input, every |step|-th element, reversed on axes with negative steps."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        shape = known_shape(op, op.input(0))
+        lower, upper, strides, reverse = [], [], [], []
+        for axis, (start, _end, step, size) in enumerate(slice_plan(op, shape)):
+            if size == 0:
+                lower.append(0)
+                upper.append(0)
+            elif step > 0:
+                lower.append(start)
+                upper.append(start + (size - 1) * step + 1)
+            else:
+                lower.append(start + (size - 1) * step)
+                upper.append(start + 1)
+                if size > 1:
+                    reverse.append(axis)
+            strides.append(abs(step) if size > 1 else 1)
+        steps: list[Step] = []
+        if lower != [0] * len(shape) or upper != list(shape):
+            steps.append(("slice", tuple(lower), tuple(upper)))
+        if any(s > 1 for s in strides):
+            steps.append(("sub_sample", tuple(strides)))
+        if reverse:
+            steps.append(("reverse", tuple(reverse)))
+        return steps
+
+
+class IdentityRule(ViewRule):
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        return []
+
+
+class ExpandRule(ViewRule):
+    """Numpy broadcasting: leading unit axes added, then size-1 axes repeated."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        out = known_shape(op, op.output(out_index))
+        return [] if out == known_shape(op, op.input(0)) else [("expand", out)]
+
+
+class SplitRule(ViewRule):
+    """Output j is the slab of the input between the sizes before it and its own end."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        shape = known_shape(op, op.input(0))
+        axis, sizes = split_sizes(op, shape)
+        outputs = sorted(op.output_map())
+        position = outputs.index(out_index)
+        begin = sum(sizes[:position])
+        lower, upper = [0] * len(shape), list(shape)
+        lower[axis], upper[axis] = begin, begin + sizes[position]
+        if lower == [0] * len(shape) and upper == list(shape):
+            return []
+        return [("slice", tuple(lower), tuple(upper))]
+
+
+class ConcatRule(LayoutRule):
+    """Concat: input i is the slab ``concat_slab(op, i)`` of the output (a Poplar view)."""
+
+    kind = "view"
+
+    def _axis(self, op: Op) -> int:
+        rank = len(known_shape(op, op.output(0)))
+        axis = int(op.attributes.get("axis", 0))
+        if not -rank <= axis < rank:
+            raise PlanError(f"op {op.debug_name()}: axis {axis} is out of range for rank "
+                            f"{rank}")
+        return axis % rank
+
+    def concat_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
+        """(axis, begin, end): where input ``in_index`` lies along the output's axis."""
+        axis = self._axis(op)
+        begin = 0
+        for index, tensor in op.input_map().items():
+            size = known_shape(op, tensor)[axis]
+            if index == in_index:
+                return axis, begin, begin + size
+            begin += size
+        raise PlanError(f"op {op.debug_name()} has no input {in_index}")
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        inputs = [emitter.tensor(t) for t in op.inputs]
+        out = op.output(0)
+        emitter.define(out, emitter.graph.concat(inputs, self._axis(op), name=out.id))
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        parts = [np.asarray(_input(op, input_tiles, i)).reshape(known_shape(op, t))
+                 for i, t in op.input_map().items()]
+        return [_flat(np.concatenate(parts, axis=self._axis(op)))]
+
+    def aliases_outputs(self, op: Op) -> bool:
+        return True
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        """Input ``in_index`` is its slab of the output (``ConcatOpx::unwindTensorLayout``)."""
+        if out_index != 0 or not op.has_input(in_index):
+            return None
+        axis, begin, end = self.concat_slab(op, in_index)
+        out_shape = known_shape(op, op.output(0))
+        return Chain(known_shape(op, op.input(in_index))).sett_fill_into(
+            concat_slab(out_shape, axis, begin, end - begin))
+
+
 _reshape_patterns = (_compose_reshapes,)
 register(OpDef("Reshape", infer=_infer_reshape, fold=_fold_reshape_like(_infer_reshape),
-               patterns=_reshape_patterns, layout=layout_views.RESHAPE))
+               patterns=_reshape_patterns, layout=ReshapeRule()))
 register(OpDef("Flatten", infer=_infer_flatten, fold=_fold_reshape_like(_infer_flatten),
-               patterns=_reshape_patterns, layout=layout_views.RESHAPE))
+               patterns=_reshape_patterns, layout=ReshapeRule()))
 register(OpDef("Squeeze", infer=_infer_squeeze, fold=_fold_reshape_like(_infer_squeeze),
-               patterns=_reshape_patterns, layout=layout_views.RESHAPE))
+               patterns=_reshape_patterns, layout=ReshapeRule()))
 register(OpDef("Unsqueeze", infer=_infer_unsqueeze, fold=_fold_reshape_like(_infer_unsqueeze),
-               patterns=_reshape_patterns, layout=layout_views.RESHAPE))
+               patterns=_reshape_patterns, layout=ReshapeRule()))
 register(OpDef("Transpose", infer=_infer_transpose, fold=_fold_transpose,
-               patterns=(_compose_transposes,), layout=layout_views.TRANSPOSE))
-register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=layout_views.SLICE))
+               patterns=(_compose_transposes,), layout=TransposeRule()))
+register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=SliceRule()))
 register(OpDef("Identity", infer=_infer_identity, fold=_fold_identity,
-               layout=layout_views.IDENTITY))
-register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=layout_views.CONCAT))
-register(OpDef("Expand", infer=_infer_expand, fold=_fold_expand, layout=layout_views.EXPAND))
-register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=layout_views.SPLIT))
+               layout=IdentityRule()))
+register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=ConcatRule()))
+register(OpDef("Expand", infer=_infer_expand, fold=_fold_expand, layout=ExpandRule()))
+register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=SplitRule()))

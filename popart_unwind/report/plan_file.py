@@ -18,7 +18,7 @@ import numpy as np
 
 from popart_unwind import __version__
 from popart_unwind.errors import PlanError
-from popart_unwind.target.ipu_model import IpuModel
+from popart_unwind.machine import IpuModel
 
 PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).

@@ -16,11 +16,10 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
 from popart_unwind.target.cost import evaluate
-from popart_unwind.target.ipu_model import IpuModel
-from popart_unwind.target.tile_target import TileTarget
 
 #: What ``--baseline`` compares our plan with.
 BASELINE_PLANS = {"popart": ("popart", "linear"), "linear": ("linear",), "none": ()}

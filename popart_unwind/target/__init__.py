@@ -1,26 +1,12 @@
-"""The IPU Model target: layout hooks, cost model and the PopART baseline planner."""
+"""What a plan is worth on the IPU Model, and the plans ours is compared with: the cost
+model (``evaluate``), PopART's own layout heuristic (``popart_baseline``) and plain linear
+mapping (``linear_plan``). The IPU Model itself lives in ``popart_unwind.machine``; its names
+are re-exported here, where users compare plans."""
 
+from popart_unwind.machine import DTYPE_SIZES, IpuModel, MatmulPartition, TileTarget
 from popart_unwind.target.cost import CostReport, OpCost, evaluate
-from popart_unwind.target.hooks import (
-    MatmulCosts,
-    MatmulPartition,
-    TileIntervalArrays,
-    TileMapping,
-    bias_tile_mapping,
-    choose_elementwise_output,
-    linear_tile_mapping,
-    matmul_lhs_mapping,
-    matmul_output_mapping,
-    matmul_partition_cycles,
-    matmul_rhs_mapping,
-    plan_matmul,
-    sliceable_table_arrays,
-    sliceable_table_mapping,
-)
-from popart_unwind.target.ipu_model import DTYPE_SIZES, IpuModel, RotatingLinearMapper
 from popart_unwind.target.linear_plan import linear_plan
 from popart_unwind.target.popart_baseline import BaselineDecision, BaselinePlan, popart_baseline
-from popart_unwind.target.tile_target import TileTarget
 
 __all__ = [
     "DTYPE_SIZES",
@@ -28,24 +14,10 @@ __all__ = [
     "BaselinePlan",
     "CostReport",
     "IpuModel",
-    "MatmulCosts",
     "MatmulPartition",
     "OpCost",
-    "RotatingLinearMapper",
-    "TileIntervalArrays",
-    "TileMapping",
     "TileTarget",
-    "bias_tile_mapping",
-    "choose_elementwise_output",
     "evaluate",
     "linear_plan",
-    "linear_tile_mapping",
-    "matmul_lhs_mapping",
-    "matmul_output_mapping",
-    "matmul_partition_cycles",
-    "matmul_rhs_mapping",
-    "plan_matmul",
     "popart_baseline",
-    "sliceable_table_arrays",
-    "sliceable_table_mapping",
 ]

@@ -20,14 +20,14 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
-from popart_unwind.ir.op import Op, SubgraphOp
+from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.machine import TileTarget
+from popart_unwind.machine.hooks import tile_counts
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout import ExchangeNeed, LayoutRule
-from popart_unwind.ops.layout_control import copies_in, copies_out, loop_feedback
-from popart_unwind.target.hooks import tile_counts
-from popart_unwind.target.tile_target import TileTarget
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
 
 #: (graph id, tensor id) -> flat array of each element's tile.
 Mappings = Mapping[tuple[str, str], np.ndarray]
@@ -89,7 +89,7 @@ class CostReport:
         raise PlanError(f"the cost report has no row for op {op_id}")
 
 
-def evaluate(ir: Ir, target: TileTarget | None = None, mappings: Mappings | None = None,
+def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | None = None,
              registry: Any = REGISTRY, valuations: Any = None) -> CostReport:
     """Cost ``ir`` under a plan: ``mappings`` (graph id, tensor id) -> tiles for every
     producer-less tensor, or, when None, each such tensor's ``tile_mapping`` (Poplar format).
@@ -101,30 +101,12 @@ def evaluate(ir: Ir, target: TileTarget | None = None, mappings: Mappings | None
     return _Evaluation(ir, target, mappings, registry, valuations).run()
 
 
-def copy_exchange(source: np.ndarray, destination: np.ndarray, element_bytes: int,
-                  num_tiles: int) -> ExchangeNeed:
-    """What a copy between two layouts of one tensor moves: each destination tile receives
-    the elements it does not already hold, in as many regions as maximal runs (consecutive
-    elements, one source tile) it receives."""
-    source = np.asarray(source).reshape(-1)
-    destination = np.asarray(destination).reshape(-1)
-    needed = source != destination
-    if not needed.any():
-        return ExchangeNeed.none(num_tiles)
-    starts = needed.copy()
-    starts[1:] &= ~needed[:-1] | (source[1:] != source[:-1]) | (
-        destination[1:] != destination[:-1])
-    received = np.bincount(destination[needed], minlength=num_tiles) * element_bytes
-    regions = np.bincount(destination[starts], minlength=num_tiles)
-    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
-
-
 def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
     """Bytes of a tensor on each tile."""
     return tile_counts(tiles, num_tiles) * element_bytes
 
 
-def producerless_mappings(ir: Ir, target: TileTarget, mappings: Mappings | None
+def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None
                           ) -> dict[tuple[str, str], np.ndarray]:
     """Every producer-less tensor's tiles, validated (from ``mappings`` or the IR)."""
     result: dict[tuple[str, str], np.ndarray] = {}
@@ -135,7 +117,7 @@ def producerless_mappings(ir: Ir, target: TileTarget, mappings: Mappings | None
     return result
 
 
-def _given_tiles(tensor: Tensor, target: TileTarget, mappings: Mappings | None,
+def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
                  required: bool) -> np.ndarray | None:
     what = _describe(tensor)
     numel = _numel(tensor)
@@ -174,7 +156,7 @@ def _numel(tensor: Tensor) -> int:
 class _Evaluation:
     """One walk over the IR: callees before callers, each graph's ops in schedule order."""
 
-    def __init__(self, ir: Ir, target: TileTarget, mappings: Mappings | None,
+    def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
                  registry: Any, valuations: Any) -> None:
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
@@ -196,7 +178,7 @@ class _Evaluation:
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
             resident += tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles)
-        budget = self.target.model.bytes_per_tile
+        budget = self.target.bytes_per_tile
         weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
                     for row in self.rows]
         return CostReport(
@@ -228,19 +210,20 @@ class _Evaluation:
         executions = self.executions.get(graph.id, 1)
         for op in graph.schedule():
             input_tiles = _indexed([tiles[t.id] for t in op.inputs], op)
+            rule = self.registry.layout_rule(op)
             avoidable = 0
-            if isinstance(op, SubgraphOp):
-                (outputs, need), aliases = self._call(op, input_tiles), False
+            if rule.runs_subgraphs:
+                outputs, need, score, bound = rule.call_cost(op, input_tiles, self,
+                                                             self.target, self.valuations)
             else:
-                rule = self.registry.layout_rule(op)
-                outputs = self._outputs(op, rule, input_tiles)
+                outputs = output_layouts(rule, op, input_tiles, self.target)
                 need = rule.exchange(op, input_tiles, outputs, self.target)
                 avoidable = self._avoidable(op, rule, input_tiles, outputs, need,
                                             from_parameters)
                 score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
-                self.objective += score
-                self.upper_bound += bound
-                aliases = _aliases_outputs(rule, op)
+            self.objective += score
+            self.upper_bound += bound
+            aliases = rule.aliases_outputs(op)
             self._charge(op, need, executions, avoidable)
             parameters = all(from_parameters[t.id] for t in op.inputs)
             for tensor, out in zip(op.outputs, outputs, strict=True):
@@ -258,23 +241,7 @@ class _Evaluation:
         for tensor_id in graph.output_ids:
             self.graph_outputs[(graph.id, tensor_id)] = tiles[tensor_id]
 
-    def _outputs(self, op: Op, rule: LayoutRule, input_tiles: list[np.ndarray | None]
-                 ) -> list[np.ndarray]:
-        outputs = rule.output_tiles(op, input_tiles, self.target)
-        if len(outputs) != len(op.outputs):
-            raise PlanError(f"the layout rule of op {op.debug_name()} gave {len(outputs)} "
-                            f"output layouts for {len(op.outputs)} outputs")
-        return [self._checked(tensor, out, op) for tensor, out in zip(op.outputs, outputs,
-                                                                       strict=True)]
-
-    def _checked(self, tensor: Tensor, tiles: np.ndarray, op: Op) -> np.ndarray:
-        flat = np.asarray(tiles).reshape(-1)
-        if flat.size != _numel(tensor):
-            raise PlanError(f"op {op.debug_name()}: the layout of output {tensor.id!r} has "
-                            f"{flat.size} elements, the tensor {_numel(tensor)}")
-        return flat
-
-    def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: list[np.ndarray | None],
+    def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: InputTiles,
                    outputs: list[np.ndarray], need: ExchangeNeed,
                    from_parameters: dict[str, bool]) -> int:
         """Bytes this op receives beyond the least it could with its planned operands
@@ -299,9 +266,7 @@ class _Evaluation:
                             f"{received.size} tiles, the target has {self.num_tiles}")
         total = int(received.sum())
         busiest = int(received.max()) if received.size else 0
-        model = self.target.model
-        cycles = (-(-busiest // model.exchange_bytes_per_cycle) + model.sync_cycles
-                  if total else 0)
+        cycles = self.target.exchange_cycles(busiest)
         self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
                                 total, busiest, cycles, int(regions.sum()),
                                 int(regions.max()) if regions.size else 0, executions,
@@ -322,52 +287,16 @@ class _Evaluation:
             live += on_tiles[tensor.id]
         np.maximum(self.op_peak, live, out=self.op_peak)
 
-    # -- subgraph ops ----------------------------------------------------------------------
-    def _call(self, op: SubgraphOp, input_tiles: list[np.ndarray | None]
-              ) -> tuple[list[np.ndarray], ExchangeNeed]:
-        """Call outputs — planned if the plan has them, else clones of the callee's outputs
-        (as PopART's CallOpx makes them), else linear — and the copies in and out, charged
-        as exchange and scored as the planner's call ValuedPairs."""
-        outputs: dict[int, np.ndarray] = {}
-        for index, tensor in op.output_map().items():
-            planned = _given_tiles(tensor, self.target, self.mappings, required=False)
-            inner = self._callee_output(op, index)
-            if planned is None:
-                planned = inner if inner is not None else self.target.linear_tiles(
-                    tensor.shape, tensor.dtype)
-            outputs[index] = planned
-        need = ExchangeNeed.none(self.num_tiles)
-        value = self.valuations.call_copy
-        for source, destination, size in self._copies(op, input_tiles, outputs):
-            need = need + copy_exchange(source, destination, size, self.num_tiles)
-            self.objective += value * float(np.count_nonzero(source == destination))
-            self.upper_bound += value * float(source.size)
-        return list(outputs.values()), need
+    # -- what ops that run subgraphs ask (ops.layout_rule.CalleeLayouts) -----------------
+    def tiles(self, tensor: Tensor) -> np.ndarray:
+        """A callee tensor's layout: as computed if it is a graph output, else planned."""
+        key = (tensor.graph.id, tensor.id)
+        found = self.graph_outputs.get(key)
+        return found if found is not None else self.base[key]
 
-    def _copies(self, op: SubgraphOp, input_tiles: list[np.ndarray | None],
-                outputs: dict[int, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray, int]]:
-        """(source tiles, destination tiles, element bytes) of each copy the op makes: into
-        each callee's inputs, out of its outputs, and (Loop) from one iteration's outputs to
-        the next one's inputs — the copies the planner ties by call ValuedPairs."""
-        copies = []
-        for index, outer, inner in copies_in(op):
-            copies.append((input_tiles[index], self.base[(inner.graph.id, inner.id)],
-                           self.target.dtype_size(outer.dtype)))
-        for index, tensor in op.output_map().items():
-            for inner in copies_out(op, index):
-                copies.append((self.graph_outputs[(inner.graph.id, inner.id)], outputs[index],
-                               self.target.dtype_size(tensor.dtype)))
-        for body_out, body_in in loop_feedback(op):
-            copies.append((self.graph_outputs[(body_out.graph.id, body_out.id)],
-                           self.base[(body_in.graph.id, body_in.id)],
-                           self.target.dtype_size(body_in.dtype)))
-        return copies
-
-    def _callee_output(self, op: SubgraphOp, index: int) -> np.ndarray | None:
-        """The first callee output copied to op output ``index`` (PopART's CallOpx clones
-        its outputs from the callee's)."""
-        found = copies_out(op, index)
-        return self.graph_outputs[(found[0].graph.id, found[0].id)] if found else None
+    def planned(self, tensor: Tensor) -> np.ndarray | None:
+        """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
+        return _given_tiles(tensor, self.target, self.mappings, required=False)
 
 
 def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
@@ -377,14 +306,6 @@ def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
     for index, value in zip(indices, values, strict=True):
         result[index] = value
     return result
-
-
-def _aliases_outputs(rule: LayoutRule, op: Op) -> bool:
-    """Whether the op's outputs are views of its inputs (no new memory)."""
-    if getattr(rule, "kind", "") == "view" or hasattr(rule, "concat_slab"):
-        return True
-    return op.has_output(0) and any(rule.view_chain(op, index, 0) is not None
-                                    for index in op.input_map())
 
 
 def call_counts(ir: Ir, order: list[Graph] | None = None) -> dict[str, int]:

@@ -10,10 +10,10 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.ir import Ir
-from popart_unwind.target.tile_target import TileTarget
+from popart_unwind.machine.interface import TileMachine
 
 
-def linear_plan(ir: Ir, target: TileTarget) -> dict[tuple[str, str], np.ndarray]:
+def linear_plan(ir: Ir, target: TileMachine) -> dict[tuple[str, str], np.ndarray]:
     """(graph id, tensor id) -> tiles of every producer-less tensor, from PopART's rotating
     linear mapper restarted at tile 0, in graph order then tensor creation order."""
     target.reset()

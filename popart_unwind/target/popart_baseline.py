@@ -22,14 +22,11 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.memory import Chain, Region
+from popart_unwind.machine.interface import TileMachine
+from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout import LayoutRule
-from popart_unwind.target.tile_target import TileTarget
+from popart_unwind.ops.layout_rule import LayoutRule
 
-#: Elementwise op types PopART does not unwind through by default: its AddOpx is a dead end
-#: unless ``decomposeGradSum`` or batch serialisation is on (willow/src/popx/op/addx.cpp).
-POPART_DEADEND_ELEMENTWISE = frozenset({"Add"})
 #: Chain ops that keep every input element in the output (so a chain of them covers all).
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
 #: Chain ops that permute the elements (undone exactly by the mirror chain).
@@ -86,7 +83,7 @@ class Candidate:
         return f"{self.op.debug_name()} input {self.in_index}"
 
 
-def popart_baseline(ir: Ir, target: TileTarget, registry: Any = REGISTRY, *,
+def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
                     unwind_elementwise: bool = True) -> BaselinePlan:
     """PopART's layout for every producer-less tensor (all graphs, creation order). The IR
     is not changed. ``unwind_elementwise=False`` passes through view ops only."""
@@ -99,7 +96,7 @@ def popart_baseline(ir: Ir, target: TileTarget, registry: Any = REGISTRY, *,
     return BaselinePlan(decisions)
 
 
-def _decide(tensor: Tensor, candidates: list[Candidate], target: TileTarget,
+def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,
             registry: Any) -> BaselineDecision:
     shape = _shape(tensor)
     numel = prod(shape)
@@ -110,8 +107,8 @@ def _decide(tensor: Tensor, candidates: list[Candidate], target: TileTarget,
     tiles: np.ndarray | None = None  # -1 where no candidate has placed an element yet
     used: list[str] = []
     for candidate in sorted(candidates, key=Candidate.rank):
-        wanted = wanted_input_tiles(registry.layout_rule(candidate.op), candidate.op,
-                                    candidate.in_index, target)
+        wanted = registry.layout_rule(candidate.op).wanted_input_tiles(
+            candidate.op, candidate.in_index, target)
         if wanted is None:
             continue
         wanted = np.asarray(wanted).reshape(-1)
@@ -242,26 +239,11 @@ class _CreatorSearch:
 
     def _view(self, rule: LayoutRule, op: Op, index: int, out_index: int) -> Chain | None:
         """The element map from input ``index`` to output ``out_index`` if PopART unwinds
-        through it: views, Concat (the input's slab), same-shape elementwise inputs."""
-        chain = rule.view_chain(op, index, out_index)
-        if chain is not None:
-            return chain
-        source, output = op.input(index), op.output(out_index)
-        if hasattr(rule, "concat_slab"):
-            axis, begin, end = rule.concat_slab(op, index)
-            out_shape = _shape(output)
-            lower = [0] * len(out_shape)
-            upper = list(out_shape)
-            lower[axis], upper[axis] = begin, end
-            return Chain(_shape(source)).sett_fill_into(Region.from_bounds(out_shape, lower,
-                                                                           upper))
-        data_inputs = getattr(rule, "data_inputs", None)
-        if (self.unwind_elementwise and getattr(rule, "kind", "") == "elementwise"
-                and op.type.name not in POPART_DEADEND_ELEMENTWISE
-                and (data_inputs is None or index in data_inputs)
-                and _shape(source) == _shape(output)):
-            return Chain(_shape(source))
-        return None
+        through it (the rule's ``popart_view``: views, Concat slabs, same-shape elementwise
+        inputs), elementwise ones only when the search is asked to pass them."""
+        if rule.kind == "elementwise" and not self.unwind_elementwise:
+            return None
+        return rule.popart_view(op, index, out_index)
 
     def _escape(self, tensor: Tensor, chain: Chain, calls: tuple[Op, ...],
                 path: tuple[str, ...]) -> list[tuple]:
@@ -318,13 +300,3 @@ def _global_schedule(ir: Ir) -> tuple[dict[int, int], dict[str, list[Op]]]:
         if graph.id not in walked:
             walk(graph)
     return position, call_sites
-
-
-# -- what a creator wants -------------------------------------------------------------------
-def wanted_input_tiles(rule: LayoutRule, op: Op, index: int, target: TileTarget
-                       ) -> np.ndarray | None:
-    """The layout creator ``op`` gives its input ``index`` (flat tiles), from the rule's
-    ``wanted_input_tiles`` (poplin's createMatMulInputLHS/RHS, popops'
-    createSliceableTensor); None if the rule cannot say."""
-    method = getattr(rule, "wanted_input_tiles", None)
-    return None if method is None else method(op, index, target)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from popart_unwind.errors import PlanError
+from popart_unwind.machine import IpuModel
 from popart_unwind.report import atomic
 from popart_unwind.report.demo_model import build_demo_ir
 from popart_unwind.report.pictures import occupancy
@@ -22,7 +23,6 @@ from popart_unwind.report.plan_file import (
 )
 from popart_unwind.report.progress import StageProgress
 from popart_unwind.report.summary import plain_table, summary_rows
-from popart_unwind.target.ipu_model import IpuModel
 
 SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
            "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,

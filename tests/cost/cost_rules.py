@@ -1,6 +1,8 @@
 """Small layout rules of our own for the cost-model and baseline tests, so that each test
 states exactly what the ops mean (views alias, elementwise outputs clone an input, matmuls
-follow the target's plan), independently of the library's rule classes."""
+follow the target's plan, PopART's creator search passes through views and elementwise ops
+but Add), independently of the library's rule classes. Calls keep the library's own rule:
+what a call copies is a property of the IR's index maps, not of a layout choice."""
 
 from __future__ import annotations
 
@@ -8,13 +10,13 @@ from math import prod
 
 import numpy as np
 
-from popart_unwind.ir import GRAPHCORE_DOMAIN, Builder, Op
-from popart_unwind.memory import Chain
-from popart_unwind.ops import OpDef, OpRegistry
-from popart_unwind.ops.layout import ExchangeNeed, LayoutRule
+from popart_unwind.ir import GRAPHCORE_DOMAIN, Builder, Op, OpType
+from popart_unwind.machine import ExchangeNeed, read_need
+from popart_unwind.memory import Chain, Region
+from popart_unwind.ops import REGISTRY, OpDef, OpRegistry
+from popart_unwind.ops.layout_rule import LayoutRule
 from popart_unwind.ops.views import slice_plan
 from popart_unwind.target import IpuModel, TileTarget
-from popart_unwind.target.cost import copy_exchange
 
 
 class ViewRule(LayoutRule):
@@ -47,6 +49,12 @@ class ViewRule(LayoutRule):
     def exchange(self, op, input_tiles, output_tiles, target):
         return ExchangeNeed.none(target.num_tiles)
 
+    def aliases_outputs(self, op):
+        return True
+
+    def popart_view(self, op, in_index, out_index):
+        return self.view_chain(op, in_index, out_index)
+
 
 class ConcatRule(LayoutRule):
     kind = "view"
@@ -55,6 +63,18 @@ class ConcatRule(LayoutRule):
         axis = op.attributes["axis"] % len(op.output(0).shape)
         begin = sum(op.input(i).shape[axis] for i in range(in_index))
         return axis, begin, begin + op.input(in_index).shape[axis]
+
+    def aliases_outputs(self, op):
+        return True
+
+    def popart_view(self, op, in_index, out_index):
+        """Input ``in_index`` fills its slab of the output."""
+        axis, begin, end = self.concat_slab(op, in_index)
+        shape = op.output(0).shape
+        lower, upper = [0] * len(shape), list(shape)
+        lower[axis], upper[axis] = begin, end
+        return Chain(op.input(in_index).shape).sett_fill_into(
+            Region.from_bounds(shape, lower, upper))
 
     def output_tiles(self, op, input_tiles, target):
         axis = op.attributes["axis"] % len(op.output(0).shape)
@@ -81,7 +101,7 @@ class ElementwiseRule(LayoutRule):
         for tiles, tensor in zip(input_tiles, op.inputs, strict=True):
             size = target.dtype_size(tensor.dtype)
             if tensor.shape == out.shape:
-                need = need + copy_exchange(tiles, output_tiles[0], size, target.num_tiles)
+                need = need + read_need(output_tiles[0], None, tiles, size, target.num_tiles)
                 continue
             small = prod(tensor.shape)
             padded = (1,) * (len(out.shape) - len(tensor.shape)) + tuple(tensor.shape)
@@ -104,6 +124,13 @@ class ElementwiseRule(LayoutRule):
             score += valuations.elementwise * np.count_nonzero(full[0] == other)
             bound += valuations.elementwise * other.size
         return score, bound
+
+    def popart_view(self, op, in_index, out_index):
+        """A same-shape input is its result, but PopART's AddOpx stops the search."""
+        shape = op.input(in_index).shape
+        if op.type.name == "Add" or shape != op.output(out_index).shape:
+            return None
+        return Chain(shape)
 
 
 def matmul_groups(lhs, rhs):
@@ -174,7 +201,9 @@ def cost_registry() -> OpRegistry:
         registry.register(OpDef(name, layout=ElementwiseRule()))
     registry.register(OpDef("MatMul", layout=MatMulRule()))
     registry.register(OpDef("Gather", layout=GatherRule()))
-    registry.register(OpDef("Call", domain=GRAPHCORE_DOMAIN))
+    for domain, name in ((GRAPHCORE_DOMAIN, "Call"), ("ai.onnx", "Loop"), ("ai.onnx", "If")):
+        registry.register(OpDef(name, domain=domain,
+                                layout=REGISTRY.lookup(OpType(domain, name)).layout))
     return registry
 
 

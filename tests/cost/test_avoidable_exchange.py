@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
 from popart_unwind.ir import Builder
-from popart_unwind.ops.layout_compute import most_read_tiles
+from popart_unwind.machine.exchange import most_read_tiles
 from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
 
 TILES = 32

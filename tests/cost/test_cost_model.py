@@ -11,8 +11,9 @@ from cost_rules import RULES, const, small_target, weight
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType
 from popart_unwind.ir.tile_mapping import tile_mapping
+from popart_unwind.machine import read_need
 from popart_unwind.target import evaluate, linear_plan
-from popart_unwind.target.cost import copy_exchange, tile_bytes
+from popart_unwind.target.cost import tile_bytes
 
 SHAPE = (4, 8)
 NUMEL = 32
@@ -67,7 +68,7 @@ def test_objective_counts_equal_elements_of_elementwise_partners():
 
 
 def test_regions_count_runs_from_distinct_source_tiles():
-    need = copy_exchange(np.array([1, 1, 2, 2, 0, 1]), np.zeros(6, np.int64), 4, 3)
+    need = read_need(np.zeros(6, np.int64), None, np.array([1, 1, 2, 2, 0, 1]), 4, 3)
     assert need.received_bytes.tolist() == [5 * 4, 0, 0]
     assert need.regions.tolist() == [3, 0, 0]  # [1,1], [2,2], [1]
 

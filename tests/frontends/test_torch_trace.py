@@ -21,7 +21,7 @@ MAKE_MODELS = Path(__file__).resolve().parents[1] / "models" / "make_models.py"
 
 
 def _run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
 
 

@@ -44,7 +44,7 @@ def test_json_is_identical_across_hash_seeds():
     for seed in ("0", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         script = SCRIPT + "print(ir.to_json(include_data=True))\n"
-        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+        run = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True,
                              env=env, check=True)
         outputs.add(run.stdout)
     assert len(outputs) == 1

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_mapping
-from popart_unwind.ops.layout import tile_array_of
 
 
 def runs_oracle(tiles: list[int], num_tiles: int) -> list[list[tuple[int, int]]]:
@@ -43,7 +42,6 @@ def test_tile_intervals_are_the_runs_per_tile(case):
     assert compact == expected and compact.to_lists() == expected
     assert compact.num_runs == sum(len(runs) for runs in expected)
     assert np.array_equal(tile_array(compact, len(tiles), num_tiles), tiles)
-    assert np.array_equal(tile_array_of(compact, len(tiles)), tiles)
     assert json.loads(json.dumps(compact.to_lists())) == [[list(r) for r in runs]
                                                           for runs in expected]
 
@@ -72,4 +70,3 @@ def test_tile_intervals_are_immutable_and_checked():
         tile_mapping(np.array([0, 2]), 2)
     with pytest.raises(PlanError, match=r"cover \[0, 3\) exactly once"):
         tile_array(compact, 3, 2)
-    assert tile_array_of(compact, 3).tolist() == [0, 1, -1]  # a partial fallback

@@ -1,39 +1,13 @@
-"""Shared helpers of the planner tests: a registry with the compute-op rules attached, small
-targets, and a random IR program drawn by hypothesis."""
+"""Shared helpers of the planner tests: small targets, and a random IR program drawn by
+hypothesis."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 from hypothesis import strategies as st
 
 from popart_unwind.frontends.builder import Builder
-from popart_unwind.ir.op import GRAPHCORE_DOMAIN, OpType
-from popart_unwind.ops import REGISTRY, OpRegistry
-from popart_unwind.ops.layout import GATHER, MATMUL, SUBGRAPH
-from popart_unwind.target.ipu_model import IpuModel
-from popart_unwind.target.tile_target import TileTarget
-
-#: Rules attached here until the families that own these op types attach them.
-EXTRA_RULES = {("ai.onnx", "MatMul"): MATMUL, ("ai.onnx", "Gemm"): MATMUL,
-               ("ai.onnx", "Gather"): GATHER, (GRAPHCORE_DOMAIN, "Call"): SUBGRAPH,
-               ("ai.onnx", "Loop"): SUBGRAPH, ("ai.onnx", "If"): SUBGRAPH}
-
-
-def planner_registry() -> OpRegistry:
-    """A private copy of REGISTRY with every layout rule attached (REGISTRY is untouched)."""
-    registry = OpRegistry()
-    for domain, name in REGISTRY.names():
-        opdef = REGISTRY.lookup(OpType(domain, name))
-        rule = EXTRA_RULES.get((domain, name))
-        if rule is not None and opdef.layout is not rule:
-            opdef = dataclasses.replace(opdef, layout=rule)
-        registry.register(opdef)
-    return registry
-
-
-REGISTRY_WITH_RULES = planner_registry()
+from popart_unwind.machine import IpuModel, TileTarget
 
 
 def small_target(tiles: int = 16) -> TileTarget:

@@ -20,8 +20,9 @@ from planner_testing import weight
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
-from popart_unwind.ops import REGISTRY, layout_conv
-from popart_unwind.ops.layout_conv import CONV, conv_geometry
+from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.conv import ConvRule, conv_geometry
 from popart_unwind.options import UnwindValuations
 from popart_unwind.target import (
     IpuModel,
@@ -29,10 +30,10 @@ from popart_unwind.target import (
     evaluate,
     linear_plan,
     popart_baseline,
-    tile_target,
 )
 
 VALUES = UnwindValuations()
+CONV = ConvRule()
 TARGETS = {tiles: TileTarget(IpuModel(tiles_per_ipu=tiles)) for tiles in (4, 16, 64)}
 
 
@@ -223,7 +224,7 @@ def test_data_exchange_and_layout_match_the_im2col_oracle(conv, tiles, seed):
     x = random_tiles(rng, x_shape, tiles)
     need = CONV.data_need(geometry, x, target)
     wanted = CONV.data_tiles(geometry, target)
-    if plan.cols > layout_conv.REARRANGE_ABOVE_DESTINATIONS:
+    if plan.cols > REARRANGE_ABOVE_DESTINATIONS:
         copy = copy_oracle(wanted, x, 4, tiles)
         broadcast = block_readers_oracle(geometry, plan, wanted, 4, tiles)
         expected = (copy[0] + broadcast[0], copy[1] + broadcast[1])
@@ -239,10 +240,6 @@ def test_data_exchange_and_layout_match_the_im2col_oracle(conv, tiles, seed):
         first[e] = lhs[(g * rows + m) * inner + k]
     assert all(wanted[e] == tile for e, tile in first.items())
     assert wanted.min() >= 0 and wanted.max() < tiles
-
-
-def test_the_rearranging_threshold_is_the_targets():
-    assert layout_conv.REARRANGE_ABOVE_DESTINATIONS == tile_target.REARRANGE_ABOVE_DESTINATIONS
 
 
 @settings(max_examples=30, deadline=None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from planner_testing import REGISTRY_WITH_RULES, small_target
+from planner_testing import small_target
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.ir import Ir
@@ -37,7 +37,7 @@ def test_if_branches_and_output_follow_the_consumer():
     iff = main.create_op(onnx("If"), [cond, x], 1,
                          attributes={"then_branch": "then", "else_branch": "else", **maps})
     matmul_after(ir, iff.output(0))
-    result = plan_ir(ir, small_target(8), registry=REGISTRY_WITH_RULES)
+    result = plan_ir(ir, small_target(8))
     lhs = small_target(8).matmul_tiles(1, 8, 16, 24, "float32", "lhs")
     for graph_id, tensor_id in (("then", "a"), ("else", "a"), ("", "x"),
                                 ("", iff.output(0).id)):
@@ -60,7 +60,7 @@ def test_loop_carried_values_are_tied_across_iterations():
     body.mark_output(body.create_op(onnx("Relu"), [value], 1).output(0))
     loop = main.create_op(onnx("Loop"), [trips, keep, start], 1, attributes={"body": "body"})
     matmul_after(ir, loop.output(0))
-    result = plan_ir(ir, small_target(8), registry=REGISTRY_WITH_RULES)
+    result = plan_ir(ir, small_target(8))
     lhs = small_target(8).matmul_tiles(1, 8, 16, 24, "float32", "lhs")
     assert np.array_equal(result.tensor("body", "v").tiles, lhs)
     assert np.array_equal(result.tensor("", "start").tiles, lhs)

@@ -6,14 +6,13 @@ import re
 from pathlib import Path
 
 import numpy as np
-from planner_testing import REGISTRY_WITH_RULES
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir.op import OpType
-from popart_unwind.ops.layout import BARRIER
-from popart_unwind.target.ipu_model import IpuModel
-from popart_unwind.target.tile_target import TileTarget
+from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.layout_rule import BARRIER
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text()
 
@@ -27,7 +26,7 @@ def test_the_example_gives_what_the_page_shows():
     b.add_output_tensor(b.op("Add", [y, b.add_initialized_input_tensor(
         np.zeros(64, np.float32), "bias")]))
     ir = b.ir()
-    plan = plan_ir(ir, TileTarget(IpuModel(tiles_per_ipu=16)), registry=REGISTRY_WITH_RULES)
+    plan = plan_ir(ir, TileTarget(IpuModel(tiles_per_ipu=16)))
     methods = {p.tensor_id: p.method for p in plan.tensors}
     assert methods == {"x": "unwound", "w": "unwound", "bias": "unwound",
                        "Constant___constant": "linear"}
@@ -42,8 +41,8 @@ def test_the_example_gives_what_the_page_shows():
 def test_every_modelled_op_type_is_in_the_rule_table():
     table = PAGE.split("## The rule table")[1].split("## Emission")[0]
     listed = set(re.findall(r"\b[A-Z][A-Za-z]+\b", table))
-    for domain, name in REGISTRY_WITH_RULES.names():
-        rule = REGISTRY_WITH_RULES.lookup(OpType(domain, name)).layout
+    for domain, name in REGISTRY.names():
+        rule = REGISTRY.lookup(OpType(domain, name)).layout
         if rule is BARRIER or rule.kind == "elementwise":
             continue  # barriers are "anything else"; elementwise ops are listed by family
         assert name in listed, name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from planner_testing import REGISTRY_WITH_RULES, small_target, weight
+from planner_testing import small_target, weight
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
@@ -13,7 +13,7 @@ from popart_unwind.ir.tile_mapping import tile_array
 
 def plan(ir, tiles: int = 16, **kwargs):
     target = small_target(tiles)
-    return plan_ir(ir, target, registry=REGISTRY_WITH_RULES, **kwargs), small_target(tiles)
+    return plan_ir(ir, target, **kwargs), small_target(tiles)
 
 
 def tiles_of(ir, tensor_id: str, graph_id: str = "") -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from planner_testing import REGISTRY_WITH_RULES, build, programs, small_target
+from planner_testing import build, programs, small_target
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.ir.tile_mapping import tile_array, tile_mapping
@@ -28,7 +28,7 @@ def planned_tensors(ir):
 def test_every_producerless_tensor_gets_a_complete_valid_mapping(program):
     ir = build(program)
     target = small_target(8)
-    result = plan_ir(ir, target, registry=REGISTRY_WITH_RULES)
+    result = plan_ir(ir, target)
     for tensor in planned_tensors(ir):
         assert tensor.tile_mapping is not None, tensor.id
         assert len(tensor.tile_mapping) == target.num_tiles
@@ -42,14 +42,14 @@ def test_every_producerless_tensor_gets_a_complete_valid_mapping(program):
 @given(programs())
 def test_equal_irs_get_identical_plans(program):
     first, second = build(program), build(program)
-    a = plan_ir(first, small_target(8), registry=REGISTRY_WITH_RULES)
+    a = plan_ir(first, small_target(8))
     target = small_target(8)
     target.linear_tiles((100,), "float32")  # a used target: plans reset its rotation
-    b = plan_ir(second, target, registry=REGISTRY_WITH_RULES)
+    b = plan_ir(second, target)
     assert a.mappings() == b.mappings()
     assert (a.objective, a.upper_bound) == (b.objective, b.upper_bound)
     assert [p.explanation for p in a.tensors] == [p.explanation for p in b.tensors]
-    again = plan_ir(second, target, registry=REGISTRY_WITH_RULES)
+    again = plan_ir(second, target)
     assert not again.changed and again.mappings() == b.mappings()
 
 
@@ -60,7 +60,7 @@ def test_equal_origins_sit_on_equal_tiles(program):
     elements with equal origins have equal tiles, so the tile-level agreement of the pairs
     is at least the solver's objective."""
     ir = build(program)
-    result = plan_ir(ir, small_target(8), registry=REGISTRY_WITH_RULES, write=False)
+    result = plan_ir(ir, small_target(8), write=False)
     graph, solution, realizer = result.unwind_graph, result.solution, result.realizer
     tile_score = 0.0
     for pair in graph.valued_pairs():
@@ -77,9 +77,9 @@ def test_equal_origins_sit_on_equal_tiles(program):
 @given(programs(max_ops=4))
 def test_exact_solver_scores_at_least_the_default(program):
     ir = build(program)
-    default = plan_ir(ir, small_target(8), registry=REGISTRY_WITH_RULES, write=False)
+    default = plan_ir(ir, small_target(8), write=False)
     exact = plan_ir(ir, small_target(8), options=SessionOptions(unwind_algorithm="exact"),
-                    registry=REGISTRY_WITH_RULES, write=False)
+                    write=False)
     assert exact.solver == "exact"
     assert exact.objective >= default.objective - 1e-9
     assert exact.upper_bound == default.upper_bound

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planner_testing import REGISTRY_WITH_RULES, build, programs, small_target, weight
+from planner_testing import build, programs, small_target, weight
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
-from popart_unwind.ops.layout import ExchangeNeed, read_need
+from popart_unwind.machine import ExchangeNeed, read_need
+from popart_unwind.ops import REGISTRY
 from popart_unwind.options import UnwindValuations
+from popart_unwind.unwind.ops import unwind_chain
 
 TARGET = small_target(8)
 
@@ -26,7 +28,7 @@ def single_op(name, inputs, attributes=None, num_outputs=1, shapes=((4, 6),)):
         b.add_output_tensor(out)
     ir = b.ir()
     [op] = [op for op in ir.main_graph.ops if op.type.name == name]
-    return op, REGISTRY_WITH_RULES.layout_rule(op)
+    return op, REGISTRY.layout_rule(op)
 
 
 def applied(op, rule, arrays):
@@ -50,7 +52,7 @@ def test_slice_maps_elements_like_its_numpy_fold(shape, data):
     op, rule = single_op("Slice", [0, np.array([start]), np.array([end]), np.array([axis]),
                                    np.array([step])], shapes=[tuple(shape)])
     constants = [arange(shape)] + [t.data for t in op.inputs[1:]]
-    [expected] = REGISTRY_WITH_RULES.lookup(op).fold(op, constants)  # numpy, ONNX clamping
+    [expected] = REGISTRY.lookup(op).fold(op, constants)  # numpy, ONNX clamping
     [out] = applied(op, rule, [arange(shape), None, None, None, None])
     assert np.array_equal(out, expected)
 
@@ -72,21 +74,28 @@ def test_transpose_reshape_expand_split_concat_map_like_numpy():
     a, b = arange((2, 3)), arange((2, 5)) + 100
     assert np.array_equal(applied(op, rule, [a, b])[0], np.concatenate([a, b], axis=1))
     assert rule.concat_slab(op, 1) == (1, 3, 8)
-    assert rule.view_chain(op, 0, 0) is None
+    slab = rule.popart_view(op, 1, 0).apply(b)  # input 1 fills columns 3..7 of the output
+    assert np.array_equal(slab[:, 3:], b) and not slab[:, :3].any()
 
 
-def test_unwinding_a_view_gives_back_the_wanted_output_layout():
+def carried_back(chain, out_tiles):
+    """Input tiles that ``chain`` takes to ``out_tiles`` (-1 where no output reads them)."""
+    shifted = np.asarray(out_tiles).reshape(chain.out_shape) + 1
+    return unwind_chain(chain).apply(shifted).reshape(-1) - 1
+
+
+def test_a_views_element_map_carries_a_wanted_output_layout_back_exactly():
     op, rule = single_op("Slice", [0, np.array([1]), np.array([6]), np.array([1]),
                                    np.array([2])], shapes=[(4, 6)])
     wanted = np.arange(12) % 5
-    inputs = rule.unwind_tiles(op, 0, 0, wanted)
+    inputs = carried_back(rule.popart_view(op, 0, 0), wanted)
     assert (inputs == -1).sum() == 24 - 12  # elements the slice does not read
     filled = np.where(inputs < 0, 7, inputs)
     assert np.array_equal(rule.output_tiles(op, [filled, None, None, None, None], TARGET)[0],
                           wanted)
     op, rule = single_op("Transpose", [0], {"perm": [1, 0]}, shapes=[(4, 6)])
     wanted = np.arange(24) % 3
-    back = rule.unwind_tiles(op, 0, 0, wanted)
+    back = carried_back(rule.popart_view(op, 0, 0), wanted)
     assert np.array_equal(rule.output_tiles(op, [back], TARGET)[0], wanted)
 
 
@@ -147,10 +156,10 @@ def test_matmul_and_gather_rules():
 @given(programs())
 def test_rule_agreement_bounds_add_up_to_the_unwind_upper_bound(program):
     ir = build(program)
-    result = plan_ir(ir, small_target(8), registry=REGISTRY_WITH_RULES, write=False)
+    result = plan_ir(ir, small_target(8), write=False)
     values = UnwindValuations()
     total = 0.0
     for op in ir.main_graph.ops:
         none = [None] * (max(op.input_map(), default=-1) + 1)
-        total += REGISTRY_WITH_RULES.layout_rule(op).agreement(op, none, TARGET, values)[1]
+        total += REGISTRY.layout_rule(op).agreement(op, none, TARGET, values)[1]
     assert total == result.upper_bound

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from planner_testing import REGISTRY_WITH_RULES, small_target, weight
+from planner_testing import small_target, weight
 from popart_unwind.transforms import Condition, UnwindLayouts, registry
 
 from popart_unwind.frontends.builder import Builder
+from popart_unwind.ops import REGISTRY
 from popart_unwind.options import SessionOptions
 
 
@@ -30,7 +31,7 @@ def test_registered_with_its_id_and_conditions():
 
 def test_apply_reports_changes_and_passes_the_condition_checks():
     ir = small_ir()
-    transform = UnwindLayouts(target=small_target(8), op_registry=REGISTRY_WITH_RULES)
+    transform = UnwindLayouts(target=small_target(8))
     assert registry.apply(transform, ir, check=True) is True
     assert all(t.tile_mapping is not None for t in ir.main_graph.producerless_tensors())
     assert registry.apply(transform, ir, check=True) is False  # the same plan again
@@ -52,11 +53,11 @@ def test_plans_survive_json_round_trips():
     from popart_unwind.ir import Ir
 
     ir = small_ir()
-    UnwindLayouts(target=small_target(8), op_registry=REGISTRY_WITH_RULES).apply(ir.main_graph)
+    UnwindLayouts(target=small_target(8)).apply(ir.main_graph)
     again = Ir.from_json(ir.to_json())
     for tensor in ir.main_graph.producerless_tensors():
         copy = again.main_graph.tensor(tensor.id)
         assert [list(map(tuple, t)) for t in copy.tile_mapping] == tensor.tile_mapping
     assert not UnwindLayouts(target=small_target(8),
-                             op_registry=REGISTRY_WITH_RULES).apply(again.main_graph)
+                             op_registry=REGISTRY).apply(again.main_graph)
     assert np.all([t.tile_mapping is not None for t in again.main_graph.producerless_tensors()])

@@ -155,7 +155,7 @@ SCRIPT = textwrap.dedent("""
 def test_results_do_not_depend_on_the_hash_seed():
     outputs = set()
     for seed in ("0", "1", "12345"):
-        run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+        run = subprocess.run([sys.executable, "-P", "-c", SCRIPT], capture_output=True, text=True,
                              env={**os.environ, "PYTHONHASHSEED": seed}, check=True)
         outputs.add(run.stdout)
     assert len(outputs) == 1

@@ -19,7 +19,8 @@ from popart_unwind.ir import Graph as IrGraph
 from popart_unwind.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ops.layout import RootTiles, TileTarget
+from popart_unwind.machine.interface import TileMachine
+from popart_unwind.ops.layout_rule import RootTiles
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.unwind import Graph, TensorId
 
@@ -41,9 +42,9 @@ class BarrierRecord:
 
 
 class Emitter:
-    """Implements ``ops.layout.UnwindEmitter`` over one unwind Graph for a whole Ir."""
+    """Implements ``ops.layout_rule.UnwindEmitter`` over one unwind Graph for a whole Ir."""
 
-    def __init__(self, target: TileTarget, valuations: Any, registry: OpRegistry) -> None:
+    def __init__(self, target: TileMachine, valuations: Any, registry: OpRegistry) -> None:
         self.graph = Graph()
         self.target = target
         self.valuations = valuations
@@ -144,7 +145,7 @@ class Emitter:
                 progress()
 
 
-def emit_ir(ir: Ir, target: TileTarget, valuations: Any, registry: OpRegistry,
+def emit_ir(ir: Ir, target: TileMachine, valuations: Any, registry: OpRegistry,
             progress: Progress | None = None) -> Emitter:
     """The unwinding problem of the whole Ir."""
     emitter = Emitter(target, valuations, registry)

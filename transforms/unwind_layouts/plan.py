@@ -19,8 +19,8 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals, tile_dtype, tile_mapping
+from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout import TileTarget
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
 from popart_unwind.unwind import Graph, Solution, TensorId
@@ -103,7 +103,7 @@ class Plan:
         }
 
 
-def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
+def plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None = None,
             progress: Progress | None = None, registry: OpRegistry = REGISTRY,
             write: bool = True) -> Plan:
     """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
@@ -113,7 +113,7 @@ def plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None = None,
         return _plan_ir(ir, target, options, progress, registry, write)
 
 
-def _plan_ir(ir: Ir, target: TileTarget, options: SessionOptions | None,
+def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
              progress: Progress | None, registry: OpRegistry, write: bool) -> Plan:
     options = options if options is not None else ir.options
     began = time.perf_counter()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
 from popart_unwind.unwind.solution import Path, dependency_order
 
@@ -126,11 +127,8 @@ class Realizer:
         op = record.op
         outputs = self._barrier_outputs.get(op.id)
         if outputs is None:
-            rule = self.emitter.registry.layout_rule(op)
-            outputs = list(rule.output_tiles(op, _LazyInputs(self, record.inputs), self.target))
-            if len(outputs) != len(op.outputs):
-                raise PlanError(f"the layout rule of {op.debug_name()} gave {len(outputs)} "
-                                f"output layouts for {len(op.outputs)} outputs")
+            outputs = output_layouts(self.emitter.registry.layout_rule(op), op,
+                                     _LazyInputs(self, record.inputs), self.target)
             self._barrier_outputs[op.id] = outputs
         return outputs[record.position]
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from popart_unwind.machine import TileMachine, TileTarget
 from popart_unwind.ops import REGISTRY, OpRegistry
 
 from ..base import ALL_CONDITIONS, Transform
@@ -16,10 +17,8 @@ if TYPE_CHECKING:
     from popart_unwind.ir import Graph
 
 
-def default_target() -> Any:
-    """The IPU Model with its defaults (a Mk2 GC200), as tile arrays."""
-    from popart_unwind.target.tile_target import TileTarget
-
+def default_target() -> TileMachine:
+    """The IPU Model with its defaults (a Mk2 GC200)."""
     return TileTarget()
 
 
@@ -38,8 +37,8 @@ class UnwindLayouts(Transform):
     assumes = frozenset({Condition.SHAPES_KNOWN})
     preserves = ALL_CONDITIONS
 
-    #: A ``TileTarget`` (``popart_unwind.target.tile_target``): the machine planned for.
-    target: Any = dataclasses.field(default_factory=default_target)
+    #: The machine planned for.
+    target: TileMachine = dataclasses.field(default_factory=default_target)
     op_registry: OpRegistry = REGISTRY
 
     def apply(self, graph: Graph) -> bool:

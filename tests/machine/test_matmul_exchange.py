@@ -9,11 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popart_unwind.target import IpuModel, TileTarget
-from popart_unwind.target.tile_target import (
-    REARRANGE_ABOVE_DESTINATIONS,
-    broadcast_destinations,
-)
+from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
 
 
 def _part(index: int, size: int, parts: int) -> int:
@@ -96,7 +93,7 @@ def test_matmul_readers_match_the_element_oracle(case):
     splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
               else (plan.groups, plan.inner, plan.cols))
     need = target.matmul_readers(g, m, k, n, "float32", operand, tiles)
-    if broadcast_destinations(plan, operand) > REARRANGE_ABOVE_DESTINATIONS:
+    if plan.broadcast_destinations(operand) > REARRANGE_ABOVE_DESTINATIONS:
         wanted = np.asarray(target.matmul_tiles(g, m, k, n, "float32", operand))
         copied = copy_oracle(wanted, tiles, target.num_tiles, 4)
         sent = broadcast_oracle(shape, splits, plan, operand, wanted, target.num_tiles, 4)
@@ -112,7 +109,7 @@ def _wide_matmul(target: TileTarget) -> tuple[tuple[int, int, int, int], str]:
     for dims in ((1, 512, 64, 512), (1, 2048, 256, 64), (1, 64, 256, 2048)):
         plan = target.matmul_plan(*dims, "float16")
         for operand in ("lhs", "rhs"):
-            if broadcast_destinations(plan, operand) > REARRANGE_ABOVE_DESTINATIONS:
+            if plan.broadcast_destinations(operand) > REARRANGE_ABOVE_DESTINATIONS:
                 return dims, operand
     pytest.fail("no test matmul broadcasts an operand to more than seven tiles")
 

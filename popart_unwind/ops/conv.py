@@ -1,54 +1,157 @@
-"""Layout rule of ONNX Conv: Poplibs' convolution seen through the matmul partition model.
+"""Op family: sliding windows — Conv, ConvTranspose and the pools — with ONNX semantics.
 
-Poplibs plans a matmul as a convolution (lib/poplin/MatMul.cpp); here the converse holds: a
-convolution is the grouped matmul of its im2col, ``[G, M, K] x [G, K, N]`` with G the
-groups, M = batch x output positions, K = input channels per group x kernel positions and
-N = output channels per group, so one partition model serves both. The weights and the
-output are exact views of the matmul's RHS and output. The data input is not (an element
-feeds several im2col positions, padding feeds none), so its wanted layout and its exchange
-are derived from the im2col itself. docs/ipu-model.md ("Convolutions") states every choice
-and approximation.
+Output sizes follow ONNX's rule for every window (``pads``, ``strides``, ``dilations``,
+``auto_pad``, ``ceil_mode`` for pools, counted as ONNX's own shape inference counts them, so
+imported shapes agree).
+
+Layouts of Conv: Poplibs plans a matmul as a convolution (lib/poplin/MatMul.cpp); here the
+converse holds: a convolution is the grouped matmul of its im2col, ``[G, M, K] x [G, K, N]``
+with G the groups, M = batch x output positions, K = input channels per group x kernel
+positions and N = output channels per group, so one partition model serves both. The
+weights and the output are exact views of the matmul's RHS and output. The data input is
+not (an element feeds several im2col positions, padding feeds none), so its wanted layout
+and its exchange are derived from the im2col itself. docs/ipu-model.md ("Convolutions")
+states every choice and approximation. ConvTranspose and the pools are barriers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from math import prod
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from popart_unwind.ops.layout import (
-    ExchangeNeed,
-    LayoutRule,
-    TileTarget,
-    UnwindEmitter,
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir.op import Op
+from popart_unwind.machine.exchange import (
     axis_parts,
+    block_need,
+    broadcast_index,
     matmul_reader_blocks,
     read_need,
 )
-from popart_unwind.ops.layout_compute import (
-    broadcast_index,
-    count_equal,
-    created_agreement,
-    flat_tiles,
-    tie_created_operands,
+from popart_unwind.machine.interface import (
+    REARRANGE_ABOVE_DESTINATIONS,
+    ExchangeNeed,
+    TileMachine,
 )
-
-if TYPE_CHECKING:
-    from popart_unwind.ir.op import Op
+from popart_unwind.ops.common import input_shape
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    UnwindEmitter,
+    count_equal,
+    flat_tiles,
+)
+from popart_unwind.ops.linalg import created_agreement, tie_created_operands
+from popart_unwind.ops.registry import OpDef, register
 
 Shape = tuple[int, ...]
 
-#: Poplibs copies the activations into the plan's own layout before broadcasting them when
-#: each element goes to more than this many tiles (``inViewMaxBroadcastDests`` in
-#: lib/poplin/Convolution.cpp); the same rule as ``TileTarget.matmul_readers`` applies to
-#: matmul operands, so a 1x1 convolution costs what its matmul costs.
-REARRANGE_ABOVE_DESTINATIONS = 7
 #: im2col positions enumerated at once when deriving what each tile reads.
 CHUNK_POSITIONS = 1 << 22
 
 
+# -- Conv, ConvTranspose, pools -------------------------------------------------------------
+def _attribute(op: Op, name: str, default: Sequence[int], count: int) -> list[int]:
+    values = list(op.attributes.get(name, default))
+    if len(values) != count:
+        raise ShapeError(f"op {op.debug_name()}: attribute {name} has {len(values)} "
+                         f"value(s), expected {count}")
+    return values
+
+
+def _spatial_dims(op: Op, x: tuple[int, ...], kernel: Sequence[int], ceil_mode: bool = False
+                  ) -> list[int]:
+    """Output sizes of a sliding window over the spatial axes (ONNX conv/pool rule)."""
+    n = len(kernel)
+    strides = _attribute(op, "strides", [1] * n, n)
+    dilations = _attribute(op, "dilations", [1] * n, n)
+    auto_pad = op.attributes.get("auto_pad", "NOTSET")
+    pads = _attribute(op, "pads", [0] * 2 * n, 2 * n) if auto_pad == "NOTSET" else [0] * 2 * n
+    out = []
+    for axis, (size, k, s, d) in enumerate(zip(x[2:], kernel, strides, dilations, strict=True)):
+        if s < 1 or d < 1:
+            raise ShapeError(f"op {op.debug_name()}: strides and dilations must be >= 1")
+        window = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-size // s))
+            continue
+        padded = size + pads[axis] + pads[axis + n]
+        if padded < window:
+            raise ShapeError(f"op {op.debug_name()}: window {window} is larger than the "
+                             f"padded spatial axis {axis} ({padded})")
+        # As ONNX's own shape inference counts (it keeps a last ceil-mode window that would
+        # start in the end padding, where PyTorch drops it): imported shapes must agree.
+        count = -(-(padded - window) // s) if ceil_mode else (padded - window) // s
+        out.append(count + 1)
+    return out
+
+
+def _spatial_input(op: Op, min_rank: int = 3) -> tuple[int, ...]:
+    x = input_shape(op, 0)
+    if len(x) < min_rank:
+        raise ShapeError(f"op {op.debug_name()}: input must be N x C x spatial..., got {x}")
+    return x
+
+
+def _infer_conv(op: Op) -> list:
+    x, w = _spatial_input(op), input_shape(op, 1)
+    group = op.attributes.get("group", 1)
+    if len(w) != len(x) or x[1] != w[1] * group or w[0] % group:
+        raise ShapeError(f"op {op.debug_name()}: weights {w} do not fit input {x} with "
+                         f"group {group}")
+    if op.has_input(2) and input_shape(op, 2) != (w[0],):
+        raise ShapeError(f"op {op.debug_name()}: bias must have shape ({w[0]},), got "
+                         f"{input_shape(op, 2)}")
+    kernel = _attribute(op, "kernel_shape", w[2:], len(x) - 2)
+    return [(op.input(0).dtype, (x[0], w[0], *_spatial_dims(op, x, kernel)))]
+
+
+def _infer_conv_transpose(op: Op) -> list:
+    x, w = _spatial_input(op), input_shape(op, 1)
+    group = op.attributes.get("group", 1)
+    if len(w) != len(x) or x[1] != w[0]:
+        raise ShapeError(f"op {op.debug_name()}: weights {w} do not fit input {x}")
+    n = len(x) - 2
+    if "output_shape" in op.attributes:
+        spatial = list(op.attributes["output_shape"])[-n:]
+    else:
+        kernel = _attribute(op, "kernel_shape", w[2:], n)
+        strides = _attribute(op, "strides", [1] * n, n)
+        dilations = _attribute(op, "dilations", [1] * n, n)
+        extra = _attribute(op, "output_padding", [0] * n, n)
+        auto_pad = op.attributes.get("auto_pad", "NOTSET")
+        pads = _attribute(op, "pads", [0] * 2 * n, 2 * n) if auto_pad == "NOTSET" else [0] * 2 * n
+        spatial = []
+        for axis in range(n):
+            if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+                spatial.append(x[2 + axis] * strides[axis])
+            else:
+                spatial.append(strides[axis] * (x[2 + axis] - 1) + extra[axis]
+                               + (kernel[axis] - 1) * dilations[axis] + 1
+                               - pads[axis] - pads[axis + n])
+    return [(op.input(0).dtype, (x[0], w[1] * group, *spatial))]
+
+
+def _infer_pool(op: Op) -> list:
+    x = _spatial_input(op)
+    if "kernel_shape" not in op.attributes:
+        raise ShapeError(f"op {op.debug_name()}: attribute kernel_shape is required")
+    kernel = _attribute(op, "kernel_shape", (), len(x) - 2)
+    ceil_mode = bool(op.attributes.get("ceil_mode", 0))
+    shape = (x[0], x[1], *_spatial_dims(op, x, kernel, ceil_mode))
+    return [(op.input(0).dtype, shape), ("int64", shape)]
+
+
+def _infer_global_pool(op: Op) -> list:
+    x = _spatial_input(op)
+    return [(op.input(0).dtype, (x[0], x[1]) + (1,) * (len(x) - 2))]
+
+
+# -- layouts ----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ConvGeometry:
     """A convolution's sizes, with ONNX's defaults filled in (``pads`` are the lower pads;
@@ -103,10 +206,10 @@ def conv_geometry(op: Op) -> ConvGeometry | None:
         return None
     try:
         group = int(attributes.get("group", 1))
-        kernel = _ints(attributes.get("kernel_shape", w[2:]), n)
-        strides = _ints(attributes.get("strides", [1] * n), n)
-        dilations = _ints(attributes.get("dilations", [1] * n), n)
-        pads = _ints(attributes.get("pads", [0] * 2 * n), 2 * n)
+        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
+        strides = _exactly(attributes.get("strides", [1] * n), n)
+        dilations = _exactly(attributes.get("dilations", [1] * n), n)
+        pads = _exactly(attributes.get("pads", [0] * 2 * n), 2 * n)
     except (TypeError, ValueError):
         return None
     if (group < 1 or x[1] != w[1] * group or w[0] % group or kernel != tuple(w[2:])
@@ -123,7 +226,7 @@ def conv_geometry(op: Op) -> ConvGeometry | None:
                         pads[:n], dilations, op.input(0).dtype)
 
 
-def _ints(values: Any, count: int) -> Shape:
+def _exactly(values: Any, count: int) -> Shape:
     result = tuple(int(v) for v in values)
     if len(result) != count:
         raise ValueError(f"{count} values expected, got {len(result)}")
@@ -138,7 +241,7 @@ class ConvRule(LayoutRule):
     kind = "conv"
 
     # -- layouts ---------------------------------------------------------------------------
-    def weight_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+    def weight_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
         """poplin's createWeights: the plan's RHS layout, seen as the weights
         ``w[g*N + n, ci, *kk] = rhs[g, (ci, *kk), n]``."""
         groups, _, inner, cols = geometry.dims
@@ -146,28 +249,28 @@ class ConvRule(LayoutRule):
         return np.ascontiguousarray(rhs.reshape(groups, inner, cols).transpose(0, 2, 1)
                                     ).reshape(-1)
 
-    def product_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+    def product_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
         """The plan's output layout, seen as ``y[b, g*N + n, *o] = out[g, (b, *o), n]``."""
         groups, _, _, cols = geometry.dims
         out = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "output"))
         return np.ascontiguousarray(out.reshape(groups, geometry.batch, -1, cols)
                                     .transpose(1, 0, 3, 2)).reshape(-1)
 
-    def data_tiles(self, geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+    def data_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
         """poplin's createInput, approximated: each element on the LHS tile of the first
         im2col position reading it; unread elements (stride gaps) extend their preceding
         neighbour's tile, as Poplibs extends partial usage."""
         return target.remembered(("conv data", geometry),
-                           lambda: _create_input_tiles(geometry, target))
+                                 lambda: _create_input_tiles(geometry, target))
 
     def bias_tiles(self, geometry: ConvGeometry, output_tiles: np.ndarray,
-                   target: TileTarget) -> np.ndarray:
+                   target: TileMachine) -> np.ndarray:
         """poplin's createBiases: each output channel's bias where most of it lies."""
         return np.asarray(target.broadcast_operand_tiles(
             np.asarray(output_tiles).reshape(-1), geometry.output_shape, geometry.bias_shape)
         ).reshape(-1)
 
-    def operand_tiles(self, op: Op, index: int, target: TileTarget) -> np.ndarray | None:
+    def operand_tiles(self, op: Op, index: int, target: TileMachine) -> np.ndarray | None:
         """The layout poplin creates for input ``index`` (0 data, 1 weights, 2 bias)."""
         geometry = conv_geometry(op)
         if geometry is None or not op.has_input(index) or index not in (0, 1, 2):
@@ -178,8 +281,9 @@ class ConvRule(LayoutRule):
             return self.weight_tiles(geometry, target)
         return self.bias_tiles(geometry, self.product_tiles(geometry, target), target)
 
-    def wanted_input_tiles(self, op: Op, index: int, target: TileTarget) -> np.ndarray | None:
-        return self.operand_tiles(op, index, target)
+    def wanted_input_tiles(self, op: Op, in_index: int,
+                           target: TileMachine) -> np.ndarray | None:
+        return self.operand_tiles(op, in_index, target)
 
     def creates_input(self, op: Op, in_index: int) -> int | None:
         """PopART's ConvOpx creates data and weights (poplin createInput, createWeights);
@@ -209,16 +313,16 @@ class ConvRule(LayoutRule):
         emitter.define(out, result.out)
 
     # -- costing ---------------------------------------------------------------------------
-    def output_tiles(self, op: Op, input_tiles: list[np.ndarray | None],
-                     target: TileTarget) -> list[np.ndarray]:
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
         """The plan's output layout; the bias is added in place."""
         geometry = conv_geometry(op)
         if geometry is None:
             return super().output_tiles(op, input_tiles, target)
         return [self.product_tiles(geometry, target)]
 
-    def exchange(self, op: Op, input_tiles: list[np.ndarray | None],
-                 output_tiles: list[np.ndarray], target: TileTarget) -> ExchangeNeed:
+    def exchange(self, op: Op, input_tiles: InputTiles,
+                 output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
         geometry = conv_geometry(op)
         if geometry is None:
             return super().exchange(op, input_tiles, output_tiles, target)
@@ -241,25 +345,25 @@ class ConvRule(LayoutRule):
         return need
 
     def data_need(self, geometry: ConvGeometry, tiles: np.ndarray,
-                  target: TileTarget) -> ExchangeNeed:
+                  target: TileMachine) -> ExchangeNeed:
         """What the partition's tiles receive of the data input laid out as ``tiles``: each
         tile the distinct elements its LHS block reads and it does not hold. Above
         ``REARRANGE_ABOVE_DESTINATIONS`` readers per element the data is first copied into
         the createInput layout and broadcast from there."""
         size = target.dtype_size(geometry.dtype)
         reads = target.remembered(("conv reads", geometry),
-                            lambda: _read_structure(geometry, target))
-        if target.matmul_plan(*geometry.dims, geometry.dtype).cols \
-                <= REARRANGE_ABOVE_DESTINATIONS:
-            return _block_need(reads, tiles, size, target.num_tiles)
+                                  lambda: _read_structure(geometry, target))
+        plan = target.matmul_plan(*geometry.dims, geometry.dtype)
+        if plan.broadcast_destinations("lhs") <= REARRANGE_ABOVE_DESTINATIONS:
+            return reads.need(tiles, size, target.num_tiles)
         wanted = self.data_tiles(geometry, target)
         copy = read_need(wanted, None, tiles, size, target.num_tiles)
         received, regions = target.remembered(
             ("conv broadcast", geometry),
-            lambda: _block_need(reads, wanted, size, target.num_tiles).arrays())
+            lambda: reads.need(wanted, size, target.num_tiles).arrays())
         return copy + ExchangeNeed(received, regions)
 
-    def agreement(self, op: Op, input_tiles: list[np.ndarray | None], target: TileTarget,
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
                   valuations: Any) -> tuple[float, float]:
         """Data and weights against what poplin creates (matmul value), the bias against
         its channels' tiles (bias value)."""
@@ -276,7 +380,7 @@ class ConvRule(LayoutRule):
         return score, bound
 
     def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
-                         target: TileTarget) -> np.ndarray | None:
+                         target: TileMachine) -> np.ndarray | None:
         """What poplin creates: no rearrangement, every read element on a tile reading it,
         each bias value on a tile of its channel."""
         geometry = conv_geometry(op)
@@ -287,7 +391,6 @@ class ConvRule(LayoutRule):
         return self.operand_tiles(op, index, target)
 
 
-CONV = ConvRule()
 
 
 # -- the data input's layout --------------------------------------------------------------
@@ -306,7 +409,7 @@ def _first_readers(size: int, out: int, kernel: int, stride: int, pad: int, dila
     return first, at
 
 
-def _create_input_tiles(geometry: ConvGeometry, target: TileTarget) -> np.ndarray:
+def _create_input_tiles(geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
     groups, rows, inner, cols = geometry.dims
     lhs = np.asarray(target.matmul_tiles(groups, rows, inner, cols, geometry.dtype, "lhs")
                      ).reshape(-1)
@@ -354,11 +457,18 @@ class _Reads(NamedTuple):
     """The distinct (LHS block, data element) pairs of the im2col, sorted by block then
     element, and which block each tile reads; layout independent, so computed once."""
 
-    block: np.ndarray  # per pair
+    block: np.ndarray  # per pair (int32)
     element: np.ndarray  # per pair
     starts: np.ndarray  # per pair: a new block or a gap in the elements begins here
     block_sizes: np.ndarray  # distinct elements per block
     tile_block: np.ndarray  # per tile: the block it reads, -1 when idle
+
+    def need(self, tiles: np.ndarray, element_bytes: int, num_tiles: int) -> ExchangeNeed:
+        """What the tiles receive of the data laid out as ``tiles``: each its block's
+        distinct elements less those it holds, by runs, as a matmul operand's readers."""
+        held = np.asarray(tiles).reshape(-1)[self.element]
+        return block_need(held, self.block, self.starts, self.block_sizes, self.tile_block,
+                          element_bytes, num_tiles)
 
 
 def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -378,7 +488,7 @@ def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return out_index, kernel_index, offset[out_index, kernel_index]
 
 
-def _read_structure(geometry: ConvGeometry, target: TileTarget) -> _Reads:
+def _read_structure(geometry: ConvGeometry, target: TileMachine) -> _Reads:
     groups, rows, inner, cols = geometry.dims
     plan = target.matmul_plan(groups, rows, inner, cols, geometry.dtype)
     per_group = geometry.in_channels // groups
@@ -406,9 +516,8 @@ def _read_structure(geometry: ConvGeometry, target: TileTarget) -> _Reads:
         chunks.append(_distinct(block.reshape(-1) * numel + element.reshape(-1)))
     keys = np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.int64)
     num_blocks = plan.groups * plan.rows * plan.inner
-    index_type = np.int32 if max(numel, num_blocks) < 2**31 else np.int64
-    block = (keys // numel).astype(index_type)
-    element = (keys % numel).astype(index_type)
+    block = (keys // numel).astype(np.int32)  # at most one block per tile
+    element = (keys % numel).astype(np.int32 if numel < 2**31 else np.int64)
     starts = np.ones(keys.size, dtype=bool)
     starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
     return _Reads(block, element, starts,
@@ -422,22 +531,9 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
-def _block_need(reads: _Reads, tiles: np.ndarray, element_bytes: int,
-                num_tiles: int) -> ExchangeNeed:
-    """Each reading tile receives its block's distinct elements less those it holds, in
-    as many regions as the block has runs of consecutive elements from one source tile,
-    less the runs it holds (as ``TileTarget.matmul_readers`` counts)."""
-    source = np.asarray(tiles).reshape(-1)[reads.element].astype(np.int64)
-    starts = reads.starts.copy()
-    starts[1:] |= source[1:] != source[:-1]
-    runs = np.bincount(reads.block[starts], minlength=reads.block_sizes.size)
-    held = reads.tile_block[source] == reads.block
-    held_elements = np.bincount(source[held], minlength=num_tiles)[:num_tiles]
-    held_runs = np.bincount(source[held & starts], minlength=num_tiles)[:num_tiles]
-    readers = reads.tile_block >= 0
-    blocks = reads.tile_block[readers]
-    received = np.zeros(num_tiles, np.int64)
-    regions = np.zeros(num_tiles, np.int64)
-    received[readers] = (reads.block_sizes[blocks] - held_elements[readers]) * element_bytes
-    regions[readers] = runs[blocks] - held_runs[readers]
-    return ExchangeNeed(received, regions)
+register(OpDef("Conv", infer=_infer_conv, layout=ConvRule()))
+register(OpDef("ConvTranspose", infer=_infer_conv_transpose))
+for _pool in ("MaxPool", "AveragePool", "LpPool"):
+    register(OpDef(_pool, infer=_infer_pool))
+for _pool in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+    register(OpDef(_pool, infer=_infer_global_pool))

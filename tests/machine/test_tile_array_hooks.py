@@ -1,4 +1,6 @@
-"""The hooks' tile-array forms equal their Poplar-format answers, and back again."""
+"""The hooks' tile arrays and the counting on them: every element written, ``tile_counts``
+against ``np.bincount``, remembered answers read-only, ``read_need`` and
+``broadcast_operand_tiles`` against element-by-element oracles."""
 
 from __future__ import annotations
 
@@ -6,79 +8,42 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from machine_oracles import byte_model
 
+from popart_unwind import _hooks
 from popart_unwind.errors import TargetError
-from popart_unwind.ir.tile_mapping import tile_array, tile_mapping
-from popart_unwind.ops import layout
-from popart_unwind.ops.layout import read_need
-from popart_unwind.target import IpuModel, TileTarget
-from popart_unwind.target.hooks import (
-    MatmulPartition,
-    linear_tile_mapping,
-    linear_tiles,
-    matmul_lhs_mapping,
-    matmul_operand_tiles,
-    matmul_output_mapping,
-    matmul_rhs_mapping,
-    poplar_mapping,
-    sliceable_table_mapping,
-    sliceable_table_tiles,
-    tile_counts,
-)
-
-MAPPINGS = {"lhs": matmul_lhs_mapping, "rhs": matmul_rhs_mapping,
-            "output": matmul_output_mapping}
-SIZES = {"lhs": lambda g, m, k, n: g * m * k, "rhs": lambda g, m, k, n: g * k * n,
-         "output": lambda g, m, k, n: g * m * n}
+from popart_unwind.machine import IpuModel, TileTarget, exchange, hooks
+from popart_unwind.machine.exchange import read_need
 
 
 @st.composite
 def matmuls(draw):
     dims = [draw(st.integers(1, 9)) for _ in range(4)]
     parts = [draw(st.integers(1, d)) for d in dims]
-    tiles = draw(st.integers(1, 40)) * np.prod(parts)
-    return dims, MatmulPartition(*parts), int(tiles)
+    tiles = draw(st.integers(1, 40)) * int(np.prod(parts))
+    return dims, parts, tiles
 
 
 @settings(max_examples=150, deadline=None)
-@given(matmuls(), st.sampled_from(["lhs", "rhs", "output"]))
-def test_matmul_tiles_equal_the_mapping(matmul, operand):
-    (g, m, k, n), partition, tiles = matmul
-    mapping = MAPPINGS[operand](g, m, k, n, partition, tiles)
-    expected = tile_array(mapping, SIZES[operand](g, m, k, n), tiles)
-    found = matmul_operand_tiles(g, m, k, n, partition, tiles, operand)
-    assert found.dtype == expected.dtype
-    np.testing.assert_array_equal(found, expected)
-
-
-@settings(max_examples=150, deadline=None)
-@given(rows=st.integers(0, 40), cols=st.integers(0, 40), tiles=st.integers(1, 50),
-       grain=st.integers(1, 4))
-def test_sliceable_tiles_equal_the_mapping(rows, cols, tiles, grain):
-    expected = tile_array(sliceable_table_mapping(rows, cols, tiles, grain), rows * cols, tiles)
-    np.testing.assert_array_equal(sliceable_table_tiles(rows, cols, tiles, grain), expected)
-
-
-@settings(max_examples=150, deadline=None)
-@given(elements=st.integers(0, 3000), tiles=st.integers(1, 64), grain=st.integers(1, 4),
-       minimum=st.integers(0, 40), data=st.data())
-def test_linear_tiles_equal_the_mapping_and_count_used_tiles(elements, tiles, grain, minimum,
-                                                             data):
-    start = data.draw(st.integers(0, tiles - 1))
-    mapping = linear_tile_mapping(elements, tiles, grain, minimum, start)
-    found, used = linear_tiles(elements, tiles, grain, minimum, start)
-    np.testing.assert_array_equal(found, tile_array(mapping, elements, tiles))
-    assert used == sum(1 for intervals in mapping if intervals)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 5)), max_size=40),
-       st.sampled_from([np.int16, np.int32, np.int64, np.uint8]))
-def test_poplar_mapping_equals_the_numpy_conversion(runs, dtype):
-    tiles = np.repeat([t for t, _ in runs], [n for _, n in runs]).astype(dtype)
-    found = poplar_mapping(tiles, 7)
-    assert found == tile_mapping(tiles, 7)
-    assert all(type(b) is int and type(e) is int for tile in found for b, e in tile)
+@given(matmuls(), st.integers(0, 40), st.integers(0, 40), st.integers(0, 3000),
+       st.sampled_from([np.int16, np.int32]))
+def test_hooks_write_every_element(matmul, rows, cols, elements, dtype):
+    """The C++ fills write a tile into every element of the array they are given (the hooks
+    hand them uninitialised arrays): none is left at a sentinel outside the tile range."""
+    (g, m, k, n), parts, tiles = matmul
+    params = byte_model(tiles, 3, 5).tile_params("int8")
+    sizes = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
+    for operand, size in sizes.items():
+        out = np.full(size, -1, dtype)
+        _hooks.fill_matmul_tiles(out, params, (g, m, k, n), tuple(parts), operand)
+        assert out.min() >= 0 and out.max() < tiles
+    out = np.full(rows * cols, -1, dtype)
+    _hooks.fill_sliceable_tiles(out, params, rows, cols)
+    assert out.size == 0 or (out.min() >= 0 and out.max() < tiles)
+    out = np.full(elements, -1, dtype)
+    used = _hooks.fill_linear_tiles(out, params, tiles - 1)
+    assert out.size == 0 or (out.min() >= 0 and out.max() < tiles)
+    assert used == len(np.unique(out))
 
 
 @settings(max_examples=100, deadline=None)
@@ -86,18 +51,18 @@ def test_poplar_mapping_equals_the_numpy_conversion(runs, dtype):
        st.sampled_from([np.int16, np.int32, np.int64, np.uint8]))
 def test_tile_counts_equal_bincount(ids, dtype):
     tiles = np.array(ids, dtype=dtype)
-    found = tile_counts(tiles, 7)
+    found = hooks.tile_counts(tiles, 7)
     assert found.dtype == np.int64
     np.testing.assert_array_equal(found, np.bincount(tiles, minlength=7))
 
 
-@pytest.mark.parametrize("convert", [poplar_mapping, tile_counts])
-def test_conversions_refuse_ids_out_of_range(convert):
-    for bad in (np.array([0, 3], np.int16), np.array([-1], np.int32), np.array([9], np.int64)):
-        with pytest.raises(TargetError):
-            convert(bad, 3)
-    with pytest.raises(TargetError):
-        convert(np.array([0.5]), 3)
+def test_tile_counts_refuse_ids_out_of_range():
+    for bad in (np.array([0, 3], np.int16), np.array([-1], np.int32), np.array([9], np.int64),
+                np.array([3], np.uint8)):
+        with pytest.raises(TargetError, match="tile id"):
+            hooks.tile_counts(bad, 3)
+    with pytest.raises(TargetError, match="integers"):
+        hooks.tile_counts(np.array([0.5]), 3)
 
 
 def test_target_answers_are_remembered_and_read_only():
@@ -109,6 +74,16 @@ def test_target_answers_are_remembered_and_read_only():
     table = target.sliceable_tiles(10, 6, "float16")
     assert target.sliceable_tiles(10, 6, "float16") is table
     assert not table.flags.writeable
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.zeros(3), np.ones(2)
+
+    pair = target.remembered(("test", 1), compute)
+    assert target.remembered(("test", 1), compute) is pair
+    assert len(calls) == 1
+    assert not any(array.flags.writeable for array in pair)
 
 
 def oracle_need(readers, index, held, size, tiles):
@@ -137,17 +112,17 @@ def test_read_need_equals_the_element_oracle(tiles, sources, data):
     held = np.array(data.draw(st.lists(st.integers(0, tiles - 1), min_size=sources,
                                        max_size=sources)), dtype=np.int16)
     received, regions = oracle_need(readers, index, held, 2, tiles)
-    for dense_limit in (layout.DENSE_PAIRS_MAX, 0):  # marking a table, then sorting
-        saved, layout.DENSE_PAIRS_MAX = layout.DENSE_PAIRS_MAX, dense_limit
+    for dense_limit in (exchange.DENSE_PAIRS_MAX, 0):  # marking a table, then sorting
+        saved, exchange.DENSE_PAIRS_MAX = exchange.DENSE_PAIRS_MAX, dense_limit
         try:
             need = read_need(readers, index, held, 2, tiles)
         finally:
-            layout.DENSE_PAIRS_MAX = saved
+            exchange.DENSE_PAIRS_MAX = saved
         np.testing.assert_array_equal(need.received_bytes, received)
         np.testing.assert_array_equal(need.regions, regions)
     # a same-shape operand: element k reads element k
-    same = read_need(readers, None, held[:count] if count <= sources else readers, 2, tiles)
     source = held[:count] if count <= sources else readers
+    same = read_need(readers, None, source, 2, tiles)
     received, regions = oracle_need(readers, np.arange(count), source, 2, tiles)
     np.testing.assert_array_equal(same.received_bytes, received)
     np.testing.assert_array_equal(same.regions, regions)
@@ -174,4 +149,5 @@ def test_broadcast_operand_tiles_follow_the_most_readers(full_shape, small_shape
     rng = np.random.default_rng(len(full_shape) + int(np.prod(full_shape)))
     full = rng.integers(0, 5, int(np.prod(full_shape))).astype(np.int16)
     found = target.broadcast_operand_tiles(full, full_shape, small_shape)
+    assert found.dtype == target.tile_dtype
     np.testing.assert_array_equal(found, oracle_broadcast(full, full_shape, small_shape))

@@ -1,0 +1,183 @@
+"""Exchange accounting on tile arrays: what tiles must receive when they read elements held
+elsewhere, and the element maps behind it (broadcast reads, matmul blocks).
+
+Every layout rule's exchange and the machine's own matmul accounting are written with these,
+so one definition says what a received element and a region are: each (tile, element) pair
+is received once, and a tile's regions are its maximal runs of consecutive source elements
+coming from one tile (each run costs exchange code).
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from popart_unwind.machine import hooks
+from popart_unwind.machine.interface import ExchangeNeed, MatmulPartition
+
+#: Up to this many possible (tile, element) pairs, counting per pair marks or counts a table
+#: (one pass) rather than sorting: a broadcast bias read by 1472 tiles has about a million; a
+#: gather from a real embedding table has billions and sorts.
+DENSE_PAIRS_MAX = 1 << 26
+
+
+def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
+              source_tiles: np.ndarray, element_bytes: int, num_tiles: int,
+              distinct: bool = True) -> ExchangeNeed:
+    """What tiles must receive when element k is computed on ``reader_tiles[k]`` from
+    source element ``source_index[k]`` held on ``source_tiles[source_index[k]]``.
+
+    ``source_index=None`` means element k reads source element k (a same-shape operand, or a
+    copy between two layouts of one tensor: no index array to build). ``distinct=False``
+    promises that no pair repeats and that ``source_index`` ascends.
+    """
+    readers = _ids(reader_tiles)
+    held = _ids(source_tiles)
+    if source_index is None:
+        return _same_shape_need(readers, held, element_bytes, num_tiles)
+    index = np.asarray(source_index).reshape(-1).astype(np.int64, copy=False)
+    remote = held[index] != readers
+    tile, element = readers[remote], index[remote]
+    if not tile.size:
+        return ExchangeNeed.none(num_tiles)
+    if distinct:
+        tile, element = _distinct_pairs(tile, element, held.size)
+    else:
+        order = np.argsort(_narrow(tile), kind="stable")
+        tile, element = tile[order], element[order]
+    source = held[element]
+    starts = np.ones(tile.size, dtype=bool)
+    starts[1:] = ((tile[1:] != tile[:-1]) | (element[1:] != element[:-1] + 1)
+                  | (source[1:] != source[:-1]))
+    received = np.bincount(tile, minlength=num_tiles)[:num_tiles] * element_bytes
+    regions = np.bincount(tile[starts], minlength=num_tiles)[:num_tiles]
+    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
+
+
+def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
+                     num_tiles: int) -> ExchangeNeed:
+    """``read_need`` when element k reads source element k, without sorting by tile: a
+    received element starts a region unless the element before it was received by the same
+    tile from the same tile (a tile's elements ascend, so that is its previous one)."""
+    remote = held != readers
+    if not remote.any():
+        return ExchangeNeed.none(num_tiles)
+    starts = remote.copy()
+    starts[1:] &= ~(remote[:-1] & (readers[1:] == readers[:-1]) & (held[1:] == held[:-1]))
+    received = np.bincount(readers[remote], minlength=num_tiles)[:num_tiles] * element_bytes
+    regions = np.bincount(readers[starts], minlength=num_tiles)[:num_tiles]
+    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
+
+
+def _ids(tiles: np.ndarray) -> np.ndarray:
+    """Flat integer tile ids, kept in their own (narrow) type: widening every operand to
+    int64 first was a large share of costing a real model."""
+    flat = np.asarray(tiles).reshape(-1)
+    return flat if np.can_cast(flat.dtype, np.int64) else flat.astype(np.int64)
+
+
+def _distinct_pairs(tile: np.ndarray, element: np.ndarray, num_elements: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (tile, element) pairs, sorted by tile then element (``np.unique`` of
+    ``tile * num_elements + element``, the same order)."""
+    stride = max(num_elements, 1)
+    keys = tile.astype(np.int64) * stride + element
+    space = (int(tile.max()) + 1) * stride
+    if (int(tile.min()) >= 0 and space <= DENSE_PAIRS_MAX
+            and space <= 64 * keys.size + (1 << 20)):
+        seen = np.zeros(space, dtype=bool)
+        seen[keys] = True
+        keys = np.flatnonzero(seen)
+    else:  # sorting beats np.unique's hash table here
+        keys = np.sort(keys)
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
+    return keys // stride, keys % stride
+
+
+def _narrow(tiles: np.ndarray) -> np.ndarray:
+    """Tile ids as int16 when they fit: numpy's stable sort of 16-bit keys is a radix sort."""
+    small = np.iinfo(np.int16)
+    if tiles.dtype.itemsize <= 2:
+        return tiles
+    if small.min <= int(tiles.min()) and int(tiles.max()) <= small.max:
+        return tiles.astype(np.int16)
+    return tiles
+
+
+def broadcast_index(small: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray:
+    """For each element of ``full`` (row-major), the element of ``small`` numpy reads."""
+    padded = (1,) * (len(full) - len(small)) + tuple(small)
+    return np.broadcast_to(np.arange(prod(small), dtype=np.int64).reshape(padded),
+                           full).reshape(-1)
+
+
+def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
+                    num_tiles: int, dtype: np.dtype | type = np.int64) -> np.ndarray:
+    """For each source element, the tile among those reading it (``reader_tiles[k]`` reads
+    ``source_index[k]``) that reads it most, the lowest among equals; 0 if none reads it.
+    Placing an element there saves the most copies of it (Poplibs' rule for a broadcast
+    operand, of which a bias is the one-axis case)."""
+    tiles = np.asarray(reader_tiles).reshape(-1).astype(np.int64)
+    keys = np.asarray(source_index, np.int64) * num_tiles + tiles
+    space = num_sources * num_tiles
+    if (space <= DENSE_PAIRS_MAX and space <= 16 * keys.size + (1 << 20)
+            and (not tiles.size or 0 <= tiles.min() <= tiles.max() < num_tiles)):
+        # One count per (element, tile); argmax takes the lowest tile among equals.
+        counts = np.bincount(keys, minlength=space).reshape(num_sources, num_tiles)
+        return counts.argmax(axis=1).astype(dtype)
+    keys, counts = np.unique(keys, return_counts=True)
+    element, tile = keys // num_tiles, keys % num_tiles
+    order = np.lexsort((tile, -counts, element))  # by element, most reads, lowest tile
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = element[order][1:] != element[order][:-1]
+    result = np.zeros(num_sources, dtype=dtype)
+    result[element[order][first]] = tile[order][first]
+    return result
+
+
+def block_need(held: np.ndarray, blocks: np.ndarray, starts: np.ndarray,
+               block_sizes: np.ndarray, tile_block: np.ndarray, element_bytes: int,
+               num_tiles: int) -> ExchangeNeed:
+    """What tiles receive when tile t reads block ``tile_block[t]`` (-1: none) of an operand
+    whose block contents are listed, block by block, as items: item i is an element of block
+    ``blocks[i]`` (int32) held on tile ``held[i]``, and ``starts[i]`` marks where a block or
+    a gap in its elements begins. Each reading tile receives its block's distinct elements
+    less those it holds, in as many regions as the block has runs of consecutive elements
+    from one source tile, less the runs it holds itself (removing a tile's own runs never
+    joins two others: they are not contiguous). One pass in C++ counts the runs."""
+    runs_per_block, held_elements, held_runs = hooks.block_reader_counts(
+        held, blocks, starts, tile_block, block_sizes.size)
+    readers = tile_block >= 0
+    reader_blocks = tile_block[readers]
+    received = np.zeros(num_tiles, np.int64)
+    regions = np.zeros(num_tiles, np.int64)
+    received[readers] = (block_sizes[reader_blocks] - held_elements[readers]) * element_bytes
+    regions[readers] = runs_per_block[reader_blocks] - held_runs[readers]
+    return ExchangeNeed(received, regions)
+
+
+def axis_parts(size: int, count: int) -> np.ndarray:
+    """The part of each index of an axis of ``size`` cut into ``count`` parts at
+    ``floor(p * size / count)`` (the matmul partition model's cut)."""
+    bounds = np.arange(count + 1) * size // count
+    return np.searchsorted(bounds, np.arange(size), side="right") - 1
+
+
+def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) -> np.ndarray:
+    """For each tile, the block of matmul ``operand`` ("lhs" or "rhs") it reads under a
+    partition ``plan``, -1 for tiles the plan leaves idle. Tile
+    ((g * gM + m) * gN + n) * gK + k reads LHS block (g, m, k) and RHS block (g, k, n)."""
+    used = plan.tiles_used
+    tile = np.arange(used)
+    k = tile % plan.inner
+    n = (tile // plan.inner) % plan.cols
+    m = (tile // (plan.inner * plan.cols)) % plan.rows
+    g = tile // (plan.inner * plan.cols * plan.rows)
+    if operand == "lhs":
+        block = (g * plan.rows + m) * plan.inner + k
+    else:
+        block = (g * plan.inner + k) * plan.cols + n
+    result = np.full(num_tiles, -1, dtype=np.int64)
+    result[:used] = block
+    return result

@@ -1,0 +1,117 @@
+"""The IPU Model: the figures of one IPU, each a public figure of the Graphcore Mk2 GC200 or
+a Poplibs constant, or a stated assumption (docs/ipu-model.md gives each one's source and
+what it approximates), and the per-dtype figures the layout hooks are called with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+
+from popart_unwind import _hooks
+from popart_unwind.errors import TargetError
+
+#: Bytes per element of the IR's dtypes (numpy names, as in ``popart_unwind.ir.dtypes``).
+DTYPE_SIZES: Mapping[str, int] = MappingProxyType({
+    "bool": 1, "uint8": 1, "int8": 1,
+    "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
+    "uint32": 4, "int32": 4, "float32": 4,
+    "uint64": 8, "int64": 8, "float64": 8,
+})
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TargetError(f"IpuModel.{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise TargetError(f"IpuModel.{name} must be at least {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class IpuModel:
+    """One IPU as the planner sees it (defaults: a Mk2 GC200).
+
+    ``tiles_per_ipu`` and ``bytes_per_tile``: 1472 tiles of 624 KiB. ``exchange_bytes_per_cycle``:
+    bytes one tile receives per cycle. ``sync_cycles``: assumed cost of one BSP sync.
+    ``min_bytes_per_tile`` and ``grain_bytes``: Poplibs' linear mapping puts at least 128 bytes
+    on a used tile, in grains of one 64-bit vector. ``macs_per_cycle_half`` / ``_float``:
+    multiply-accumulates per tile per cycle of 2-byte and wider operands.
+    ``partial_bytes_per_element``: matmul partial sums are float32.
+    """
+
+    tiles_per_ipu: int = 1472
+    bytes_per_tile: int = 624 * 1024
+    exchange_bytes_per_cycle: int = 4
+    sync_cycles: int = 90
+    min_bytes_per_tile: int = 128
+    grain_bytes: int = 8
+    macs_per_cycle_half: int = 64
+    macs_per_cycle_float: int = 16
+    partial_bytes_per_element: int = 4
+    dtype_sizes: Mapping[str, int] = field(default_factory=lambda: DTYPE_SIZES, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tiles_per_ipu", "bytes_per_tile", "exchange_bytes_per_cycle",
+                     "grain_bytes", "macs_per_cycle_half", "macs_per_cycle_float",
+                     "partial_bytes_per_element"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("sync_cycles", "min_bytes_per_tile"):
+            _check_int(name, getattr(self, name), 0)
+        if not isinstance(self.dtype_sizes, Mapping) or not self.dtype_sizes:
+            raise TargetError(f"IpuModel.dtype_sizes must be a non-empty mapping, "
+                              f"got {self.dtype_sizes!r}")
+        for dtype, size in self.dtype_sizes.items():
+            if not isinstance(dtype, str):
+                raise TargetError(f"IpuModel.dtype_sizes keys must be dtype names, got {dtype!r}")
+            _check_int(f"dtype_sizes[{dtype!r}]", size, 1)
+        # A private read-only copy: the model stays frozen whatever the caller's dict does.
+        object.__setattr__(self, "dtype_sizes", MappingProxyType(dict(self.dtype_sizes)))
+
+    # -- per-dtype figures -------------------------------------------------------------------
+    def dtype_size(self, dtype: str) -> int:
+        """Bytes per element of ``dtype`` (a numpy name such as ``"float16"``)."""
+        try:
+            return self.dtype_sizes[dtype]
+        except (KeyError, TypeError):
+            raise TargetError(
+                f"unknown dtype {dtype!r}; the IPU model knows {sorted(self.dtype_sizes)}"
+            ) from None
+
+    def grain_size(self, dtype: str) -> int:
+        """Elements per linear-mapping grain: one 64-bit vector (Poplibs' getVectorWidth)."""
+        return max(1, self.grain_bytes // self.dtype_size(dtype))
+
+    def min_elements_per_tile(self, dtype: str) -> int:
+        """Fewest elements linear mapping puts on a used tile: ceil(min bytes / element size)."""
+        size = self.dtype_size(dtype)
+        return -(-self.min_bytes_per_tile // size)
+
+    def macs_per_cycle(self, dtype: str) -> int:
+        """Multiply-accumulates per tile per cycle for matmul operands of ``dtype``."""
+        if self.dtype_size(dtype) <= 2:
+            return self.macs_per_cycle_half
+        return self.macs_per_cycle_float
+
+    def tile_params(self, dtype: str) -> _hooks.TileParams:
+        """Everything the C++ hooks need to lay out a tensor of ``dtype``, as one object."""
+        self.dtype_size(dtype)  # an unknown (or unhashable) dtype is a TargetError
+        return _tile_params(self, dtype)
+
+    def exchange_cycles(self, busiest_tile_bytes: int) -> int:
+        """An exchange step: the busiest tile's bytes at the exchange rate, then a sync."""
+        if not busiest_tile_bytes:
+            return 0
+        return -(-busiest_tile_bytes // self.exchange_bytes_per_cycle) + self.sync_cycles
+
+
+@lru_cache(maxsize=256)
+def _tile_params(model: IpuModel, dtype: str) -> _hooks.TileParams:
+    return _hooks.TileParams(
+        num_tiles=model.tiles_per_ipu, element_bytes=model.dtype_size(dtype),
+        grain_elements=model.grain_size(dtype),
+        min_elements_per_tile=model.min_elements_per_tile(dtype),
+        partial_bytes_per_element=model.partial_bytes_per_element,
+        exchange_bytes_per_cycle=model.exchange_bytes_per_cycle,
+        macs_per_cycle=model.macs_per_cycle(dtype), sync_cycles=model.sync_cycles)

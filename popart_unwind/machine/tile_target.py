@@ -1,0 +1,232 @@
+"""The IPU Model as a tile machine: the C++ hooks' answers as per-element tile arrays,
+PopART's rotating linear mapper, and the two derived questions the rules ask (where a
+broadcast operand goes, and what a matmul's tiles must receive given an operand's layout).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from math import prod
+
+import numpy as np
+
+from popart_unwind.errors import TargetError
+from popart_unwind.ir.tile_mapping import tile_dtype
+from popart_unwind.machine import hooks
+from popart_unwind.machine.exchange import (
+    axis_parts,
+    block_need,
+    broadcast_index,
+    matmul_reader_blocks,
+    most_read_tiles,
+    read_need,
+)
+from popart_unwind.machine.interface import (
+    MATMUL_OPERANDS,
+    REARRANGE_ABOVE_DESTINATIONS,
+    Answer,
+    ExchangeNeed,
+    MatmulPartition,
+    TileMachine,
+)
+from popart_unwind.machine.ipu_model import IpuModel
+from popart_unwind.validation import as_shape
+
+#: Bytes of hook answers (matmul operand and table layouts) a target keeps, least recently
+#: used dropped first: room for every distinct matmul of BERT-base or GPT-2 training and
+#: their embedding tables.
+ANSWER_BYTES_KEPT = 256 * 2**20
+
+
+class TileTarget(TileMachine):
+    """An :class:`IpuModel` answering the tile machine's questions (see ``TileMachine``)."""
+
+    def __init__(self, model: IpuModel | None = None) -> None:
+        self.model = model if model is not None else IpuModel()
+        self.num_tiles = self.model.tiles_per_ipu
+        self.bytes_per_tile = self.model.bytes_per_tile
+        self.tile_dtype = tile_dtype(self.num_tiles)
+        self._next_start_tile = 0
+        self._answers: OrderedDict[tuple, Answer] = OrderedDict()  # least recent first
+        self._answer_bytes = 0
+
+    def reset(self) -> None:
+        self._next_start_tile = 0
+
+    @property
+    def next_start_tile(self) -> int:
+        """The tile the next linear mapping starts on."""
+        return self._next_start_tile
+
+    def dtype_size(self, dtype: str) -> int:
+        return self.model.dtype_size(dtype)
+
+    def exchange_cycles(self, busiest_tile_bytes: int) -> int:
+        return self.model.exchange_cycles(busiest_tile_bytes)
+
+    def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+        """Answers are read-only, so no caller can change what the next one gets; at most
+        ``ANSWER_BYTES_KEPT`` bytes of them are kept."""
+        found = self._answers.get(key)
+        if found is not None:
+            self._answers.move_to_end(key)
+            return found
+        found = compute()
+        for array in _arrays(found):
+            array.flags.writeable = False
+        self._answers[key] = found
+        self._answer_bytes += _nbytes(found)
+        while self._answer_bytes > ANSWER_BYTES_KEPT and len(self._answers) > 1:
+            self._answer_bytes -= _nbytes(self._answers.popitem(last=False)[1])
+        return found
+
+    # -- hooks -------------------------------------------------------------------------------
+    def linear_tiles(self, shape: Sequence[int], dtype: str) -> np.ndarray:
+        """Poplibs' linear mapping, started where the previous one ended (PopART's
+        LinearMapper)."""
+        numel = prod(as_shape(shape, "shape", TargetError))
+        tiles, used = hooks.linear_tiles(self.model.tile_params(dtype), numel,
+                                         self._next_start_tile)
+        self._next_start_tile = (self._next_start_tile + used) % self.num_tiles
+        return tiles
+
+    def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
+                    dtype: str) -> MatmulPartition:
+        """The partition of [G,M,K] x [G,K,N] the model's planner picks (cached)."""
+        return _plan(self.model, _matmul_dims(groups, rows, inner, cols), dtype)
+
+    def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                     operand: str) -> np.ndarray:
+        if operand not in MATMUL_OPERANDS:
+            raise TargetError(f"matmul operand must be one of {MATMUL_OPERANDS}, got "
+                              f"{operand!r}")
+        dims = _matmul_dims(groups, rows, inner, cols)
+        return self.remembered(
+            ("matmul", *dims, dtype, operand),
+            lambda: hooks.matmul_tiles(self.model.tile_params(dtype), dims,
+                                       self.matmul_plan(*dims, dtype), operand))
+
+    def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
+        """Tile (g, m, k, n) reads LHS block (g, m, k) and RHS block (g, k, n). An operand
+        broadcast to more than ``REARRANGE_ABOVE_DESTINATIONS`` tiles is first copied into
+        the plan's own layout (Poplibs' pre-convolution rearrangement), so it costs that copy
+        — the elements not already where the plan wants them — plus the broadcast from the
+        plan's layout; any other operand is broadcast from where it lies. See
+        docs/ipu-model.md."""
+        if operand not in ("lhs", "rhs"):
+            raise TargetError(f"matmul_readers: operand must be 'lhs' or 'rhs', got {operand!r}")
+        dims = (groups, rows, inner, cols, dtype, operand)
+        plan = self.matmul_plan(*dims[:5])
+        if plan.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
+            return self._block_readers(*dims, tiles)
+        wanted = self.matmul_tiles(*dims)
+        copy = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
+        received, regions = self.remembered(
+            ("broadcast", *dims),
+            lambda: self._block_readers(*dims, wanted).arrays())
+        return copy + ExchangeNeed(received, regions)
+
+    def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
+        """Each reading tile receives the elements of its block it does not hold
+        (``exchange.block_need``; an operand element lies in one block)."""
+        blocks, block_starts, block_sizes, tile_block = self.remembered(
+            ("readers", groups, rows, inner, cols, dtype, operand),
+            lambda: self._reader_layout(groups, rows, inner, cols, dtype, operand))
+        return block_need(tiles, blocks, block_starts, block_sizes, tile_block,
+                          self.dtype_size(dtype), self.num_tiles)
+
+    def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                       operand: str) -> tuple[np.ndarray, ...]:
+        """What ``matmul_readers`` needs of the plan alone: each operand element's block,
+        where blocks start in flat order, each block's size, and the block each tile reads."""
+        plan = self.matmul_plan(groups, rows, inner, cols, dtype)
+        shape = (groups, rows, inner) if operand == "lhs" else (groups, inner, cols)
+        splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
+                  else (plan.groups, plan.inner, plan.cols))
+        blocks, block_sizes = _block_ids(shape, splits)
+        blocks = blocks.astype(np.int32)  # at most one block per tile: kept small
+        block_starts = np.ones(blocks.size, dtype=bool)
+        block_starts[1:] = blocks[1:] != blocks[:-1]
+        return (blocks, block_starts, block_sizes,
+                matmul_reader_blocks(plan, operand, self.num_tiles))
+
+    def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
+                                small_shape: Sequence[int]) -> np.ndarray:
+        """Each element of a numpy-broadcast operand on the tile holding the most full
+        elements that read it (ties: the lowest tile) — Poplibs' createBroadcastOperand
+        rule, of which the bias mapping is the one-axis case."""
+        full_shape, small_shape = tuple(full_shape), tuple(small_shape)
+        padded = (1,) * (len(full_shape) - len(small_shape)) + small_shape
+        if len(padded) != len(full_shape) or any(
+                s not in (1, f) for s, f in zip(padded, full_shape, strict=True)):
+            raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}")
+        return most_read_tiles(full_tiles, broadcast_index(small_shape, full_shape),
+                               prod(small_shape), self.num_tiles, self.tile_dtype)
+
+    def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
+        """An embedding table [entries, size] split along its unsliced axis (Poplibs'
+        createSliceableTensor)."""
+        as_shape((num_entries, embedding_size), "table shape", TargetError)
+        return self.remembered(
+            ("sliceable", num_entries, embedding_size, dtype),
+            lambda: hooks.sliceable_tiles(self.model.tile_params(dtype), num_entries,
+                                          embedding_size))
+
+    def elementwise_output(self, input_tiles: Sequence[np.ndarray]) -> int:
+        """Poplibs' preference order: smallest most-loaded tile, then most tiles used, then
+        fewest regions, then the lowest index."""
+        if not input_tiles:
+            raise TargetError("elementwise_output needs at least one input")
+        best_key, best = None, 0
+        for index, tiles in enumerate(input_tiles):
+            flat = np.asarray(tiles).reshape(-1)
+            counts = hooks.tile_counts(flat, self.num_tiles) if flat.size else np.zeros(1)
+            runs = int(np.count_nonzero(np.diff(flat))) + 1 if flat.size else 0
+            key = (int(counts.max()), -int(np.count_nonzero(counts)), runs, index)
+            if best_key is None or key < best_key:
+                best_key, best = key, index
+        return best
+
+
+@lru_cache(maxsize=256)
+def _plan(model: IpuModel, dims: tuple[int, int, int, int], dtype: str) -> MatmulPartition:
+    return hooks.plan_matmul(model.tile_params(dtype), dims)
+
+
+def _matmul_dims(*sizes: int) -> tuple[int, int, int, int]:
+    for name, value in zip(("groups", "rows", "inner", "cols"), sizes, strict=True):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TargetError(f"matmul {name} must be a positive int, got {value!r}")
+    if prod(sizes) > hooks.MAX_ELEMENTS:
+        raise TargetError(f"matmul [{sizes[0]},{sizes[1]},{sizes[2]}]x[{sizes[0]},{sizes[2]},"
+                          f"{sizes[3]}] is too large to plan")
+    return sizes  # type: ignore[return-value]
+
+
+def _arrays(answer: Answer) -> tuple[np.ndarray, ...]:
+    return answer if isinstance(answer, tuple) else (answer,)
+
+
+def _nbytes(answer: Answer) -> int:
+    return sum(array.nbytes for array in _arrays(answer))
+
+
+def _block_ids(shape: tuple[int, int, int], parts: tuple[int, int, int]
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Each element's block (row-major over the parts) and each block's size, for a [A,B,C]
+    tensor cut into parts[0] x parts[1] x parts[2] blocks at floor(p * size / parts)."""
+    per_axis = []
+    sizes = []
+    for size, count in zip(shape, parts, strict=True):
+        per_axis.append(axis_parts(size, count))
+        sizes.append(np.diff(np.arange(count + 1) * size // count))
+    a, b, c = per_axis
+    blocks = ((a[:, None, None] * parts[1] + b[None, :, None]) * parts[2]
+              + c[None, None, :]).reshape(-1)
+    block_sizes = (sizes[0][:, None, None] * sizes[1][None, :, None]
+                   * sizes[2][None, None, :]).reshape(-1)
+    return blocks, block_sizes

@@ -1,0 +1,194 @@
+"""How an op type bears on tile layouts: the base of the layout rule each ``OpDef`` carries.
+
+One rule object per op type answers every layout question about that op, so the planner,
+the cost model and the PopART baseline never switch on op names. Each family module
+(``ops/views.py``, ``ops/elementwise.py``, ...) subclasses :class:`LayoutRule` next to the
+shape rules of its ops. The questions, by who asks them:
+
+- the planner: ``unwind`` — what the op contributes to the unwinding problem (view ops become
+  unwindable ops, matmul operands Sources, elementwise ops SumLike, the rest Barriers);
+- the cost model (how Poplar lays out the op's results and what it moves): ``output_tiles``,
+  ``aliases_outputs``, ``exchange``, ``agreement`` (the op's ValuedPairs scored on concrete
+  tiles, so that any plan is scored on the planner's scale), and ``best_input_tiles`` /
+  ``least_received`` (the exchange a plan leaves to save);
+- the PopART baseline: ``creates_input`` and ``wanted_input_tiles`` (PopART's
+  ``Opx::createInput`` and its priority), ``popart_view`` (the element map PopART's creator
+  search follows from an input to an output).
+
+This base class is the conservative rule for any op the tool does not model: a Barrier with
+linearly mapped outputs and no exchange counted (docs/ipu-model.md says what that
+approximates). Rules receive the machine and the planner's emitter as arguments, so this
+module depends on neither the IPU Model nor the planner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+
+if TYPE_CHECKING:
+    from popart_unwind.ir.op import Op
+    from popart_unwind.ir.tensor import Tensor
+    from popart_unwind.memory import Chain
+    from popart_unwind.unwind import Graph, TensorId
+
+#: Input layouts by input index (flat, row-major), None where an input is absent or unknown.
+InputTiles = Sequence[np.ndarray | None]
+#: A layout a root of the unwinding problem carries: flat tiles, or a function of the machine
+#: giving them (called only if the planner needs that root's tiles).
+RootTiles = np.ndarray | Callable[[TileMachine], np.ndarray]
+
+
+class UnwindEmitter(Protocol):
+    """The planner's side of building the unwinding problem from the IR.
+
+    ``tensor`` is the unwind tensor standing for an IR tensor (every op output must be
+    ``define``d by its op's rule); ``source`` and ``fixed_point`` make roots with known
+    layouts; ``barrier`` makes the op's outputs roots laid out by the rule's
+    ``output_tiles``; ``sink`` makes an op output a tensor the solver lays out (call
+    outputs), whose mapping the planner writes back like a producer-less tensor's.
+    """
+
+    graph: Graph
+    valuations: Any  # options.UnwindValuations
+    target: TileMachine
+
+    def tensor(self, tensor: Tensor) -> TensorId: ...
+    def define(self, tensor: Tensor, unwind_tensor: TensorId) -> None: ...
+    def source(self, tensor: Tensor, tiles: RootTiles, name: str) -> TensorId: ...
+    def fixed_point(self, inputs: Sequence[TensorId], shapes: Sequence[tuple[int, ...]],
+                    tiles: Sequence[RootTiles], name: str) -> list[TensorId]: ...
+    def barrier(self, op: Op) -> None: ...
+    def sink(self, tensor: Tensor) -> TensorId: ...
+
+
+class CalleeLayouts(Protocol):
+    """What a walk over the IR knows of the graphs an op calls, for ops that run subgraphs:
+    each callee tensor's layout (inputs as planned, outputs as computed), and the plan's
+    layout of a tensor if the plan gives one."""
+
+    def tiles(self, tensor: Tensor) -> np.ndarray: ...
+    def planned(self, tensor: Tensor) -> np.ndarray | None: ...
+
+
+class LayoutRule:
+    """The rule of an op the tool does not model: a barrier with linearly mapped outputs.
+
+    ``input_tiles[i]`` holds input index ``i``'s layout, and ``output_tiles`` returns one flat
+    array per output in index order. ``kind`` names the rule family: "view",
+    "elementwise", "matmul", "conv", "gather", "subgraph" or "barrier".
+    """
+
+    kind = "barrier"
+    #: Whether the op runs subgraphs: the cost model then asks ``call_cost`` (with the
+    #: callees' layouts) instead of ``output_tiles``, ``exchange`` and ``agreement``.
+    runs_subgraphs = False
+
+    # -- the planner -------------------------------------------------------------------------
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        emitter.barrier(op)
+
+    # -- the cost model ----------------------------------------------------------------------
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        return [target.linear_tiles(t.shape, t.dtype) for t in op.outputs]
+
+    def aliases_outputs(self, op: Op) -> bool:
+        """Whether the outputs are views of the inputs (Poplar views: no new memory)."""
+        return False
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        """Unmodelled ops are assumed to compute where their operands lie (no exchange)."""
+        return ExchangeNeed.none(target.num_tiles)
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        """This op's ValuedPairs scored on concrete tiles: (value of equal elements, bound).
+
+        Lets any plan (ours, PopART's, linear) be scored on the planner's own scale."""
+        return 0.0, 0.0
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """The layout of input ``index`` for which this op receives least, its outputs laid
+        out as ``output_tiles``; None when the input's layout changes nothing the op
+        receives."""
+        return None
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """A lower bound on the bytes this op receives over every layout of the inputs in
+        ``planned``, the others as ``input_tiles`` — how much exchange a plan leaves to
+        save. This default holds for ops whose outputs' layouts do not depend on the
+        planned inputs: each planned input as ``best_input_tiles`` wants it."""
+        best = list(input_tiles)
+        for index in planned:
+            wanted = self.best_input_tiles(op, index, output_tiles, target) \
+                if index < len(best) else None
+            if wanted is not None:
+                best[index] = np.asarray(wanted).reshape(-1)
+        need = self.exchange(op, best, output_tiles, target)
+        return int(np.asarray(need.received_bytes).sum())
+
+    # -- the PopART baseline -----------------------------------------------------------------
+    def creates_input(self, op: Op, in_index: int) -> int | None:
+        """PopART's creator priority for input ``in_index`` (higher wins), or None when the
+        op's Opx cannot create that input."""
+        return None
+
+    def wanted_input_tiles(self, op: Op, in_index: int,
+                           target: TileMachine) -> np.ndarray | None:
+        """The layout the op's Opx creates input ``in_index`` with (flat), or None."""
+        return None
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        """The element map from input ``in_index`` to output ``out_index`` along which
+        PopART's creator search looks for a creator (``Opx::canUnwind``), or None."""
+        return None
+
+
+BARRIER = LayoutRule()
+
+
+def output_layouts(rule: LayoutRule, op: Op, input_tiles: InputTiles,
+                   target: TileMachine) -> list[np.ndarray]:
+    """``rule.output_tiles``, flat and checked: one layout per output, each of its size."""
+    outputs = rule.output_tiles(op, input_tiles, target)
+    if len(outputs) != len(op.outputs):
+        raise PlanError(f"the layout rule of op {op.debug_name()} gave {len(outputs)} output "
+                        f"layouts for {len(op.outputs)} outputs")
+    flat = []
+    for tensor, tiles in zip(op.outputs, outputs, strict=True):
+        tiles = np.asarray(tiles).reshape(-1)
+        numel = prod(known_shape(op, tensor))
+        if tiles.size != numel:
+            raise PlanError(f"op {op.debug_name()}: the layout of output {tensor.id!r} has "
+                            f"{tiles.size} elements, the tensor {numel}")
+        flat.append(tiles)
+    return flat
+
+
+def known_shape(op: Op, tensor: Tensor) -> tuple[int, ...]:
+    """``tensor``'s shape, or PlanError: layouts need every shape."""
+    if tensor.shape is None:
+        raise PlanError(f"op {op.debug_name()}: {tensor.id!r} has no known shape; layouts "
+                        f"need shapes (run InferShapes first)")
+    return tensor.shape
+
+
+def flat_tiles(input_tiles: InputTiles, index: int) -> np.ndarray | None:
+    """Input ``index``'s layout as a flat array, or None where it is absent or unknown."""
+    tiles = input_tiles[index] if index < len(input_tiles) else None
+    return None if tiles is None else np.asarray(tiles).reshape(-1)
+
+
+def count_equal(a: np.ndarray, b: np.ndarray) -> int:
+    """How many elements two layouts place on the same tile."""
+    return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))

@@ -1,0 +1,42 @@
+"""Op family: ops that draw random numbers (Dropout), with ONNX semantics.
+
+Two such ops give different values from the same inputs, so their OpDefs say ``random``
+and they are never merged; outside training Dropout is the identity and folds away.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from popart_unwind.ir.op import Op
+from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, constant_value, input_shape
+from popart_unwind.ops.registry import OpDef, register
+
+
+def _infer_dropout(op: Op) -> list:
+    shape = input_shape(op, 0)
+    mask_dtype = "bool" if op.type.version >= 10 else op.input(0).dtype
+    return [(op.input(0).dtype, shape), (mask_dtype, shape)]
+
+
+def _fold_dropout(op: Op, constants) -> list | None:
+    """Outside training (opset >= 12, training_mode absent or a constant false) Dropout is
+    the identity and its mask all true."""
+    if op.type.version < 12:
+        return None
+    if op.has_input(2):
+        training = constant_value(op.input(2))
+        if training is None or bool(np.asarray(training).reshape(-1)[0]):
+            return None
+    replacements: list = [op.input(0)]
+    if op.has_output(1):
+        shape = op.input(0).shape
+        if shape is None or math.prod(shape) > FOLD_MAX_ELEMENTS:
+            return None
+        replacements.append(np.ones(shape, dtype=bool))
+    return replacements
+
+
+register(OpDef("Dropout", infer=_infer_dropout, fold=_fold_dropout, random=True))

@@ -1,0 +1,60 @@
+"""Independent numpy oracles and machines shared by the tile-machine tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popart_unwind.ir.tile_mapping import tile_dtype
+from popart_unwind.machine import IpuModel
+
+
+def byte_model(num_tiles: int, grain: int = 1, minimum: int = 0) -> IpuModel:
+    """A machine whose one-byte dtype ("int8") has exactly this linear-mapping grain and
+    minimum per tile: grain_size("int8") == grain_bytes, min_elements_per_tile("int8") ==
+    min_bytes_per_tile."""
+    model = IpuModel(tiles_per_ipu=num_tiles, grain_bytes=grain, min_bytes_per_tile=minimum)
+    assert (model.grain_size("int8"), model.min_elements_per_tile("int8")) == (grain, minimum)
+    return model
+
+
+def checked_layout(tiles: np.ndarray, num_elements: int, num_tiles: int) -> np.ndarray:
+    """A hook's answer as int64 ids, after checking it is a flat array of the machine's tile
+    dtype with one id in [0, num_tiles) per element."""
+    assert tiles.shape == (num_elements,)
+    assert tiles.dtype == tile_dtype(num_tiles)
+    ids = tiles.astype(np.int64)
+    assert ids.size == 0 or (ids.min() >= 0 and ids.max() < num_tiles)
+    return ids
+
+
+def part_of(size: int, parts: int, index: np.ndarray) -> np.ndarray:
+    """Which of `parts` nearly equal parts (boundaries floor(i*size/parts)) holds `index`."""
+    boundaries = (np.arange(parts + 1) * size) // parts
+    return np.searchsorted(boundaries, index, side="right") - 1
+
+
+def random_tiles(rng: np.random.Generator, num_elements: int, num_tiles: int,
+                 max_pieces: int = 40) -> np.ndarray:
+    """A random layout: random cut points, a random tile for each piece (int16 ids)."""
+    if num_elements == 0:
+        return np.zeros(0, np.int16)
+    pieces = int(rng.integers(1, max_pieces + 1))
+    cuts = np.unique(rng.integers(1, num_elements, size=pieces - 1)) if num_elements > 1 else []
+    bounds = np.array([0, *map(int, cuts), num_elements])
+    owners = rng.integers(0, num_tiles, size=bounds.size - 1)
+    return np.repeat(owners, np.diff(bounds)).astype(np.int16)
+
+
+def tile_of_each_element(num_elements, num_tiles, grain_size, min_elements_per_tile):
+    """Which tile each element lands on, derived element by element with numpy."""
+    if num_elements == 0:
+        return np.zeros(0, dtype=np.int64)
+    num_grains = -(-num_elements // grain_size)
+    grains_per_tile = -(-num_grains // num_tiles)
+    if min_elements_per_tile:
+        min_grains = -(-min_elements_per_tile // grain_size)
+        grains_per_tile = max(grains_per_tile, -(-num_grains // max(1, num_grains // min_grains)))
+    partitions = -(-num_grains // grains_per_tile)
+    first_grain_of_tile = (np.arange(partitions + 1) * num_grains) // partitions
+    grain_of_element = np.arange(num_elements) // grain_size
+    return np.searchsorted(first_grain_of_tile, grain_of_element, side="right") - 1
