@@ -1,10 +1,11 @@
-"""The transform base class (seed 002): an object that changes the IR once, declaring the
-conditions it assumes, guarantees and preserves.
+"""The transform base class: an object that changes the IR once, declaring the conditions it
+assumes, guarantees and preserves (after PopART's transform notes).
 
 Transforms are small frozen dataclasses: their fields are their options, their class
-attributes their identity and their declared conditions. ``apply`` does the work and says
-whether it changed anything; the registry (``transforms.registry``) applies them, checking
-the declarations when asked.
+attributes their identity and their declared conditions. ``apply`` does the work through
+the rewriter it is handed and says whether it changed anything; the registry
+(``transforms.registry``) applies them, holds that answer against the rewriter's record and
+checks the declarations when asked.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
+from popart_unwind.ops import REGISTRY, OpRegistry
+
 from .conditions import Condition
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph
+    from popart_unwind.rewrite import Rewriter
 
 #: Every condition: what a transform that only removes ops, or only annotates, preserves.
 ALL_CONDITIONS: frozenset[Condition] = frozenset(Condition)
@@ -38,6 +42,17 @@ class Transform:
     #: Conditions that, if they held before ``apply``, still hold after it.
     preserves: ClassVar[frozenset[Condition]] = frozenset()
 
-    def apply(self, graph: Graph) -> bool:
-        """Transform ``graph`` (and, for IR-wide transforms, ``graph.ir``); True iff changed."""
+    #: What the transform knows of ops (shape rules, side effects, layout rules); the
+    #: registry builds the rewriter it hands to ``apply`` with it. Keyword-only, so that
+    #: subclasses' own options keep their positions.
+    op_registry: OpRegistry = dataclasses.field(default=REGISTRY, kw_only=True)
+
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
+        """Transform ``graph`` (and, for IR-wide transforms, ``graph.ir``); True iff changed.
+
+        Every change goes through ``rewriter`` — made by the registry for this one
+        application — and nothing else: its record is how the registry knows what changed
+        (a returned answer that disagrees with it is a TransformError), and checking mode
+        catches a change made around it. Reading the IR directly is fine.
+        """
         raise NotImplementedError(f"transform {type(self).__name__} does not define apply")

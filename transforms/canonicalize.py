@@ -1,11 +1,11 @@
-"""Canonicalize: the seed-003 canonicalizer (patterns, folds, dead code) as one transform."""
+"""Canonicalize: the canonicalizer (patterns, folds, dead code; after MLIR's canonicalize
+pass) as one transform."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING, TypeVar
 
-from popart_unwind.ops import REGISTRY, OpRegistry
 from popart_unwind.rewrite import canonicalize
 
 from .base import ALL_CONDITIONS, Transform
@@ -14,6 +14,7 @@ from .registry import register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph
+    from popart_unwind.rewrite import Rewriter
 
 T = TypeVar("T")
 
@@ -42,16 +43,16 @@ class Canonicalize(Transform):
     max_iterations: int | None = None
     max_rewrites: int | None = None
     test_convergence: bool | None = None
-    op_registry: OpRegistry = REGISTRY
 
-    def apply(self, graph: Graph) -> bool:
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
         options = graph.ir.options
         stats = canonicalize(
             graph.ir, self.op_registry,
             max_iterations=_pick(self.max_iterations, options.canonicalize_max_iterations),
             max_rewrites=_pick(self.max_rewrites, options.canonicalize_max_rewrites),
             test_convergence=_pick(self.test_convergence,
-                                   options.canonicalize_test_convergence))
+                                   options.canonicalize_test_convergence),
+            rewriter=rewriter)
         return stats.changed
 
 

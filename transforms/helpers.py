@@ -1,58 +1,25 @@
-"""What every transform needs to keep the IR in order (seed 002's "things to consider"):
-new ops inherit placement, new tensors carry a reserved prefix, call sites stay in step
-when a subgraph's inputs or outputs change, and reachability is one definition.
+"""What every transform needs to keep the IR in order (PopART's transform notes, "things to
+consider"): call sites stay in step when a subgraph's inputs or outputs change, and
+reachability is one definition. New ops that inherit placement and carry a reserved prefix
+are ``Rewriter.create_op``'s; every change here goes through the rewriter passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir import CallOp, IfOp, LoopOp, OpSettings, OpType, SubgraphOp
-from popart_unwind.ir.names import TRANSFORM_PREFIX, reserved_id
-from popart_unwind.ops import REGISTRY, OpRegistry
+from popart_unwind.ir import CallOp, IfOp, LoopOp, SubgraphOp
 
 if TYPE_CHECKING:
-    from popart_unwind.ir import Graph, Ir, Op, Tensor
-
-
-def new_tensor_id(graph: Graph, stem: str) -> str:
-    """A fresh id for a tensor a transform creates: ``Transform___<stem>`` (suffixed if taken)."""
-    return reserved_id(graph, TRANSFORM_PREFIX, stem)
-
-
-def create_op_like(graph: Graph, op_type: OpType, inputs: Sequence[Tensor | str | None],
-                   neighbour: Op, attributes: dict[str, Any] | None = None,
-                   num_outputs: int = 1, *, registry: OpRegistry = REGISTRY) -> Op:
-    """Create an op placed like ``neighbour`` (its scope and every placement attribute it
-    has set), with outputs named by :func:`new_tensor_id`.
-
-    Inheriting placement is what keeps VGRAPH/PSTAGE/EPHASE/BPHASE true across a transform.
-    Output shapes are inferred at once when the op type has a shape rule and every input's
-    shape is known; otherwise they are left for InferShapes.
-    """
-    op = graph.create_op(op_type, inputs, outputs=[], attributes=attributes,
-                         settings=OpSettings(scope=neighbour.settings.scope))
-    op.inherit_placement_attributes(neighbour)
-    for index in range(num_outputs):
-        graph.create_output(op, index, new_tensor_id(graph, f"{op_type.name}{op.id}:{index}"))
-    opdef = registry.lookup(op)
-    if opdef is not None and opdef.infer is not None \
-            and all(t.shape is not None for t in op.inputs):
-        inferred = opdef.infer(op)
-        if len(inferred) != num_outputs:
-            raise IrError(f"shape rule of {op.type} gives {len(inferred)} outputs; op "
-                          f"{op.debug_name()} was created with {num_outputs}")
-        for tensor, (dtype, shape) in zip(op.outputs, inferred, strict=True):
-            tensor.dtype, tensor.shape = dtype, tuple(shape)
-    return op
+    from popart_unwind.ir import Graph, Ir, Op
+    from popart_unwind.rewrite import Rewriter
 
 
 def reachable_graphs(ir: Ir) -> list[Graph]:
     """The graphs reachable from the main graph, in ``ir.graphs`` order.
 
-    Seed 002's definition: an op reaches the graphs it calls; a graph reaches what its ops
+    PopART's definition: an op reaches the graphs it calls; a graph reaches what its ops
     reach. An unreachable graph is dead code.
     """
     seen = {ir.main_graph.id}
@@ -79,7 +46,7 @@ def call_sites(graph: Graph) -> list[SubgraphOp]:
 
 
 # -- removing subgraph inputs ------------------------------------------------------------
-def remove_subgraph_input(graph: Graph, index: int) -> None:
+def remove_subgraph_input(graph: Graph, index: int, rewriter: Rewriter) -> None:
     """Remove input ``index`` of subgraph ``graph`` (it must be unused) and the matching
     input of every call site, renumbering the inputs after it on both sides.
 
@@ -98,43 +65,41 @@ def remove_subgraph_input(graph: Graph, index: int) -> None:
             raise IrError(f"body input {index} of Loop {op.debug_name()} (iteration number "
                           f"or condition) cannot be removed")
         _check_known_call_site(op)
-    graph.input_ids.pop(index)
-    graph.remove_tensor(tensor)
+    rewriter.remove_graph_input(graph, index)
     for op in sites:
         if isinstance(op, IfOp):
-            _if_remove_branch_input(op, graph, index)
+            _if_remove_branch_input(op, graph, index, rewriter)
         else:
-            _shift_inputs_down(op, index)
+            _shift_inputs_down(op, index, rewriter)
 
 
-def _shift_inputs_down(op: Op, removed: int) -> None:
+def _shift_inputs_down(op: Op, removed: int, rewriter: Rewriter) -> None:
     """Drop op input ``removed`` (if connected) and move every later input down by one."""
-    graph = op.graph
-    if op.has_input(removed):
-        graph.disconnect_input(op, removed)
+    rewriter.set_input(op, removed, None)
     for index in [i for i in op.input_map() if i > removed]:
-        graph.connect_input(op, index - 1, graph.disconnect_input(op, index))
+        rewriter.move_input(op, index, index - 1)
 
 
-def _if_remove_branch_input(op: IfOp, branch: Graph, removed: int) -> None:
+def _if_remove_branch_input(op: IfOp, branch: Graph, removed: int,
+                            rewriter: Rewriter) -> None:
     affected: list[int] = []
     for prefix in _branch_prefixes(op, branch):
         pairs = op.attributes[f"{prefix}_inputs"]
         affected += [op_in for op_in, branch_in in pairs if branch_in == removed]
-        op.attributes[f"{prefix}_inputs"] = sorted(
+        rewriter.set_attribute(op, f"{prefix}_inputs", sorted(
             [op_in, branch_in - (branch_in > removed)]
-            for op_in, branch_in in pairs if branch_in != removed)
+            for op_in, branch_in in pairs if branch_in != removed))
     still_read = {op_in for prefix in ("then", "else")
                   for op_in, _ in op.attributes[f"{prefix}_inputs"]}
     for op_in in sorted(set(affected) - still_read - {0}, reverse=True):  # 0: condition
-        _shift_inputs_down(op, op_in)
+        _shift_inputs_down(op, op_in, rewriter)
         for prefix in ("then", "else"):
-            op.attributes[f"{prefix}_inputs"] = [
-                [i - (i > op_in), b] for i, b in op.attributes[f"{prefix}_inputs"]]
+            rewriter.set_attribute(op, f"{prefix}_inputs", [
+                [i - (i > op_in), b] for i, b in op.attributes[f"{prefix}_inputs"]])
 
 
 # -- removing subgraph outputs -----------------------------------------------------------
-def remove_subgraph_output(graph: Graph, index: int) -> None:
+def remove_subgraph_output(graph: Graph, index: int, rewriter: Rewriter) -> None:
     """Remove output ``index`` of subgraph ``graph`` and the matching output of every call
     site (which must be unused), renumbering the outputs after it on both sides.
 
@@ -158,36 +123,36 @@ def remove_subgraph_output(graph: Graph, index: int) -> None:
                               f"{op_out} ({tensor.id!r}) of call site {op.debug_name()} "
                               f"is still used")
         dropped.append((op, op_out))
-    graph.output_ids.pop(index)
+    rewriter.remove_graph_output(graph, index)
     for op, op_out in dropped:
         if isinstance(op, IfOp):
-            _if_remove_branch_output(op, graph, index, op_out)
+            _if_remove_branch_output(op, graph, index, op_out, rewriter)
         else:  # Call: op output j is graph output j; Loop: op output j is body output j + 1
-            _shift_outputs_down(op, index if isinstance(op, CallOp) else index - 1)
+            _shift_outputs_down(op, index if isinstance(op, CallOp) else index - 1, rewriter)
 
 
-def _shift_outputs_down(op: Op, removed: int) -> None:
+def _shift_outputs_down(op: Op, removed: int, rewriter: Rewriter) -> None:
     """Drop op output ``removed`` (and its tensor) and move every later output down by one."""
-    graph = op.graph
     if op.has_output(removed):
-        graph.remove_tensor(graph.disconnect_output(op, removed))
+        rewriter.remove_output(op, removed)
     for index in [j for j in op.output_map() if j > removed]:
-        graph.connect_output(op, index - 1, graph.disconnect_output(op, index))
+        rewriter.move_output(op, index, index - 1)
 
 
-def _if_remove_branch_output(op: IfOp, branch: Graph, removed: int, op_out: int | None) -> None:
+def _if_remove_branch_output(op: IfOp, branch: Graph, removed: int, op_out: int | None,
+                             rewriter: Rewriter) -> None:
     """An If output exists only while both branches produce it, so when one branch loses
     it the op output goes, and with it the other branch's pair."""
     for prefix in _branch_prefixes(op, branch):
-        op.attributes[f"{prefix}_outputs"] = sorted(
+        rewriter.set_attribute(op, f"{prefix}_outputs", sorted(
             [o, b - (b > removed)]
-            for o, b in op.attributes[f"{prefix}_outputs"] if b != removed)
+            for o, b in op.attributes[f"{prefix}_outputs"] if b != removed))
     if op_out is None:
         return
-    _shift_outputs_down(op, op_out)
+    _shift_outputs_down(op, op_out, rewriter)
     for prefix in ("then", "else"):
-        op.attributes[f"{prefix}_outputs"] = [
-            [o - (o > op_out), b] for o, b in op.attributes[f"{prefix}_outputs"] if o != op_out]
+        rewriter.set_attribute(op, f"{prefix}_outputs", [
+            [o - (o > op_out), b] for o, b in op.attributes[f"{prefix}_outputs"] if o != op_out])
 
 
 # -- shared checks -----------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from popart_unwind.ops import REGISTRY, OpRegistry
 from popart_unwind.ops.shape_inference import infer_shapes
 
 from .base import ALL_CONDITIONS, Transform
@@ -14,6 +13,7 @@ from .registry import register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph
+    from popart_unwind.rewrite import Rewriter
 
 
 @register
@@ -32,7 +32,5 @@ class InferShapes(Transform):
     guarantees = frozenset({Condition.SHAPES_KNOWN})
     preserves = ALL_CONDITIONS
 
-    op_registry: OpRegistry = REGISTRY
-
-    def apply(self, graph: Graph) -> bool:
-        return infer_shapes(graph.ir, self.op_registry)
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
+        return infer_shapes(graph.ir, self.op_registry, rewriter=rewriter)

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popart_unwind.ops import REGISTRY, OpRegistry
-
 from .base import ALL_CONDITIONS, Transform
 from .conditions import is_inplace
 from .registry import register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Op
+    from popart_unwind.rewrite import Rewriter
 
 #: Ops that draw random numbers: two of them give different values from the same inputs.
 #: (PopART tells them apart by their seed inputs, which our IR does not model.)
@@ -43,18 +42,16 @@ class MergeDuplicateOps(Transform):
     name = "MergeDuplicateOps"
     preserves = ALL_CONDITIONS
 
-    op_registry: OpRegistry = REGISTRY
-
-    def apply(self, graph: Graph) -> bool:
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
         changed = False
         for each in graph.ir.graphs:
             # Keeping a later duplicate (it names a graph output) re-points consumers the
             # walk has already keyed, so walk again until a pass merges nothing.
-            while self._merge_in(each):
+            while self._merge_in(each, rewriter):
                 changed = True
         return changed
 
-    def _merge_in(self, graph: Graph) -> bool:
+    def _merge_in(self, graph: Graph, rewriter: Rewriter) -> bool:
         survivors: dict[tuple, Op] = {}
         changed = False
         for op in graph.schedule():
@@ -69,8 +66,8 @@ class MergeDuplicateOps(Transform):
             if keep is None:
                 continue
             for index, tensor in drop.output_map().items():
-                graph.replace_all_uses(tensor, keep.output(index))
-            graph.erase_op(drop)
+                rewriter.replace_all_uses(tensor, keep.output(index))
+            rewriter.erase_op(drop)
             survivors[key] = keep
             changed = True
         return changed

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError
 from popart_unwind.ir import TensorType
-from popart_unwind.ops import REGISTRY, OpRegistry
+from popart_unwind.ops import OpRegistry
 
 from .base import ALL_CONDITIONS, Transform
 from .conditions import is_inplace
@@ -20,6 +20,7 @@ from .registry import register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Ir, Op
+    from popart_unwind.rewrite import Rewriter
 
 
 @register
@@ -45,16 +46,14 @@ class Prune(Transform):
     name = "Prune"
     preserves = ALL_CONDITIONS
 
-    op_registry: OpRegistry = REGISTRY
-
-    def apply(self, graph: Graph) -> bool:
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
         ir = graph.ir
         had_ops = bool(ir.main_graph.ops)
         effects = _SideEffects(self.op_registry)
         changed = False
         for reachable in reachable_graphs(ir):
-            changed |= _prune_graph(reachable, effects)
-        changed |= _remove_unreachable_graphs(ir)
+            changed |= _prune_graph(reachable, effects, rewriter)
+        changed |= _remove_unreachable_graphs(ir, rewriter)
         if had_ops and not ir.main_graph.ops:
             raise TransformError("Prune removed every op of the main graph: no graph output "
                                  "or side effect depends on any of them (mark the model's "
@@ -80,7 +79,7 @@ class _SideEffects:
         return self._graphs[graph.id]
 
 
-def _prune_graph(graph: Graph, effects: _SideEffects) -> bool:
+def _prune_graph(graph: Graph, effects: _SideEffects, rewriter: Rewriter) -> bool:
     front = [t.producer for t in graph.outputs if t.producer is not None]
     front += [op for op in graph.ops if effects.of_op(op)]
     required: set[int] = set()
@@ -92,23 +91,24 @@ def _prune_graph(graph: Graph, effects: _SideEffects) -> bool:
         front += [t.producer for t in op.inputs if t.producer is not None]
     dead = [op for op in reversed(graph.schedule()) if op.id not in required]
     for op in dead:  # consumers before producers, so every output is unused when erased
-        graph.erase_op(op)
+        rewriter.erase_op(op)
     isolated = [t for t in graph.tensors
                 if t.producer is None and not t.consumers and not t.is_graph_input()
                 and not t.is_graph_output() and t.tensor_type is not TensorType.STREAM]
     for tensor in isolated:
-        graph.remove_tensor(tensor)
+        rewriter.remove_tensor(tensor)
     return bool(dead or isolated)
 
 
-def _remove_unreachable_graphs(ir: Ir) -> bool:
-    """Remove the graphs nothing reachable calls. Their ops go first, so that a dead graph
-    calling another dead graph (or itself) no longer counts as its caller."""
+def _remove_unreachable_graphs(ir: Ir, rewriter: Rewriter) -> bool:
+    """Remove the graphs nothing reachable calls. Their outputs and ops go first, so that
+    a dead graph calling another dead graph (or itself) no longer counts as its caller."""
     dead = unreachable_graphs(ir)
     for graph in dead:
-        graph.output_ids = []
+        for index in reversed(range(len(graph.output_ids))):
+            rewriter.remove_graph_output(graph, index)
         for op in reversed(graph.schedule()):
-            graph.erase_op(op)
+            rewriter.erase_op(op)
     for graph in dead:
-        ir.remove_graph(graph.id)
+        rewriter.remove_graph(graph)
     return bool(dead)

@@ -2,12 +2,17 @@
 
 PopART applies each transform by id from ``Ir::prepare`` and gates each on a session
 option. Here the order is data (``SessionOptions.pipeline``) and the registry is the one
-place that applies a transform, so it is also where declared conditions are checked:
+place that applies a transform. It hands each application a fresh
+:class:`~popart_unwind.rewrite.Rewriter` (built with the transform's op registry), through
+which the transform makes every change; the rewriter's record, not the transform's word,
+says whether the IR changed, and an answer that disagrees with the record is always an
+error. The registry is also where declared conditions are checked, when asked:
 
 - before: every assumed condition holds, and the IR is well formed;
 - after: every guaranteed condition holds; every preserved condition that held before
   still holds; the IR is well formed with call sites in step; no graph became
-  unreachable; and the transform's "changed" answer matches what happened to the IR.
+  unreachable; and nothing changed outside the rewriter (the IR's JSON is compared, which
+  only checking pays for).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 from popart_unwind.errors import TransformError
 from popart_unwind.ir import Graph, Ir
 from popart_unwind.options import SessionOptions
+from popart_unwind.rewrite import Rewriter
 
 from .base import Transform
 from .checks import structural_violations
@@ -60,7 +66,8 @@ def get(name: str) -> Transform:
 
 def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
           check: bool | None = None) -> bool:
-    """Apply a transform (by name or as an object) once; True iff it changed the IR.
+    """Apply a transform (by name or as an object) once; True iff it changed the IR, as
+    the rewriter handed to it recorded.
 
     An ``Ir`` stands for its main graph. ``check`` defaults to the IR's
     ``options.check_transform_conditions``.
@@ -71,8 +78,9 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
     ir = graph.ir
     if check is None:
         check = ir.options.check_transform_conditions
+    rewriter = Rewriter(transform.op_registry)
     if not check:
-        return _run(transform, graph)
+        return _hold_to_record(transform, _run(transform, graph, rewriter), rewriter)
     before = check_conditions(ir)
     for condition in Condition:
         if condition in transform.assumes and before[condition]:
@@ -84,13 +92,12 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
                              f"{problems[0]}")
     dead_before = [g.id for g in unreachable_graphs(ir)]
     snapshot = ir.to_json()
-    changed = _run(transform, graph)
+    claimed = _run(transform, graph, rewriter)
     _check_after(transform, ir, before, dead_before)
-    if changed != (ir.to_json() != snapshot):
-        what = "changed the IR but reported no change" if not changed else \
-            "reported a change but left the IR as it was"
-        raise TransformError(f"transform {transform.name} {what}")
-    return changed
+    if not rewriter.changes and ir.to_json() != snapshot:
+        raise TransformError(f"transform {transform.name} changed the IR outside the "
+                             f"rewriter it was handed")
+    return _hold_to_record(transform, claimed, rewriter)
 
 
 def pipeline_names(options: SessionOptions) -> list[str]:
@@ -122,11 +129,25 @@ def run_pipeline(ir: Ir, names: Sequence[str] | None = None) -> dict[str, bool]:
     return {name: apply(name, ir) for name in pipeline}
 
 
-def _run(transform: Transform, graph: Graph) -> bool:
-    changed = transform.apply(graph)
-    if not isinstance(changed, bool):
+def _run(transform: Transform, graph: Graph, rewriter: Rewriter) -> bool:
+    claimed = transform.apply(graph, rewriter)
+    if not isinstance(claimed, bool):
         raise TransformError(f"transform {transform.name}.apply returned "
-                             f"{type(changed).__name__}, not bool")
+                             f"{type(claimed).__name__}, not bool")
+    return claimed
+
+
+def _hold_to_record(transform: Transform, claimed: bool, rewriter: Rewriter) -> bool:
+    """Whether the IR changed, by the record of the application's own (fresh) rewriter;
+    a transform whose answer disagrees with it has a bug that would mislead its caller."""
+    changed = rewriter.changes > 0
+    if claimed and not changed:
+        raise TransformError(f"transform {transform.name} reported a change but left the IR "
+                             f"as it was")
+    if changed and not claimed:
+        made = "; ".join(rewriter.log[:3])
+        raise TransformError(f"transform {transform.name} changed the IR but reported no "
+                             f"change" + (f" ({made})" if made else ""))
     return changed
 
 

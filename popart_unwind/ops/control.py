@@ -21,6 +21,7 @@ from popart_unwind.ops.common import constant_value, normalize_axis
 from popart_unwind.ops.layout_control import SUBGRAPH
 from popart_unwind.ops.registry import REGISTRY, OpDef, OpRegistry, register
 from popart_unwind.ops.shape_inference import ShapeUndecided
+from popart_unwind.rewrite import Rewriter
 
 Typed = tuple[str, tuple[int, ...] | None]
 
@@ -200,10 +201,12 @@ def _callee_input_type(op: SubgraphOp, graph: Graph, graph_in: int) -> Typed | N
     return _typed(outer)
 
 
-def seed_callee_inputs(op: SubgraphOp) -> bool:
+def seed_callee_inputs(op: SubgraphOp, rewriter: Rewriter | None = None) -> bool:
     """Give subgraph inputs without a shape the type of what the op passes them (Loop's
-    iteration counter and condition, Scan's slices); True if any input changed."""
-    changed = False
+    iteration counter and condition, Scan's slices), through ``rewriter`` (or one of its
+    own); True if any input changed."""
+    rewriter = rewriter if rewriter is not None else Rewriter(REGISTRY)
+    before = rewriter.changes
     for graph in op.called_graphs():
         for graph_in, tensor in enumerate(graph.inputs):
             if tensor.shape is not None:
@@ -213,9 +216,8 @@ def seed_callee_inputs(op: SubgraphOp) -> bool:
             except ShapeUndecided:
                 typed = None
             if typed is not None and typed[1] is not None:
-                tensor.dtype, tensor.shape = typed
-                changed = True
-    return changed
+                rewriter.set_type(tensor, *typed)
+    return rewriter.changes != before
 
 
 # ``side_effects`` holds a predicate for these op types (see the module docstring).

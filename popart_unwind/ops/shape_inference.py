@@ -4,6 +4,9 @@ This is a walk that annotates the IR (dtype and shape of every op output), enter
 subgraphs before the op that calls them so that Call/Loop/If/Scan can read their bodies.
 Outputs that already carry a shape (seeded by ONNX's own inference) must agree with the rule.
 Opaque ops (no ``OpDef``) and rules that cannot decide keep whatever shapes were seeded.
+Every dtype and shape is written through a :class:`~popart_unwind.rewrite.Rewriter`, so the
+InferShapes transform's record says what it changed; called without one (the front ends
+do, at import), the walk makes its own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.rewrite import Rewriter
 
 #: What a rule gives per output: the dtype, and the shape or None where it cannot decide.
 Inferred = tuple[str, tuple[int, ...] | None]
@@ -39,8 +43,10 @@ def run_rule(op: Op, registry: OpRegistry = REGISTRY) -> list[Inferred] | None:
     return results
 
 
-def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False) -> bool:
-    """Apply ``op``'s shape rule to its outputs; True if any output changed.
+def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False,
+             rewriter: Rewriter | None = None) -> bool:
+    """Apply ``op``'s shape rule to its outputs (through ``rewriter``, or one of its own);
+    True if any output changed.
 
     With ``trust_seeded`` a rule that fails on an op whose outputs all carry seeded shapes
     keeps them (the importer's first pass: ONNX's inference may know data we do not).
@@ -53,28 +59,27 @@ def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False
         raise
     if results is None:
         return False
-    changed = False
+    rewriter = rewriter if rewriter is not None else Rewriter(registry)
+    before = rewriter.changes
     for index, tensor in op.output_map().items():
         dtype, shape = results[index]
         if tensor.shape is None:
-            if shape is not None or tensor.dtype != dtype:
-                tensor.dtype, tensor.shape = dtype, shape
-                changed = True
+            rewriter.set_type(tensor, dtype, shape)
         elif shape is not None and (tuple(shape) != tensor.shape or dtype != tensor.dtype):
             raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}): the shape "
                              f"rule gives {dtype} {tuple(shape)}, but the tensor is "
                              f"{tensor.dtype} {tensor.shape}")
-    return changed
+    return rewriter.changes != before
 
 
 class _Walk:
     """One inference pass: each graph once, callees before the ops that call them."""
 
-    def __init__(self, registry: OpRegistry, trust_seeded: bool) -> None:
+    def __init__(self, registry: OpRegistry, trust_seeded: bool, rewriter: Rewriter) -> None:
         self.registry = registry
         self.trust_seeded = trust_seeded
+        self.rewriter = rewriter
         self.visited: set[str] = set()
-        self.changed = False
 
     def graph(self, graph: Graph) -> None:
         from popart_unwind.ops.control import seed_callee_inputs  # control imports this module
@@ -84,25 +89,30 @@ class _Walk:
         self.visited.add(graph.id)
         for op in graph.schedule():
             if isinstance(op, SubgraphOp):
-                self.changed |= seed_callee_inputs(op)
+                seed_callee_inputs(op, self.rewriter)
                 for callee in op.called_graphs():
                     self.graph(callee)
-            self.changed |= infer_op(op, self.registry, self.trust_seeded)
+            infer_op(op, self.registry, self.trust_seeded, self.rewriter)
 
 
 def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
-                 trust_seeded: bool = False) -> bool:
+                 trust_seeded: bool = False, rewriter: Rewriter | None = None) -> bool:
     """Infer every op output's dtype and shape; returns whether anything changed.
 
     Given an Ir, the main graph is walked first (entering the subgraphs it calls), then any
     graph not reached from it, in id order. Raises ShapeError naming the op on a mismatch.
+    Changes go through ``rewriter`` (the InferShapes transform passes the registry's);
+    without one the walk makes its own.
     """
-    walk = _Walk(registry or REGISTRY, trust_seeded)
+    registry = registry or REGISTRY
+    rewriter = rewriter if rewriter is not None else Rewriter(registry)
+    before = rewriter.changes
+    walk = _Walk(registry, trust_seeded, rewriter)
     graphs: Sequence[Graph] = (graph_or_ir.graphs if isinstance(graph_or_ir, Ir)
                                else [graph_or_ir])
     for graph in graphs:
         walk.graph(graph)
-    return walk.changed
+    return rewriter.changes != before
 
 
 def check_shapes(ir: Ir, registry: OpRegistry | None = None) -> None:

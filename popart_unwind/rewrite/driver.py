@@ -1,5 +1,6 @@
-"""The greedy canonicalization driver (seed 003): global rules, folds and the registry's
-patterns, applied op by op from a worklist until nothing changes or a cap is reached.
+"""The greedy canonicalization driver (after MLIR's greedy pattern rewrite driver): global
+rules, folds and the registry's patterns, applied op by op from a worklist until nothing
+changes or a cap is reached.
 
 Iteration 1 visits every op in schedule order (reversed when ``top_down=False``). When a
 rule changes the IR, the ops it touched (readers of changed tensors, producers of inputs,
@@ -23,7 +24,8 @@ from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.rewrite import global_rules
-from popart_unwind.rewrite.rewriter import OpRegistryLike, Rewriter, is_constant
+from popart_unwind.rewrite.constant_pool import is_constant
+from popart_unwind.rewrite.rewriter import OpRegistryLike, Rewriter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,17 +42,24 @@ class CanonicalizeStats:
 
 def canonicalize(graph_or_ir: Graph | Ir, registry: OpRegistryLike, *, max_iterations: int = 10,
                  max_rewrites: int = 100_000, test_convergence: bool = False,
-                 top_down: bool = True) -> CanonicalizeStats:
+                 top_down: bool = True, rewriter: Rewriter | None = None) -> CanonicalizeStats:
     """Apply global rules, fold hooks and patterns to a fixpoint on every graph given.
 
     Best effort: hitting a cap returns ``converged=False`` unless ``test_convergence`` asks
-    for a CanonicalizationError. A graph's inputs and outputs are never removed.
+    for a CanonicalizationError. A graph's inputs and outputs are never removed. Every
+    change goes through ``rewriter`` (the Canonicalize transform passes the one the
+    registry made for it, so its record covers the run); without one a fresh one is made.
     """
     for what, value in (("max_iterations", max_iterations), ("max_rewrites", max_rewrites)):
         if type(value) is not int or value < 1:
             raise CanonicalizationError(f"{what} must be a positive int, got {value!r}")
+    if rewriter is None:
+        rewriter = Rewriter(registry)
+    elif rewriter.registry is not registry:
+        raise CanonicalizationError("the rewriter handed to canonicalize must use the op "
+                                    "registry canonicalize is given")
     graphs = graph_or_ir.graphs if isinstance(graph_or_ir, Ir) else [graph_or_ir]
-    driver = _Driver(registry, max_rewrites, top_down)
+    driver = _Driver(registry, rewriter, max_rewrites, top_down)
     return driver.run(graphs, max_iterations, test_convergence)
 
 
@@ -62,9 +71,11 @@ def _alive(graph: Graph, op_id: int) -> Op | None:
 
 
 class _Driver:
-    def __init__(self, registry: OpRegistryLike, max_rewrites: int, top_down: bool) -> None:
+    def __init__(self, registry: OpRegistryLike, rewriter: Rewriter, max_rewrites: int,
+                 top_down: bool) -> None:
         self.registry = registry
-        self.rewriter = Rewriter(registry)
+        self.rewriter = rewriter
+        rewriter.take_record()  # what it touched before this run is not this run's work
         self.max_rewrites = max_rewrites
         self.top_down = top_down
         self.rewrites = 0

@@ -1,9 +1,12 @@
-"""The rewriter: the one door through which patterns and folds change the IR.
+"""The rewriter: the one door through which transforms, patterns and folds change the IR.
 
-It records every change it makes (``changes``, a short ``log``), which ops a change touched
-(so the driver can revisit them) and which ops were changed in place (so the driver can
-check their shapes still hold). Constants it creates are uniqued per graph: equal dtype,
-shape and bytes give one Const tensor.
+It records every change it makes (``changes``, a short ``log``), so whoever hands it out can
+hold a claim of "changed" or "unchanged" against what happened without comparing IRs: the
+transform registry makes one per application, the canonicalizer's driver one per run. It
+also notes which ops a change touched (so the driver can revisit them) and which ops were
+changed in place (so the driver can check their shapes still hold). Constants it creates
+are uniqued per graph (``constant_pool``): equal dtype, shape and bytes give one Const
+tensor. Setting what is already there is not a change.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from popart_unwind.errors import CanonicalizationError
+from popart_unwind.errors import CanonicalizationError, IrError
 from popart_unwind.ir.dtypes import check_dtype, numpy_dtype
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.names import (
@@ -24,8 +27,9 @@ from popart_unwind.ir.names import (
     reserved_id,
 )
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpSettings, OpType
-from popart_unwind.ir.serialize import array_digest
-from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ir.tensor import Tensor, TensorType, TileMapping
+from popart_unwind.ir.tile_mapping import TileIntervals
+from popart_unwind.rewrite.constant_pool import ConstantPool, is_constant
 
 
 class OpRegistryLike(Protocol):
@@ -38,11 +42,6 @@ class OpRegistryLike(Protocol):
     def has_side_effects(self, op: Op) -> bool: ...
 
 
-def is_constant(tensor: Tensor) -> bool:
-    """A Const tensor with data (variables may change, so they never count)."""
-    return tensor.tensor_type is TensorType.CONST and tensor.data is not None
-
-
 def same_attribute(a: Any, b: Any) -> bool:
     """Attribute values equal as the IR stores them (arrays by dtype, shape and bytes)."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -53,51 +52,6 @@ def same_attribute(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-class ConstantPool:
-    """The Const tensors of one graph by (dtype, digest of shape and bytes)."""
-
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self._by_key: dict[tuple[str, tuple[int, ...], str], list[Tensor]] = {}
-        for tensor in graph.tensors:
-            if is_constant(tensor) and not tensor.is_graph_input():
-                self.add(tensor)
-
-    @staticmethod
-    def key(dtype: str, array: np.ndarray) -> tuple[str, tuple[int, ...], str]:
-        # the shape is part of the key: the digest alone does not tell () from (1,)
-        return dtype, tuple(array.shape), array_digest(array)
-
-    def add(self, tensor: Tensor) -> None:
-        self._by_key.setdefault(self.key(tensor.dtype, tensor.data), []).append(tensor)
-
-    def find(self, dtype: str, array: np.ndarray) -> Tensor | None:
-        """The first live Const tensor holding exactly ``array`` as ``dtype``."""
-        for tensor in self._by_key.get(self.key(dtype, array), ()):
-            if self._live(tensor) and _same_data(tensor.data, array):
-                return tensor
-        return None
-
-    def duplicates(self) -> list[tuple[Tensor, Tensor]]:
-        """(spare, kept) pairs: each live constant equal to an earlier one (creation order)."""
-        pairs = []
-        for group in self._by_key.values():
-            live = [t for t in group if self._live(t)]
-            pairs += [(spare, live[0]) for spare in live[1:]
-                      if _same_data(spare.data, live[0].data)]
-        order = {t.id: k for k, t in enumerate(self.graph.tensors)}
-        return sorted(pairs, key=lambda pair: order[pair[0].id])
-
-    def _live(self, tensor: Tensor) -> bool:
-        graph = self.graph
-        return (graph.has_tensor(tensor.id) and graph.tensor(tensor.id) is tensor
-                and is_constant(tensor))
-
-
-def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-
-
 def _plain_stem(tensor_id: str) -> str:
     for prefix in RESERVED_PREFIXES:
         if tensor_id.startswith(prefix):
@@ -106,11 +60,14 @@ def _plain_stem(tensor_id: str) -> str:
 
 
 class Rewriter:
-    """Makes and records IR changes for patterns, folds and the global rules."""
+    """Makes and records IR changes for transforms, patterns, folds and the global rules.
+
+    ``registry`` gives the shape rules of the ops :meth:`create_op` makes.
+    """
 
     def __init__(self, registry: OpRegistryLike) -> None:
         self.registry = registry
-        #: Number of elementary changes made so far (the driver compares it around a rule).
+        #: Number of elementary changes made so far (compared around a rule or a transform).
         self.changes = 0
         #: One line per change since the last :meth:`take_record`.
         self.log: list[str] = []
@@ -164,10 +121,32 @@ class Rewriter:
         self._record(f"created constant {tensor.id!r}")
         return tensor
 
+    # -- tensors -------------------------------------------------------------------------
     def remove_tensor(self, tensor: Tensor) -> None:
-        """Remove an unused producer-less tensor (a spare or dead constant)."""
+        """Remove an unused producer-less tensor that is no graph input or output (a spare
+        or dead constant, an unused weight)."""
         tensor.graph.remove_tensor(tensor)
         self._record(f"removed tensor {tensor.id!r}")
+
+    def set_type(self, tensor: Tensor, dtype: str, shape: Sequence[int] | None) -> None:
+        """Give ``tensor`` a dtype and a shape (None: unknown), as shape inference does."""
+        shape = None if shape is None else tuple(shape)
+        if tensor.dtype == dtype and tensor.shape == shape:
+            return
+        tensor.dtype, tensor.shape = check_dtype(dtype, tensor.id), shape
+        self._record(f"{tensor.id!r} is now {dtype} {shape}")
+
+    def set_tile_mapping(self, tensor: Tensor,
+                         mapping: TileMapping | TileIntervals | None) -> None:
+        """Write a layout plan's mapping (Poplar's format) onto ``tensor``; None clears it.
+
+        The mapping is stored as given, not copied: plans hand over immutable mappings.
+        """
+        old = tensor.tile_mapping
+        if old is mapping or (old is not None and mapping is not None and mapping == old):
+            return
+        tensor.tile_mapping = mapping
+        self._record(f"tile mapping of {tensor.id!r} set")
 
     # -- replacing and erasing -----------------------------------------------------------
     def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
@@ -226,10 +205,15 @@ class Rewriter:
     def create_op(self, graph: Graph, op_type: OpType | str, inputs: Sequence[Tensor | None],
                   attributes: dict[str, Any] | None = None, like: Op | None = None,
                   num_outputs: int = 1) -> Op:
-        """A new op whose outputs have reserved ids and inferred dtypes and shapes.
+        """A new op of a type the registry has a shape rule for, outputs named
+        ``Transform___<Type><op id>:<index>`` (a reserved prefix, so they never collide
+        with a model's names).
 
-        It inherits scope and placement attributes from ``like``; a plain name means an
-        ``ai.onnx`` op at ``like``'s opset version.
+        It inherits scope and every set placement attribute from ``like`` (PopART's
+        ``inheritPlacementAttributes``: what keeps VGRAPH/PSTAGE/EPHASE/BPHASE true across a
+        change); a plain name means an ``ai.onnx`` op at ``like``'s opset version. Output
+        dtypes and shapes come from the rule at once when every input's shape is known;
+        otherwise they are left for shape inference. A rule that fails leaves nothing behind.
         """
         if isinstance(op_type, str):
             version = like.type.version if like is not None else 1
@@ -246,13 +230,18 @@ class Rewriter:
         for index in range(num_outputs):
             stem = f"{op_type.name}{op.id}:{index}"
             graph.create_output(op, index, reserved_id(graph, TRANSFORM_PREFIX, stem))
-        try:
-            inferred = opdef.infer(op)
-        except Exception:
-            graph.erase_op(op)
-            raise
-        for tensor, (dtype, shape) in zip(op.outputs, inferred, strict=True):
-            tensor.dtype, tensor.shape = dtype, tuple(shape)
+        if all(t.shape is not None for t in op.inputs):
+            try:
+                inferred = list(opdef.infer(op))
+                if len(inferred) != num_outputs:
+                    raise IrError(f"the shape rule of {op_type} gives {len(inferred)} "
+                                  f"outputs; op {op.debug_name()} was created with "
+                                  f"{num_outputs}")
+            except Exception:
+                graph.erase_op(op)
+                raise
+            for tensor, (dtype, shape) in zip(op.outputs, inferred, strict=True):
+                tensor.dtype, tensor.shape = dtype, tuple(shape)
         self._record(f"created {op.debug_name()}", [op, *(t.producer for t in op.inputs)])
         return op
 
@@ -272,12 +261,75 @@ class Rewriter:
         new_id = None if tensor is None else tensor.id
         self._record(f"{op.debug_name()} input {index} now reads {new_id!r}", touched)
 
+    def move_input(self, op: Op, index: int, new_index: int) -> None:
+        """Op input ``index`` moves to the free slot ``new_index`` (renumbering inputs)."""
+        graph = op.graph
+        if op.has_input(new_index):
+            raise IrError(f"op {op.debug_name()} already has an input at index {new_index}")
+        graph.connect_input(op, new_index, graph.disconnect_input(op, index))
+        self._record(f"{op.debug_name()} input {index} is now input {new_index}", [op])
+
     def set_attribute(self, op: Op, key: str, value: Any) -> None:
+        """Set attribute ``key`` of ``op`` (an equal value already there is no change)."""
         if key in op.attributes and same_attribute(op.attributes[key], value):
             return
         op.attributes[key] = value
         self._modified.append(op)
         self._record(f"{op.debug_name()} attribute {key!r} set", [op, *_readers(op)])
+
+    def set_op_name(self, op: Op, name: str) -> None:
+        """Name ``op`` (``OpSettings.name``): names label ops in logs and reports."""
+        if op.settings.name == name:
+            return
+        old = op.debug_name()
+        op.settings.name = name
+        self._record(f"{old} renamed {name!r}")
+
+    def remove_output(self, op: Op, index: int) -> None:
+        """Drop output ``index`` of ``op`` together with its tensor, which must be unused."""
+        tensor = op.output(index)
+        if tensor.num_uses() or tensor.is_graph_output():
+            raise IrError(f"output {index} ({tensor.id!r}) of {op.debug_name()} is still used")
+        op.graph.remove_tensor(op.graph.disconnect_output(op, index))
+        self._record(f"{op.debug_name()} lost output {index} ({tensor.id!r})", [op])
+
+    def move_output(self, op: Op, index: int, new_index: int) -> None:
+        """Op output ``index`` (its tensor) moves to the free slot ``new_index``."""
+        graph = op.graph
+        if op.has_output(new_index):
+            raise IrError(f"op {op.debug_name()} already has an output at index {new_index}")
+        graph.connect_output(op, new_index, graph.disconnect_output(op, index))
+        self._record(f"{op.debug_name()} output {index} is now output {new_index}", [op])
+
+    # -- graphs --------------------------------------------------------------------------
+    def add_graph_input(self, graph: Graph, tensor_id: str, dtype: str,
+                        shape: Sequence[int] | None) -> Tensor:
+        """A new tensor appended to ``graph``'s inputs."""
+        tensor = graph.add_tensor(tensor_id, dtype, shape)
+        graph.input_ids.append(tensor.id)
+        self._record(f"graph {graph.id!r} gained input {tensor.id!r}")
+        return tensor
+
+    def remove_graph_input(self, graph: Graph, index: int) -> None:
+        """Remove input ``index`` of ``graph`` and its tensor, which must be unused; the
+        later inputs move down by one. Call sites are the caller's to keep in step."""
+        tensor = graph.inputs[index]
+        if tensor.num_uses() or tensor.is_graph_output():
+            raise IrError(f"input {index} ({tensor.id!r}) of graph {graph.id!r} is still used")
+        graph.input_ids.pop(index)
+        graph.remove_tensor(tensor)
+        self._record(f"graph {graph.id!r} lost input {index} ({tensor.id!r})")
+
+    def remove_graph_output(self, graph: Graph, index: int) -> None:
+        """Drop output ``index`` of ``graph`` (the tensor stays); the later outputs move
+        down by one. Call sites are the caller's to keep in step."""
+        tensor_id = graph.output_ids.pop(index)
+        self._record(f"graph {graph.id!r} lost output {index} ({tensor_id!r})")
+
+    def remove_graph(self, graph: Graph) -> None:
+        """Remove a subgraph that no op calls any more."""
+        graph.ir.remove_graph(graph.id)
+        self._record(f"removed graph {graph.id!r}")
 
 
 def _readers(op: Op) -> list[Op]:

@@ -8,7 +8,9 @@ import pytest
 
 from popart_unwind.errors import IrError, ShapeError
 from popart_unwind.ir import GRAPHCORE_DOMAIN, Ir, OpType
+from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.shape_inference import check_shapes, infer_op, infer_shapes
+from popart_unwind.rewrite import Rewriter
 
 
 def onnx_op(graph, name, inputs, attributes=None, outputs=1, version=18):
@@ -35,6 +37,15 @@ def test_infer_shapes_walks_the_schedule_and_reports_change_once():
     assert infer_shapes(ir) is False
     check_shapes(ir)
     ir.verify()
+
+
+def test_infer_shapes_writes_every_type_through_the_rewriter_it_is_handed():
+    ir, matmul, reduce = chain()
+    rewriter = Rewriter(REGISTRY)
+    assert infer_shapes(ir, rewriter=rewriter) is True
+    assert rewriter.log == [f"{matmul.output(0).id!r} is now float32 (2, 4)",
+                            f"{reduce.output(0).id!r} is now float32 (2,)"]
+    assert infer_shapes(ir, rewriter=rewriter) is False and rewriter.changes == 2
 
 
 def test_a_seeded_shape_must_agree_with_the_rule():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 from planner_testing import small_target, weight
-from popart_unwind.transforms import Condition, UnwindLayouts, registry
+from popart_unwind.transforms import Condition, UnwindLayouts, plan_ir, registry
 
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ops import REGISTRY
 from popart_unwind.options import SessionOptions
+from popart_unwind.rewrite import Rewriter
 
 
 def small_ir(options: SessionOptions | None = None):
@@ -53,11 +54,23 @@ def test_plans_survive_json_round_trips():
     from popart_unwind.ir import Ir
 
     ir = small_ir()
-    UnwindLayouts(target=small_target(8)).apply(ir.main_graph)
+    transform = UnwindLayouts(target=small_target(8))
+    assert registry.apply(transform, ir) is True
     again = Ir.from_json(ir.to_json())
     for tensor in ir.main_graph.producerless_tensors():
         copy = again.main_graph.tensor(tensor.id)
         assert [list(map(tuple, t)) for t in copy.tile_mapping] == tensor.tile_mapping
-    assert not UnwindLayouts(target=small_target(8),
-                             op_registry=REGISTRY).apply(again.main_graph)
+    assert registry.apply(transform, again) is False
     assert np.all([t.tile_mapping is not None for t in again.main_graph.producerless_tensors()])
+
+
+def test_plan_ir_writes_mappings_through_the_rewriter_it_is_handed():
+    ir = small_ir()
+    rewriter = Rewriter(REGISTRY)
+    plan = plan_ir(ir, small_target(8), rewriter=rewriter)
+    assert plan.changed and rewriter.changes == len(plan.tensors)
+    again = plan_ir(ir, small_target(8), rewriter=rewriter)
+    assert not again.changed and rewriter.changes == len(plan.tensors)
+    unwritten = plan_ir(small_ir(), small_target(8),
+                        write=False, rewriter=rewriter)
+    assert not unwritten.changed and rewriter.changes == len(plan.tensors)

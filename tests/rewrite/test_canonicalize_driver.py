@@ -8,7 +8,7 @@ import pytest
 from popart_unwind.errors import CanonicalizationError
 from popart_unwind.ir import Ir, OpType
 from popart_unwind.ops import REGISTRY, OpDef, OpRegistry
-from popart_unwind.rewrite import Pattern, canonicalize, pattern
+from popart_unwind.rewrite import Pattern, Rewriter, canonicalize, pattern
 
 TEST = "test"
 
@@ -43,6 +43,33 @@ def one_op_graph(registry, attributes=None):
 
 
 # -- fixpoints ----------------------------------------------------------------------------
+def transposes_ir():
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3))
+    once = make(graph, "Transpose", [x], {"perm": [1, 0]}).output(0)
+    graph.mark_output(make(graph, "Transpose", [once], {"perm": [1, 0]}).output(0))
+    return ir
+
+
+def test_a_rewriter_handed_in_makes_and_records_every_change():
+    ir = transposes_ir()
+    rewriter = Rewriter(REGISTRY)
+    stats = canonicalize(ir, REGISTRY, rewriter=rewriter)
+    assert stats.changed and rewriter.changes >= stats.rewrites > 0
+    assert not ir.main_graph.ops
+    again = Rewriter(REGISTRY)
+    assert not canonicalize(ir, REGISTRY, rewriter=again).changed and again.changes == 0
+
+
+def test_a_rewriter_with_another_op_registry_is_refused():
+    ir = transposes_ir()
+    before = ir.to_json()
+    with pytest.raises(CanonicalizationError, match="must use the op registry"):
+        canonicalize(ir, REGISTRY, rewriter=Rewriter(OpRegistry()))
+    assert ir.to_json() == before
+
+
 def test_a_chain_of_transposes_reaches_a_fixpoint_in_few_iterations():
     ir = Ir()
     graph = ir.main_graph

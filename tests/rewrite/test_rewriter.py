@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popart_unwind.errors import CanonicalizationError, ShapeError
+from popart_unwind.errors import CanonicalizationError, IrError, ShapeError
 from popart_unwind.ir import Ir, OpSettings, OpType, TensorType
 from popart_unwind.ir.names import CONSTANT_PREFIX, FOLDED_PREFIX, TRANSFORM_PREFIX
+from popart_unwind.ir.tile_mapping import tile_mapping
 from popart_unwind.ops import REGISTRY
 from popart_unwind.rewrite import Rewriter
 
@@ -138,3 +139,81 @@ def test_a_scalar_and_a_one_element_vector_are_different_constants(graph):
     scalar = rewriter.constant(graph, np.array(1.0, np.float32))
     vector = rewriter.constant(graph, np.array([1.0], np.float32))
     assert scalar is not vector and scalar.shape == () and vector.shape == (1,)
+
+
+# -- the primitives transforms use ---------------------------------------------------------
+def test_setting_a_type_records_a_change_only_when_it_differs(graph):
+    neg = graph.create_op(OpType("ai.onnx", "Neg", 13), ["x"])
+    out = neg.output(0)
+    rewriter = Rewriter(REGISTRY)
+    rewriter.set_type(out, "float32", [2, 3])
+    assert (out.dtype, out.shape) == ("float32", (2, 3)) and rewriter.changes == 1
+    rewriter.set_type(out, "float32", (2, 3))
+    assert rewriter.changes == 1
+    with pytest.raises(IrError, match="unknown dtype"):
+        rewriter.set_type(out, "float33", (2, 3))
+    assert out.dtype == "float32" and rewriter.changes == 1
+
+
+def test_an_equal_tile_mapping_is_no_change(graph):
+    x = graph.tensor("x")
+    rewriter = Rewriter(REGISTRY)
+    mapping = tile_mapping(np.array([0, 0, 0, 1, 1, 1]), 2)
+    rewriter.set_tile_mapping(x, mapping)
+    assert x.tile_mapping is mapping and rewriter.changes == 1
+    rewriter.set_tile_mapping(x, [[(0, 3)], [(3, 6)]])  # the same mapping as lists
+    assert x.tile_mapping is mapping and rewriter.changes == 1
+    rewriter.set_tile_mapping(x, None)
+    assert x.tile_mapping is None and rewriter.changes == 2
+
+
+def test_renaming_an_op_is_recorded(graph):
+    op = make(graph, "Relu", ["x"])
+    rewriter = Rewriter(REGISTRY)
+    rewriter.set_op_name(op, "")
+    assert rewriter.changes == 0
+    rewriter.set_op_name(op, "act")
+    assert op.name == "act" and rewriter.log == ["Relu#0 renamed 'act'"]
+
+
+def test_inputs_and_outputs_move_to_free_slots_only(graph):
+    op = graph.create_op(OpType("custom", "Pair"), [None, "x"], 3)
+    unused, later = op.output(0).id, op.output(2).id
+    rewriter = Rewriter(REGISTRY)
+    rewriter.move_input(op, 1, 0)
+    assert [(i, t.id) for i, t in op.input_map().items()] == [(0, "x")]
+    rewriter.remove_output(op, 0)
+    assert not graph.has_tensor(unused)
+    with pytest.raises(IrError, match="already has an output at index 1"):
+        rewriter.move_output(op, 2, 1)
+    rewriter.remove_output(op, 1)
+    rewriter.move_output(op, 2, 0)
+    assert [(j, t.id) for j, t in op.output_map().items()] == [(0, later)]
+    assert rewriter.changes == 4
+    graph.ir.verify(require_shapes=False)
+
+
+def test_a_used_output_is_not_removed(graph):
+    op = make(graph, "Relu", ["x"])
+    graph.mark_output(op.output(0))
+    with pytest.raises(IrError, match="still used"):
+        Rewriter(REGISTRY).remove_output(op, 0)
+
+
+def test_graph_inputs_outputs_and_graphs_come_and_go_through_the_rewriter():
+    ir = Ir()
+    sub = ir.create_graph("sub")
+    a = sub.add_input("a", "float32", (2,))
+    sub.mark_output(a)
+    rewriter = Rewriter(REGISTRY)
+    b = rewriter.add_graph_input(sub, "b", "float32", (3,))
+    assert sub.input_ids == ["a", "b"] and b.shape == (3,)
+    with pytest.raises(IrError, match=r"input 0 \('a'\) of graph 'sub' is still used"):
+        rewriter.remove_graph_input(sub, 0)
+    rewriter.remove_graph_output(sub, 0)
+    assert sub.output_ids == [] and sub.has_tensor("a")
+    rewriter.remove_graph_input(sub, 0)
+    assert sub.input_ids == ["b"] and not sub.has_tensor("a")
+    rewriter.remove_graph(sub)
+    assert not ir.has_graph("sub")
+    assert rewriter.changes == 4

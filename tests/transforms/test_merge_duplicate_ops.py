@@ -12,6 +12,7 @@ from popart_unwind import transforms
 from popart_unwind.ir import Ir
 
 MERGE = transforms.MergeDuplicateOps(op_registry=TEST_OPS)
+apply = transforms.registry.apply
 
 
 def two_consumers(first: dict, second: dict, type_name="Relu", domain="ai.onnx"):
@@ -32,13 +33,13 @@ def two_consumers(first: dict, second: dict, type_name="Relu", domain="ai.onnx")
 def test_duplicates_merge_into_the_lowest_id_op():
     ir, (first, _) = two_consumers({}, {})
     main = ir.main_graph
-    assert MERGE.apply(main) is True
+    assert apply(MERGE, main) is True
     assert [op.type.name for op in main.ops] == ["Relu", "Neg", "Add"]
     assert main.ops[0] is first
     (add,) = [op for op in main.ops if op.is_type("Add")]
     assert add.input(0) is add.input(1)  # the two Negs merged as well
     ir.verify()
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False
 
 
 @pytest.mark.parametrize(("first", "second"), [
@@ -54,7 +55,7 @@ def test_duplicates_merge_into_the_lowest_id_op():
 ])
 def test_ops_differing_in_attributes_or_placement_stay_apart(first, second):
     ir, _ = two_consumers(first, second)
-    assert MERGE.apply(ir.main_graph) is False
+    assert apply(MERGE, ir.main_graph) is False
     assert len(ir.main_graph.ops) == 5
 
 
@@ -63,17 +64,17 @@ def test_ops_differing_in_attributes_or_placement_stay_apart(first, second):
 def test_attributes_compare_by_value(value):
     copy = value.copy() if isinstance(value, np.ndarray) else value
     ir, _ = two_consumers({"attributes": {"a": value}}, {"attributes": {"a": copy}})
-    assert MERGE.apply(ir.main_graph) is True
+    assert apply(MERGE, ir.main_graph) is True
 
 
 def test_attributes_that_cannot_be_compared_by_value_prevent_merging():
     ir, _ = two_consumers({"attributes": {"a": object()}}, {"attributes": {"a": object()}})
-    assert MERGE.apply(ir.main_graph) is False
+    assert apply(MERGE, ir.main_graph) is False
 
 
 def test_names_and_scopes_do_not_matter():
     ir, _ = two_consumers({"name": "one", "scope": "a"}, {"name": "two", "scope": "b"})
-    assert MERGE.apply(ir.main_graph) is True
+    assert apply(MERGE, ir.main_graph) is True
 
 
 @pytest.mark.parametrize(("name", "domain"), [("Print", "ai.onnx"),
@@ -82,7 +83,7 @@ def test_names_and_scopes_do_not_matter():
                                               ("RandomNormalLike", "ai.onnx")])
 def test_side_effecting_opaque_inplace_and_random_ops_never_merge(name, domain):
     ir, _ = two_consumers({}, {}, type_name=name, domain=domain)
-    assert MERGE.apply(ir.main_graph) is False
+    assert apply(MERGE, ir.main_graph) is False
     assert [op.type.name for op in ir.main_graph.ops].count(name) == 2
 
 
@@ -92,7 +93,7 @@ def test_ops_calling_graphs_never_merge():
     sub = identity_subgraph(ir, "sub", n_inputs=1)
     calls = [call(main, sub, [main.inputs[0]]).output(0) for _ in range(2)]
     main.mark_output(out(add_op(main, "Add", calls)))
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False
 
 
 def test_inputs_must_match_index_by_index():
@@ -101,7 +102,7 @@ def test_inputs_must_match_index_by_index():
     x, y = main.add_input("x", "float32", (2,)), main.add_input("y", "float32", (2,))
     main.mark_output(out(add_op(main, "Add", [x, y], shape=(2,))))
     main.mark_output(out(add_op(main, "Add", [y, x], shape=(2,))))
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False
 
 
 def test_a_chain_of_duplicates_collapses_in_one_application():
@@ -118,9 +119,9 @@ def test_a_chain_of_duplicates_collapses_in_one_application():
     main.mark_output(out(add_op(main, "Mul", ends[1:])))
     for end in ends[:1]:
         main.mark_output(end)
-    assert MERGE.apply(main) is True
+    assert apply(MERGE, main) is True
     assert [op.type.name for op in main.ops] == ["Relu", "Mul", "Neg", "Add", "Mul"]
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False
 
 
 def test_a_graph_output_keeps_its_producer_and_its_name():
@@ -132,7 +133,7 @@ def test_a_graph_output_keeps_its_producer_and_its_name():
     main.mark_output(out(add_op(main, "Neg", [out(internal)])))
     main.mark_output(out(exported))
     exported_id = out(exported).id
-    assert MERGE.apply(main) is True
+    assert apply(MERGE, main) is True
     assert [op.id for op in main.ops if op.is_type("Relu")] == [exported.id]
     assert main.output_ids[1] == exported_id
 
@@ -143,14 +144,14 @@ def test_two_graph_outputs_are_both_kept():
     x = main.add_input("x", "float32", (2, 3))
     for _ in range(2):
         main.mark_output(out(add_op(main, "Relu", [x])))
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False
 
 
 def test_duplicates_merge_inside_subgraphs_too():
     ir = chain_ir()
     sub = identity_subgraph(ir, "sub", n_inputs=1)
     sub.mark_output(out(add_op(sub, "Neg", [out(add_op(sub, "Relu", [sub.inputs[0]]))])))
-    assert MERGE.apply(ir.main_graph) is True
+    assert apply(MERGE, ir.main_graph) is True
     assert [op.type.name for op in sub.ops] == ["Relu", "Neg"]
 
 
@@ -185,11 +186,11 @@ def test_merging_keeps_every_output_value_and_leaves_no_duplicates(ir, seed):
     feeds = {"x": rng.normal(size=4), "y": rng.normal(size=4)}
     main = ir.main_graph
     before = evaluate(main, feeds)
-    MERGE.apply(main)
+    apply(MERGE, main)
     ir.verify()
     for got, want in zip(evaluate(main, feeds), before, strict=True):
         np.testing.assert_array_equal(got, want)
     keys = [(op.type.name, tuple(t.id for t in op.inputs)) for op in main.ops
             if not any(t.is_graph_output() for t in op.outputs)]
     assert len(keys) == len(set(keys))
-    assert MERGE.apply(main) is False
+    assert apply(MERGE, main) is False

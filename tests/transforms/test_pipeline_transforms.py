@@ -9,6 +9,7 @@ from popart_unwind import transforms
 from popart_unwind.errors import TransformError
 from popart_unwind.ir import Ir
 from popart_unwind.options import SessionOptions
+from popart_unwind.rewrite import Rewriter
 
 CHECKED = SessionOptions(check_transform_conditions=True)
 
@@ -40,18 +41,33 @@ def test_canonicalize_folds_constants_and_keeps_the_model_interface():
 def test_canonicalize_takes_its_caps_from_the_session_unless_given(monkeypatch):
     calls = []
 
-    def fake(ir, registry, **caps):
+    def fake(ir, registry, *, rewriter, **caps):
         calls.append(caps)
         return type("Stats", (), {"changed": False})()
 
     monkeypatch.setattr(transforms.canonicalize, "canonicalize", fake)
     ir = Ir(SessionOptions(canonicalize_max_iterations=3, canonicalize_max_rewrites=50,
                            canonicalize_test_convergence=True))
-    transforms.Canonicalize().apply(ir.main_graph)
-    transforms.Canonicalize(max_iterations=7, test_convergence=False).apply(ir.main_graph)
+    transforms.registry.apply(transforms.Canonicalize(), ir)
+    transforms.registry.apply(transforms.Canonicalize(max_iterations=7,
+                                                      test_convergence=False), ir)
     assert calls == [
         {"max_iterations": 3, "max_rewrites": 50, "test_convergence": True},
         {"max_iterations": 7, "max_rewrites": 50, "test_convergence": False}]
+
+
+def test_canonicalize_runs_the_driver_on_the_rewriter_the_registry_hands_it(monkeypatch):
+    handed = []
+
+    def fake(ir, registry, *, rewriter, **caps):
+        handed.append((registry, rewriter))
+        return type("Stats", (), {"changed": False})()
+
+    monkeypatch.setattr(transforms.canonicalize, "canonicalize", fake)
+    transform = transforms.Canonicalize()
+    rewriter = Rewriter(transform.op_registry)
+    assert transform.apply(Ir().main_graph, rewriter) is False
+    assert handed == [(transform.op_registry, rewriter)]
 
 
 def test_the_default_pipeline_plans_a_checked_model_end_to_end():

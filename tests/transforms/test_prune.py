@@ -12,6 +12,7 @@ from popart_unwind.ir import Ir, TensorType
 
 Prune = transforms.Prune
 PRUNE = Prune(op_registry=TEST_OPS)
+apply = transforms.registry.apply
 
 
 def op_names(graph):
@@ -26,12 +27,12 @@ def test_a_dead_branch_and_what_only_it_reads_are_removed():
     dead = add_op(main, "Mul", [main.ops[0].output(0), bias])
     add_op(main, "Add", [out(dead), table])
     dead_id = out(dead).id
-    assert PRUNE.apply(main) is True
+    assert apply(PRUNE, main) is True
     assert op_names(main) == ["Relu", "Add", "Neg"]
     assert not main.has_tensor("bias") and not main.has_tensor("table")
     assert not main.has_tensor(dead_id)
     ir.verify()
-    assert PRUNE.apply(main) is False
+    assert apply(PRUNE, main) is False
 
 
 def test_main_graph_inputs_and_streams_stay_even_when_unused():
@@ -40,7 +41,7 @@ def test_main_graph_inputs_and_streams_stay_even_when_unused():
     main.add_input("unused_input", "float32", (4,))
     main.add_tensor("stream", "float32", (4,), TensorType.STREAM)
     main.add_variable("unused_weight", np.zeros(4, np.float32))
-    assert PRUNE.apply(main) is True
+    assert apply(PRUNE, main) is True
     assert main.has_tensor("unused_input") and main.has_tensor("stream")
     assert not main.has_tensor("unused_weight")
 
@@ -55,7 +56,7 @@ def test_ops_with_side_effects_stay_with_everything_they_read(name, domain):
     main = ir.main_graph
     feeder = add_op(main, "Mul", [main.inputs[0], main.inputs[0]])
     effect = add_op(main, name, [out(feeder)], domain=domain)
-    assert PRUNE.apply(main) is False
+    assert apply(PRUNE, main) is False
     assert main.op(effect.id) is effect and main.op(feeder.id) is feeder
 
 
@@ -73,7 +74,7 @@ def test_subgraphs_are_pruned_inside_but_keep_their_inputs_and_outputs():
     add_op(sub, "Neg", [sub.inputs[0]])  # dead inside the subgraph
     op = call(main, sub, [main.outputs[0], main.inputs[0]])
     main.output_ids = [op.output(0).id]  # output 1 of the call is unused
-    assert PRUNE.apply(main) is True
+    assert apply(PRUNE, main) is True
     assert op_names(sub) == ["Relu", "Relu"]
     assert len(sub.input_ids) == 2 and len(sub.output_ids) == 2
     assert len(op.outputs) == 2
@@ -88,7 +89,7 @@ def test_graphs_no_longer_called_are_removed_with_the_graphs_only_they_call():
     call(outer, inner, [outer.inputs[0]])
     call(main, outer, [main.outputs[0]])  # its output is unused: the call is dead
     identity_subgraph(ir, "never_called", n_inputs=1)
-    assert PRUNE.apply(main) is True
+    assert apply(PRUNE, main) is True
     assert [g.id for g in ir.graphs] == [""]
     assert transforms.helpers.unreachable_graphs(ir) == []
 
@@ -98,7 +99,7 @@ def test_a_call_whose_callee_has_side_effects_stays():
     main = ir.main_graph
     sub = identity_subgraph(ir, "sub", n_inputs=1, op="Print")
     op = call(main, sub, [main.outputs[0]])
-    assert PRUNE.apply(main) is False
+    assert apply(PRUNE, main) is False
     assert main.op(op.id) is op and ir.has_graph("sub")
 
 
@@ -106,7 +107,7 @@ def test_a_subgraph_calling_itself_is_removed_when_dead():
     ir = chain_ir()
     loop = identity_subgraph(ir, "self", n_inputs=1)
     call(loop, loop, [loop.inputs[0]])
-    assert PRUNE.apply(ir.main_graph) is True
+    assert apply(PRUNE, ir.main_graph) is True
     assert not ir.has_graph("self")
 
 
@@ -114,7 +115,7 @@ def test_pruning_every_op_of_the_main_graph_is_an_error():
     ir = chain_ir()
     ir.main_graph.output_ids = []
     with pytest.raises(TransformError, match="every op of the main graph"):
-        PRUNE.apply(ir.main_graph)
+        apply(PRUNE, ir.main_graph)
 
 
 def test_prune_preserves_every_condition_under_checking():
@@ -166,9 +167,9 @@ def test_prune_keeps_exactly_what_outputs_and_side_effects_need(ir):
     main = ir.main_graph
     expected = sorted(needed_op_ids(main))
     outputs, before = list(main.output_ids), len(main.ops)
-    changed = PRUNE.apply(main)
+    changed = apply(PRUNE, main)
     assert [op.id for op in main.ops] == expected
     assert main.output_ids == outputs
     assert changed is (len(expected) < before)
     ir.verify()
-    assert PRUNE.apply(main) is False
+    assert apply(PRUNE, main) is False

@@ -7,7 +7,9 @@ from transform_testing import TEST_OPS, add_op, call, chain_ir, identity_subgrap
 from popart_unwind import transforms
 from popart_unwind.errors import IrError
 from popart_unwind.ir import Ir, OpSettings, OpType
-from popart_unwind.ir.names import TRANSFORM_PREFIX
+from popart_unwind.ir.names import TRANSFORM_PREFIX, reserved_id
+from popart_unwind.ops import REGISTRY
+from popart_unwind.rewrite import Rewriter
 
 helpers = transforms.helpers
 call_site_violations = transforms.checks.call_site_violations
@@ -20,21 +22,37 @@ def assert_in_step(ir):
     assert call_site_violations(ir) == []
 
 
-# -- create_op_like, new_tensor_id -------------------------------------------------------
+def remove_subgraph_input(graph, index):
+    """``helpers.remove_subgraph_input`` through a rewriter, which must record the change."""
+    rewriter = Rewriter(REGISTRY)
+    helpers.remove_subgraph_input(graph, index, rewriter)
+    assert rewriter.changes > 0
+    return rewriter
+
+
+def remove_subgraph_output(graph, index):
+    """``helpers.remove_subgraph_output`` through a rewriter, which must record the change."""
+    rewriter = Rewriter(REGISTRY)
+    helpers.remove_subgraph_output(graph, index, rewriter)
+    assert rewriter.changes > 0
+    return rewriter
+
+
+# -- ops a transform creates (Rewriter.create_op), reserved ids ----------------------------
 def test_created_ops_inherit_every_set_placement_attribute_and_the_scope():
     ir = chain_ir()
     main = ir.main_graph
     neighbour = main.ops[0]
     neighbour.settings = OpSettings(name="n", scope="block1", vgraph_id=2, execution_phase=5)
-    op = helpers.create_op_like(main, onnx("Neg"), [main.outputs[0]], neighbour)
+    op = Rewriter(REGISTRY).create_op(main, onnx("Neg"), [main.outputs[0]], like=neighbour)
     assert op.settings == OpSettings(scope="block1", vgraph_id=2, execution_phase=5)
 
 
 def test_created_op_outputs_carry_the_transform_prefix_and_inferred_shapes():
     ir = chain_ir()
     main = ir.main_graph
-    op = helpers.create_op_like(main, onnx("Relu"), [main.outputs[0]], main.ops[0],
-                                num_outputs=2, registry=TEST_OPS)
+    op = Rewriter(TEST_OPS).create_op(main, onnx("Relu"), [main.outputs[0]], like=main.ops[0],
+                                      num_outputs=2)
     assert [t.id for t in op.outputs] == [f"{TRANSFORM_PREFIX}Relu{op.id}:0",
                                           f"{TRANSFORM_PREFIX}Relu{op.id}:1"]
     assert [t.shape for t in op.outputs] == [(2, 3), (2, 3)]
@@ -44,17 +62,18 @@ def test_created_op_shapes_wait_for_inference_when_an_input_shape_is_unknown():
     ir = chain_ir()
     main = ir.main_graph
     main.outputs[0].shape = None
-    op = helpers.create_op_like(main, onnx("Relu"), [main.outputs[0]], main.ops[0],
-                                registry=TEST_OPS)
+    rewriter = Rewriter(TEST_OPS)
+    op = rewriter.create_op(main, onnx("Relu"), [main.outputs[0]], like=main.ops[0])
     assert op.output(0).shape is None
+    assert rewriter.changes == 1
 
 
-def test_new_tensor_ids_are_reserved_and_fresh():
+def test_reserved_tensor_ids_are_fresh():
     main = Ir().main_graph
-    first = helpers.new_tensor_id(main, "acc")
+    first = reserved_id(main, TRANSFORM_PREFIX, "acc")
     main.add_constant(first, np.zeros(1))
     assert first == f"{TRANSFORM_PREFIX}acc"
-    assert helpers.new_tensor_id(main, "acc") == f"{TRANSFORM_PREFIX}acc__1"
+    assert reserved_id(main, TRANSFORM_PREFIX, "acc") == f"{TRANSFORM_PREFIX}acc__1"
 
 
 # -- reachability ------------------------------------------------------------------------
@@ -97,7 +116,7 @@ def call_ir(n_calls=2):
 
 def test_removing_a_call_subgraph_input_drops_and_renumbers_every_call_site():
     ir, sub, sites = call_ir()
-    helpers.remove_subgraph_input(sub, 1)
+    remove_subgraph_input(sub, 1)
     assert sub.input_ids == ["sub/a", "sub/c"]
     for op in sites:
         assert [(i, t.id) for i, t in op.input_map().items()] == [(0, "x0"), (1, "x2")]
@@ -107,7 +126,7 @@ def test_removing_a_call_subgraph_input_drops_and_renumbers_every_call_site():
 def test_removing_a_call_subgraph_output_drops_and_renumbers_every_call_site():
     ir, sub, sites = call_ir()
     kept = [[op.output(0).id, op.output(2).id] for op in sites]
-    helpers.remove_subgraph_output(sub, 1)
+    remove_subgraph_output(sub, 1)
     assert len(sub.output_ids) == 2
     assert [[t.id for t in op.outputs] for op in sites] == kept
     assert_in_step(ir)
@@ -117,18 +136,18 @@ def test_a_used_input_or_output_is_not_removed():
     ir, sub, _ = call_ir()
     before = ir.to_json()
     with pytest.raises(IrError, match=r"input 0 .* is still used"):
-        helpers.remove_subgraph_input(sub, 0)
+        remove_subgraph_input(sub, 0)
     with pytest.raises(IrError, match=r"output 2 .* is still used"):
-        helpers.remove_subgraph_output(sub, 2)
+        remove_subgraph_output(sub, 2)
     assert ir.to_json() == before
 
 
 def test_the_main_graph_interface_and_bad_indices_are_refused():
     ir, sub, _ = call_ir()
     with pytest.raises(IrError, match="interface"):
-        helpers.remove_subgraph_input(ir.main_graph, 0)
+        remove_subgraph_input(ir.main_graph, 0)
     with pytest.raises(IrError, match="no output 7"):
-        helpers.remove_subgraph_output(sub, 7)
+        remove_subgraph_output(sub, 7)
 
 
 # -- Loop sites --------------------------------------------------------------------------
@@ -157,9 +176,9 @@ def loop_ir():
 def test_loop_call_sites_follow_body_input_and_output_removal():
     ir, body, loop = loop_ir()
     assert_in_step(ir)
-    helpers.remove_subgraph_input(body, 4)
+    remove_subgraph_input(body, 4)
     assert [t.id for t in loop.inputs] == ["trips", "keep_going", "xa", "xb"]
-    helpers.remove_subgraph_output(body, 2)  # op output 1, unused
+    remove_subgraph_output(body, 2)  # op output 1, unused
     assert [t.id for t in loop.outputs] == [f"Loop{loop.id}:0"]
     assert body.output_ids[0] == "body/cond" and len(body.output_ids) == 2
     assert_in_step(ir)
@@ -168,9 +187,9 @@ def test_loop_call_sites_follow_body_input_and_output_removal():
 def test_loop_iteration_and_condition_slots_are_fixed():
     _, body, _ = loop_ir()
     with pytest.raises(IrError, match="iteration number"):
-        helpers.remove_subgraph_input(body, 0)
+        remove_subgraph_input(body, 0)
     with pytest.raises(IrError, match="continue condition"):
-        helpers.remove_subgraph_output(body, 0)
+        remove_subgraph_output(body, 0)
 
 
 # -- If sites ----------------------------------------------------------------------------
@@ -200,7 +219,7 @@ def if_ir(then_reads=0):
 def test_an_if_input_stays_while_the_other_branch_reads_it():
     ir, then, _, op = if_ir()
     assert_in_step(ir)
-    helpers.remove_subgraph_input(then, 1)
+    remove_subgraph_input(then, 1)
     assert [t.id for t in op.inputs] == ["cond", "a", "b"]
     assert op.attributes["then_inputs"] == [[1, 0]]
     assert op.attributes["else_inputs"] == [[2, 0]]
@@ -209,7 +228,7 @@ def test_an_if_input_stays_while_the_other_branch_reads_it():
 
 def test_an_if_input_no_branch_reads_goes_and_the_maps_are_renumbered():
     ir, then, _, op = if_ir(then_reads=1)
-    helpers.remove_subgraph_input(then, 0)
+    remove_subgraph_input(then, 0)
     assert [(i, t.id) for i, t in op.input_map().items()] == [(0, "cond"), (1, "b")]
     assert op.attributes["then_inputs"] == [[1, 0]]
     assert op.attributes["else_inputs"] == [[1, 0]]
@@ -219,7 +238,7 @@ def test_an_if_input_no_branch_reads_goes_and_the_maps_are_renumbered():
 def test_removing_an_if_branch_output_removes_the_op_output_from_both_maps():
     ir, then, other, op = if_ir()
     second = op.output(1).id
-    helpers.remove_subgraph_output(then, 0)
+    remove_subgraph_output(then, 0)
     assert [t.id for t in op.outputs] == [second]
     assert op.attributes["then_outputs"] == [[0, 0]]
     assert op.attributes["else_outputs"] == [[0, 1]]

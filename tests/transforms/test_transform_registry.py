@@ -4,10 +4,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-from transform_testing import add_op, call, chain_ir, identity_subgraph, out
+from transform_testing import TEST_OPS, add_op, call, chain_ir, identity_subgraph, onnx, out
 
 from popart_unwind import transforms
 from popart_unwind.errors import TransformError
+from popart_unwind.ir import Ir
 from popart_unwind.options import DEFAULT_PIPELINE, SessionOptions
 
 ALL_CONDITIONS, Condition, Transform = (transforms.ALL_CONDITIONS, transforms.Condition,
@@ -29,9 +30,8 @@ class AddUnplacedRelu(Transform):
     name = "AddUnplacedRelu"
     preserves = ALL_CONDITIONS
 
-    def apply(self, graph):
-        relu = add_op(graph, "Relu", [graph.outputs[0]])
-        graph.output_ids[0] = out(relu).id
+    def apply(self, graph, rewriter):
+        rewriter.create_op(graph, onnx("Relu"), [graph.outputs[0]])
         return True
 
 
@@ -42,11 +42,11 @@ class DropFirstCall(Transform):
     id = 901
     name = "DropFirstCall"
 
-    def apply(self, graph):
+    def apply(self, graph, rewriter):
         op = next(op for op in graph.ops if op.is_type("Call"))
         for index, tensor in op.output_map().items():
-            graph.replace_all_uses(tensor, op.input(index))
-        graph.erase_op(op)
+            rewriter.replace_all_uses(tensor, op.input(index))
+        rewriter.erase_op(op)
         return True
 
 
@@ -59,10 +59,22 @@ class Lie(Transform):
     answer: object = True
     work: bool = False
 
-    def apply(self, graph):
+    def apply(self, graph, rewriter):
         if self.work:
-            graph.ops[0].settings.name = "renamed"
+            rewriter.set_op_name(graph.ops[0], "renamed")
         return self.answer
+
+
+@dataclasses.dataclass(frozen=True)
+class RenameBehindTheRewritersBack(Transform):
+    """Renames an op directly, not through the rewriter it is handed, and says so."""
+
+    id = 906
+    name = "RenameBehindTheRewritersBack"
+
+    def apply(self, graph, rewriter):
+        graph.ops[0].settings.name = "renamed"
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +84,7 @@ class NeedsNoIpuCopy(Transform):
     assumes = frozenset({Condition.NO_IPU_COPY})
     ran: list = dataclasses.field(default_factory=list)
 
-    def apply(self, graph):
+    def apply(self, graph, rewriter):
         self.ran.append(True)
         return False
 
@@ -83,7 +95,7 @@ class PromisesVgraph(Transform):
     name = "PromisesVgraph"
     guarantees = frozenset({Condition.VGRAPH})
 
-    def apply(self, graph):
+    def apply(self, graph, rewriter):
         return False
 
 
@@ -94,9 +106,22 @@ class AddCalleeInput(Transform):
     id = 905
     name = "AddCalleeInput"
 
-    def apply(self, graph):
-        graph.ir.graph("sub").add_input("sub/extra", "float32", (2, 3))
+    def apply(self, graph, rewriter):
+        rewriter.add_graph_input(graph.ir.graph("sub"), "sub/extra", "float32", (2, 3))
         return True
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepsItsRewriter(Transform):
+    """Remembers the rewriter of each application and changes nothing."""
+
+    id = 907
+    name = "KeepsItsRewriter"
+    seen: list = dataclasses.field(default_factory=list)
+
+    def apply(self, graph, rewriter):
+        self.seen.append(rewriter)
+        return False
 
 
 def called_ir():
@@ -256,12 +281,57 @@ def test_a_malformed_ir_is_refused_before_the_transform():
         registry.apply("Prune", ir, check=True)
 
 
+@pytest.mark.parametrize("check", [False, True])
 @pytest.mark.parametrize(("answer", "work", "message"), [
-    (False, True, "changed the IR but reported no change"),
-    (True, False, "reported a change but left the IR as it was"),
+    (False, True, r"Lie changed the IR but reported no change \(Relu#0 renamed 'renamed'\)"),
+    (True, False, "Lie reported a change but left the IR as it was"),
     (1, False, "returned int, not bool"),
 ])
-def test_checking_holds_a_transform_to_its_changed_answer(answer, work, message):
+def test_a_changed_answer_that_disagrees_with_the_rewriters_record_is_an_error_always(
+        answer, work, message, check):
     with pytest.raises(TransformError, match=message):
-        registry.apply(Lie(answer=answer, work=work), chain_ir(), check=True)
+        registry.apply(Lie(answer=answer, work=work), chain_ir(), check=check)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_the_changed_answer_is_the_rewriters_record(check):
+    ir = chain_ir()
+    assert registry.apply(Lie(answer=True, work=True), ir, check=check) is True
+    assert ir.main_graph.ops[0].settings.name == "renamed"
+    assert registry.apply(Lie(answer=False, work=False), ir, check=check) is False
+
+
+def test_each_application_gets_a_fresh_rewriter_with_the_transforms_op_registry():
+    transform = KeepsItsRewriter(op_registry=TEST_OPS)
+    ir = chain_ir()
+    registry.apply(transform, ir)
+    registry.apply(transform, ir, check=True)
+    first, second = transform.seen
+    assert first is not second
+    assert first.registry is TEST_OPS and second.registry is TEST_OPS
+
+
+def test_checking_catches_a_change_made_outside_the_rewriter():
+    with pytest.raises(TransformError, match="RenameBehindTheRewritersBack changed the IR "
+                                             "outside the rewriter"):
+        registry.apply(RenameBehindTheRewritersBack(), chain_ir(), check=True)
+
+
+def test_without_checking_a_change_outside_the_rewriter_does_not_count():
+    """Only the record counts: the registry does not look at the IR to find changes."""
+    with pytest.raises(TransformError, match="reported a change but left the IR as it was"):
+        registry.apply(RenameBehindTheRewritersBack(), chain_ir(), check=False)
+
+
+def test_applying_without_checking_never_serialises_the_ir(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the IR was serialised")
+
+    ir = chain_ir()
+    ir.main_graph.add_variable("unused", np.zeros(3, np.float32))
+    monkeypatch.setattr(Ir, "to_json", refuse)
+    assert registry.run_pipeline(ir, ["InferShapes", "Canonicalize", "Prune",
+                                      "MergeDuplicateOps"]) == {
+        "InferShapes": False, "Canonicalize": False, "Prune": True,
+        "MergeDuplicateOps": False}
 

@@ -2,7 +2,8 @@
 
 emit (the unwinding problem from the IR) -> solve (``options.unwind_algorithm``) ->
 realize (concrete tiles per sink) -> validate -> write ``tensor.tile_mapping`` (Poplar
-format) on every producer-less tensor and call output. The Plan keeps, per planned tensor,
+format) on every producer-less tensor and call output, through a rewriter (the
+UnwindLayouts transform's, or one of ``plan_ir``'s own). The Plan keeps, per planned tensor,
 its mapping, how it was decided and the paths that explain it, the solver's objective and
 upper bound, timings, and the unwind graph, solution and realizer for reports.
 """
@@ -23,6 +24,7 @@ from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
+from popart_unwind.rewrite import Rewriter
 from popart_unwind.unwind import Graph, Solution, TensorId
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
@@ -72,7 +74,8 @@ class Plan:
     solution: Solution = dataclasses.field(repr=False)
     #: The concrete tiles of any unwind tensor (``realizer.tiles(t)``), for reports.
     realizer: Realizer = dataclasses.field(repr=False)
-    #: Whether writing the plan changed any tensor's mapping on the Ir.
+    #: Whether writing the plan changed any tensor's mapping on the Ir (by the rewriter's
+    #: record).
     changed: bool = False
 
     def tensor(self, graph_id: str, tensor_id: str) -> PlannedTensor:
@@ -105,16 +108,18 @@ class Plan:
 
 def plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None = None,
             progress: Progress | None = None, registry: OpRegistry = REGISTRY,
-            write: bool = True) -> Plan:
+            write: bool = True, rewriter: Rewriter | None = None) -> Plan:
     """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
-    is False, write the mappings onto the Ir. ``progress(stage, done, total)`` is called
-    as stages advance (stages: emit, solve, realize, write)."""
+    is False, write the mappings onto the Ir through ``rewriter`` (default: one of its
+    own). ``progress(stage, done, total)`` is called as stages advance (stages: emit,
+    solve, realize, write)."""
     with cyclic_gc_paused():
-        return _plan_ir(ir, target, options, progress, registry, write)
+        return _plan_ir(ir, target, options, progress, registry, write, rewriter)
 
 
 def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
-             progress: Progress | None, registry: OpRegistry, write: bool) -> Plan:
+             progress: Progress | None, registry: OpRegistry, write: bool,
+             rewriter: Rewriter | None) -> Plan:
     options = options if options is not None else ir.options
     began = time.perf_counter()
     timings: dict[str, float] = {}
@@ -142,7 +147,12 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
                                 tile_mapping(tiles, target.num_tiles)))
     timings["realize"] = _lap(began, timings)
 
-    changed = _write(planned, ir, progress) if write else False
+    changed = False
+    if write:
+        rewriter = rewriter if rewriter is not None else Rewriter(registry)
+        before = rewriter.changes
+        _write(planned, ir, progress, rewriter)
+        changed = rewriter.changes != before
     timings["write"] = _lap(began, timings)
     timings["total"] = time.perf_counter() - began
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
@@ -185,15 +195,12 @@ def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) ->
     return "; ".join(clauses)
 
 
-def _write(planned: list[PlannedTensor], ir: Ir, progress: Progress | None) -> bool:
-    changed = False
+def _write(planned: list[PlannedTensor], ir: Ir, progress: Progress | None,
+           rewriter: Rewriter) -> None:
     for done, entry in enumerate(planned, 1):
         tensor = ir.graph(entry.graph_id).tensor(entry.tensor_id)
-        old = tensor.tile_mapping
-        if old is None or entry.tile_mapping != old:
-            tensor.tile_mapping = entry.tile_mapping  # immutable: the Ir and the plan share it
-            changed = True
+        # immutable: the Ir and the plan share the mapping; an equal one is no change
+        rewriter.set_tile_mapping(tensor, entry.tile_mapping)
         if progress is not None and (done % 256 == 0 or done == len(planned)):
             progress("write", done, len(planned))
-    return changed
 

@@ -1,4 +1,4 @@
-"""UnwindLayouts: the layout planner as a transform of the pipeline (DESIGN.md §4)."""
+"""UnwindLayouts: the layout planner as a transform of the pipeline (docs/planner.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from popart_unwind.machine import TileMachine, TileTarget
-from popart_unwind.ops import REGISTRY, OpRegistry
 
 from ..base import ALL_CONDITIONS, Transform
 from ..conditions import Condition
@@ -15,6 +14,7 @@ from .plan import plan_ir
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph
+    from popart_unwind.rewrite import Rewriter
 
 
 def default_target() -> TileMachine:
@@ -39,7 +39,7 @@ class UnwindLayouts(Transform):
 
     #: The machine planned for.
     target: TileMachine = dataclasses.field(default_factory=default_target)
-    op_registry: OpRegistry = REGISTRY
 
-    def apply(self, graph: Graph) -> bool:
-        return plan_ir(graph.ir, self.target, registry=self.op_registry).changed
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
+        return plan_ir(graph.ir, self.target, registry=self.op_registry,
+                       rewriter=rewriter).changed
