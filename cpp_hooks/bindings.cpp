@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -36,10 +37,15 @@ namespace {
 
 template <typename T> using Tiles = py::array_t<T, py::array::c_style>;
 
-template <typename T> T *writable(Tiles<T> &out, std::size_t numElements) {
+template <typename T>
+T *writable(Tiles<T> &out, std::size_t numElements, const TileParams &params) {
   if (out.ndim() != 1 || static_cast<std::size_t>(out.shape(0)) != numElements) {
     throw std::invalid_argument("the output array must be flat with " +
                                 std::to_string(numElements) + " elements");
+  }
+  if (params.numTiles - 1 > static_cast<std::size_t>(std::numeric_limits<T>::max())) {
+    throw std::invalid_argument("the output array's integer type cannot hold the ids of " +
+                                std::to_string(params.numTiles) + " tiles");
   }
   return out.mutable_data();
 }
@@ -54,7 +60,7 @@ std::size_t fillLinear(Tiles<T> out, const TileParams &params, std::size_t start
   }
   const auto numElements = static_cast<std::size_t>(out.size());
   const LinearLayout layout = linearLayout(numElements, params);
-  return fillLinearTiles(layout, params, startTile, writable(out, numElements));
+  return fillLinearTiles(layout, params, startTile, writable(out, numElements, params));
 }
 
 template <typename T>
@@ -62,7 +68,7 @@ void fillMatmul(Tiles<T> out, const TileParams &params, const std::array<std::si
                 const std::array<std::size_t, 4> &splits, const std::string &operand) {
   params.check();
   const MatmulShape shape{dims[0], dims[1], dims[2], dims[3]};
-  T *tiles = writable(out, matmulElements(shape, operand));
+  T *tiles = writable(out, matmulElements(shape, operand), params);
   forEachMatmulRun(shape, MatmulSplits{splits[0], splits[1], splits[2], splits[3]}, operand,
                    params.numTiles, [tiles](std::size_t begin, std::size_t end, std::size_t tile) {
                      std::fill(tiles + begin, tiles + end, static_cast<T>(tile));
@@ -73,7 +79,7 @@ template <typename T>
 void fillSliceable(Tiles<T> out, const TileParams &params, std::size_t numRows,
                    std::size_t numCols) {
   const SliceableLayout layout = sliceableLayout(numRows, numCols, params);
-  fillSliceableTiles(layout, writable(out, numRows * numCols));
+  fillSliceableTiles(layout, writable(out, numRows * numCols, params));
 }
 
 template <typename T> void bindFills(py::module_ &m) {

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir import IfOp, LoopOp, SubgraphOp
+from popart_unwind.ir import SubgraphOp
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Ir, Tensor
@@ -49,7 +49,7 @@ def _call_site_violations(op: SubgraphOp) -> list[str]:
     for op_in, tensor in op.input_map().items():
         mapped = [(g, op.op_in_to_subgraph_in_index(g, op_in)) for g in callees]
         mapped = [(g, g_in) for g, g_in in mapped if g_in is not None]
-        if not mapped and not (isinstance(op, IfOp) and op_in == 0):
+        if not mapped and not op.feeds_no_subgraph(op_in):
             problems.append(f"input {op_in} ({tensor.id!r}) of {name} feeds no input of "
                             f"{_names(callees)}")
         for graph, g_in in mapped:
@@ -64,7 +64,7 @@ def _call_site_violations(op: SubgraphOp) -> list[str]:
                                     f"{graph.id!r}, which maps back to {back}")
     for graph in callees:
         for g_in, tensor_id in enumerate(graph.input_ids):
-            optional = isinstance(op, LoopOp) and g_in < 2
+            optional = op.fixed_subgraph_input(graph, g_in)
             if not optional and op.subgraph_in_to_op_in_index(graph, g_in) is None:
                 problems.append(f"input {g_in} ({tensor_id!r}) of graph {graph.id!r} is fed "
                                 f"by no input of its call site {name}")

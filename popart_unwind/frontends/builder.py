@@ -21,6 +21,8 @@ from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.names import CONSTANT_PREFIX, reserved_id
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op, OpSettings, OpType
 from popart_unwind.ir.tensor import TensorType
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.shape_inference import infer_op
 from popart_unwind.options import SessionOptions
 
 DEFAULT_OPSET = 18
@@ -43,8 +45,6 @@ _ONNX_NAMES = tuple(_ONNX_NAMES_TEXT.split())
 
 def onnx_op_name(attribute_name: str) -> str:
     """The ONNX op type a snake_case (or all-lowercase) builder method name stands for."""
-    from popart_unwind.ops import REGISTRY
-
     key = attribute_name.replace("_", "").lower()
     known = [*_ONNX_NAMES, *(name for domain, name in REGISTRY.names() if domain == ONNX_DOMAIN)]
     for name in known:
@@ -256,8 +256,6 @@ class Builder:
     def _add(self, op_type: OpType, inputs: list[str | None], attributes: dict[str, Any],
              num_outputs: int, name: str | None,
              output_types: Sequence[tuple[str, Sequence[int]]] | None) -> str | list[str]:
-        from popart_unwind.ops.shape_inference import infer_op
-
         stem = self._op_stem(name or op_type.name)
         settings = OpSettings(name=stem, scope="/".join(self._scopes), **self._placement)
         outputs = [self._graph.unique_id(f"{stem}:{i}") for i in range(num_outputs)]

@@ -23,6 +23,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ops.shape_inference import infer_shapes
 from popart_unwind.options import SessionOptions
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
         _Importer(ir, proto, folder).run()
-        from popart_unwind.ops.shape_inference import infer_shapes
-
         infer_shapes(ir, trust_seeded=True)
     except ModelImportError:
         raise

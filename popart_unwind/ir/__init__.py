@@ -1,11 +1,13 @@
 """The PopART-modelled IR: ``Ir`` → ``Graph`` → ``Op`` / ``Tensor``.
 
 The core (this package) knows structure only. What each op type means — shapes, folds,
-canonicalization patterns, unwind rules — lives in ``popart_unwind.ops``; the front ends
-(ONNX, PyTorch, the ``Builder``) live in ``popart_unwind.frontends`` and are reached lazily
-from here so that the core does not depend on them.
+canonicalization patterns, unwind rules, the classes of ops that run subgraphs — lives in
+``popart_unwind.ops``; the front ends (ONNX, PyTorch, the ``Builder``) live in
+``popart_unwind.frontends`` and hand their entry points to ``ir.front_ends`` when
+``popart_unwind`` is imported, so that the core does not depend on them.
 """
 
+from popart_unwind.ir.front_ends import entry_point
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import MAIN_GRAPH_ID, Ir
 from popart_unwind.ir.op import (
@@ -15,9 +17,6 @@ from popart_unwind.ir.op import (
     UNUSED_EXECUTION_PHASE,
     UNUSED_PIPELINE_STAGE,
     UNUSED_VGRAPH_ID,
-    CallOp,
-    IfOp,
-    LoopOp,
     Op,
     OpSettings,
     OpType,
@@ -27,15 +26,13 @@ from popart_unwind.ir.tensor import Tensor, TensorType, TileMapping
 
 __all__ = [
     "GRAPHCORE_DOMAIN", "MAIN_GRAPH_ID", "ONNX_DOMAIN", "UNUSED_BATCH_SERIALIZED_PHASE",
-    "UNUSED_EXECUTION_PHASE", "UNUSED_PIPELINE_STAGE", "UNUSED_VGRAPH_ID", "Builder", "CallOp",
-    "Graph", "IfOp", "Ir", "LoopOp", "Op", "OpSettings", "OpType", "SubgraphOp", "Tensor",
+    "UNUSED_EXECUTION_PHASE", "UNUSED_PIPELINE_STAGE", "UNUSED_VGRAPH_ID", "Builder",
+    "Graph", "Ir", "Op", "OpSettings", "OpType", "SubgraphOp", "Tensor",
     "TensorType", "TileMapping",
 ]
 
 
 def __getattr__(name: str):
-    if name == "Builder":  # lazily: the builder sits above the op definitions
-        from popart_unwind.frontends.builder import Builder
-
-        return Builder
+    if name == "Builder":  # provided by the front ends, which sit above the op definitions
+        return entry_point("Builder")
     raise AttributeError(f"module 'popart_unwind.ir' has no attribute {name!r}")

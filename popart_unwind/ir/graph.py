@@ -15,7 +15,7 @@ import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.dtypes import dtype_of_array
-from popart_unwind.ir.op import OP_CLASSES, Op, OpSettings, OpType
+from popart_unwind.ir.op import Op, OpSettings, OpType, op_class
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.validation import as_shape
 
@@ -139,7 +139,7 @@ class Graph:
         name after the op. Output dtypes and shapes are left unknown for shape inference.
         """
         settings = settings or OpSettings()
-        cls = OP_CLASSES.get((op_type.domain, op_type.name), Op)
+        cls = op_class(op_type)
         op = cls(self, self.ir._next_op_id(), op_type, dict(attributes or {}), settings)
         self._ops[op.id] = op
         for index, tensor in enumerate(inputs):

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from popart_unwind.errors import IrError
+from popart_unwind.ir.front_ends import entry_point
 from popart_unwind.ir.graph import Graph
 from popart_unwind.options import SessionOptions
 
@@ -108,15 +109,13 @@ class Ir:
 
         return ir_from_json(text)
 
-    # -- front ends (imported lazily: the IR core does not depend on them) ---------------
+    # -- front ends (doors the front ends provide: ``ir.front_ends``) --------------------
     @classmethod
     def from_onnx(cls, model: str | Path | bytes | onnx.ModelProto,
                   options: SessionOptions | None = None, **import_options: Any) -> Ir:
         """Import an ONNX model (a path, with external data beside it, bytes or a
         ModelProto); ``import_options``: ``input_shapes``, ``base_dir`` (see the importer)."""
-        from popart_unwind.frontends.onnx_import import import_onnx
-
-        return import_onnx(model, options=options, **import_options)
+        return entry_point("onnx")(model, options=options, **import_options)
 
     @classmethod
     def from_torch(cls, module: Any, example_args: tuple, training: bool = False,
@@ -126,7 +125,5 @@ class Ir:
         With ``training=True`` the graph is one training step: forward, loss, backward
         and an SGD update of every parameter.
         """
-        from popart_unwind.frontends.torch_import import import_torch
-
-        return import_torch(module, example_args, training=training, options=options,
-                            **training_options)
+        return entry_point("torch")(module, example_args, training=training, options=options,
+                                    **training_options)

@@ -149,7 +149,8 @@ class Op:
 
 
 class SubgraphOp(Op):
-    """An op that runs subgraphs, with PopART's maps between its indices and theirs.
+    """An op that runs subgraphs, with PopART's maps between its indices and theirs (the
+    op types' own classes are their families', ``popart_unwind.ops.control``).
 
     By default op input i is subgraph input i and op output j is subgraph output
     j + ``OUTPUT_OFFSET`` (the leading subgraph outputs no op output receives, such as a
@@ -186,6 +187,21 @@ class SubgraphOp(Op):
         """Whether op output ``op_out`` stacks the subgraph's per-iteration values."""
         return False
 
+    def feeds_no_subgraph(self, op_in: int) -> bool:
+        """Whether op input ``op_in`` is the op's own (an If's condition), not a copy into
+        a subgraph."""
+        return False
+
+    def fixed_subgraph_input(self, graph: Graph, graph_in: int) -> bool:
+        """Whether subgraph input ``graph_in`` belongs to the op itself (a Loop body's
+        iteration number and condition): fed even without an op input, never removed."""
+        return False
+
+    def fixed_subgraph_output(self, graph: Graph, graph_out: int) -> bool:
+        """Whether subgraph output ``graph_out`` belongs to the op itself (a Loop body's
+        continue condition): given to no op output, never removed."""
+        return False
+
     def _explicit_inputs(self) -> int:
         """Input slots before the implicit (outer-scope) inputs the importer appends."""
         slots = max(self._inputs, default=-1) + 1
@@ -196,82 +212,19 @@ class SubgraphOp(Op):
             raise IrError(f"op {self.debug_name()} does not call graph {graph.id!r}")
 
 
-class CallOp(SubgraphOp):
-    """PopART's ``CallOp``: op input i is subgraph input i, op output j subgraph output j."""
-
-    CALLED_GRAPH_ATTRIBUTES = ("callee",)
-
-
-class LoopOp(SubgraphOp):
-    """PopART's ``LoopOp`` (ONNX Loop): inputs (M, cond, carried...), body inputs
-    (iteration, cond, carried...), body outputs (cond, carried..., scan...).
-
-    Op input i maps to body input i (the trip count M feeds the iteration counter); op
-    output j is body output j + 1, since body output 0 is the continue condition.
-    """
-
-    CALLED_GRAPH_ATTRIBUTES = ("body",)
-    OUTPUT_OFFSET = 1
-
-    def stacked_output(self, op_out: int) -> bool:
-        """Outputs after the loop-carried values (inputs 2..) are scan outputs."""
-        return op_out >= self._explicit_inputs() - 2
+#: Op classes by (domain, type name): an op family registers the class of an op type whose
+#: structure the IR must know (an op that runs subgraphs); any other type is a plain Op.
+_OP_CLASSES: dict[tuple[str, str], type[Op]] = {}
 
 
-class IfOp(SubgraphOp):
-    """PopART's ``IfOp``: input 0 is the condition; each branch has explicit index maps.
-
-    Attributes ``then_inputs``/``else_inputs`` map op input index -> branch input index and
-    ``then_outputs``/``else_outputs`` map op output index -> branch output index (PopART's
-    ``BranchInfo``), stored as sorted lists of pairs so they serialise deterministically.
-    """
-
-    CALLED_GRAPH_ATTRIBUTES = ("then_branch", "else_branch")
-
-    def _maps(self, graph: Graph) -> tuple[dict[int, int], dict[int, int]]:
-        self._check_called(graph)
-        prefix = "then" if graph.id == self.attributes["then_branch"] else "else"
-        return (dict(self.attributes[f"{prefix}_inputs"]),
-                dict(self.attributes[f"{prefix}_outputs"]))
-
-    def op_in_to_subgraph_in_index(self, graph: Graph, op_in: int) -> int | None:
-        return self._maps(graph)[0].get(op_in)
-
-    def subgraph_in_to_op_in_index(self, graph: Graph, graph_in: int) -> int | None:
-        inverse = {b: a for a, b in self._maps(graph)[0].items()}
-        return inverse.get(graph_in)
-
-    def op_out_to_subgraph_out_index(self, graph: Graph, op_out: int) -> int | None:
-        return self._maps(graph)[1].get(op_out)
-
-    def subgraph_out_to_op_out_index(self, graph: Graph, graph_out: int) -> int | None:
-        inverse = {b: a for a, b in self._maps(graph)[1].items()}
-        return inverse.get(graph_out)
+def register_op_class(domain: str, name: str, cls: type[Op]) -> None:
+    """Make ``Graph.create_op`` build ops of type ``domain.name`` as ``cls``."""
+    key = (domain, name)
+    if _OP_CLASSES.get(key, cls) is not cls:
+        raise IrError(f"op type {domain}.{name} already has class {_OP_CLASSES[key].__name__}")
+    _OP_CLASSES[key] = cls
 
 
-class ScanOp(SubgraphOp):
-    """ONNX Scan (PopART's ``ScanOp``): op and body inputs are N state variables, M scan
-    inputs (attribute ``num_scan_inputs``), then implicit inputs; op and body outputs are N
-    final states then K scan outputs. Indices map one to one; scan inputs and outputs differ
-    in shape from their body counterparts by the scanned axis.
-    """
-
-    CALLED_GRAPH_ATTRIBUTES = ("body",)
-
-    def _num_states(self) -> int:
-        return self._explicit_inputs() - int(self.attributes.get("num_scan_inputs", 0))
-
-    def stacked_input(self, op_in: int) -> bool:
-        return self._num_states() <= op_in < self._explicit_inputs()
-
-    def stacked_output(self, op_out: int) -> bool:
-        return op_out >= self._num_states()
-
-
-#: Op classes by type name, for op types whose behaviour the IR itself must know.
-OP_CLASSES: dict[tuple[str, str], type[Op]] = {
-    (GRAPHCORE_DOMAIN, "Call"): CallOp,
-    (ONNX_DOMAIN, "Loop"): LoopOp,
-    (ONNX_DOMAIN, "If"): IfOp,
-    (ONNX_DOMAIN, "Scan"): ScanOp,
-}
+def op_class(op_type: OpType) -> type[Op]:
+    """The class ops of ``op_type`` are built as."""
+    return _OP_CLASSES.get((op_type.domain, op_type.name), Op)

@@ -17,6 +17,7 @@ from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
+from popart_unwind.ops.control import seed_callee_inputs
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
 from popart_unwind.rewrite import Rewriter
 
@@ -82,8 +83,6 @@ class _Walk:
         self.visited: set[str] = set()
 
     def graph(self, graph: Graph) -> None:
-        from popart_unwind.ops.control import seed_callee_inputs  # control imports this module
-
         if graph.id in self.visited:
             return
         self.visited.add(graph.id)

@@ -321,6 +321,13 @@ def _fold_slice(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | Non
 
 
 # -- Identity, Concat, Expand, Split --------------------------------------------------------
+def passed_on(tensor: Tensor) -> Tensor:
+    """The tensor that Identity ops pass on unchanged as ``tensor`` (itself if none does)."""
+    while tensor.producer is not None and tensor.producer.is_type("Identity"):
+        tensor = tensor.producer.input(0)
+    return tensor
+
+
 def _infer_identity(op: Op) -> InferredOutputs:
     return [(_same_dtype(op), input_shape(op, 0))]
 

@@ -9,7 +9,8 @@ import pytest
 from popart_unwind.errors import IrError, ShapeError
 from popart_unwind.frontends.builder import Builder, onnx_op_name
 from popart_unwind.ir import Builder as LazyBuilder
-from popart_unwind.ir import CallOp, TensorType
+from popart_unwind.ir import TensorType
+from popart_unwind.ops.control import CallOp
 
 BATCH, SEQ, HIDDEN, HEADS = 2, 5, 16, 4
 HEAD = HIDDEN // HEADS

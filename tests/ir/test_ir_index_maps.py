@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir import GRAPHCORE_DOMAIN, CallOp, IfOp, Ir, LoopOp, OpType
-from popart_unwind.ir.op import ScanOp
+from popart_unwind.ir import GRAPHCORE_DOMAIN, Ir, OpType
+from popart_unwind.ops.control import CallOp, IfOp, LoopOp, ScanOp
 
 
 def graph_with(ir, graph_id, inputs, outputs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from machine_oracles import byte_model
 
@@ -31,6 +31,7 @@ def test_hooks_write_every_element(matmul, rows, cols, elements, dtype):
     """The C++ fills write a tile into every element of the array they are given (the hooks
     hand them uninitialised arrays): none is left at a sentinel outside the tile range."""
     (g, m, k, n), parts, tiles = matmul
+    assume(tiles - 1 <= np.iinfo(dtype).max)  # the product picks int32 above 32,767 tiles
     params = byte_model(tiles, 3, 5).tile_params("int8")
     sizes = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
     for operand, size in sizes.items():
@@ -44,6 +45,13 @@ def test_hooks_write_every_element(matmul, rows, cols, elements, dtype):
     used = _hooks.fill_linear_tiles(out, params, tiles - 1)
     assert out.size == 0 or (out.min() >= 0 and out.max() < tiles)
     assert used == len(np.unique(out))
+
+
+def test_hooks_refuse_an_array_too_narrow_for_the_tile_ids():
+    params = byte_model(40_000, 1, 0).tile_params("int8")
+    with pytest.raises(ValueError, match="cannot hold the ids of 40000 tiles"):
+        _hooks.fill_linear_tiles(np.empty(10, np.int16), params, 0)
+    _hooks.fill_linear_tiles(np.empty(10, np.int32), params, 0)
 
 
 @settings(max_examples=100, deadline=None)
