@@ -1,7 +1,8 @@
 """Shape inference over the IR: each op's registered shape rule, applied in schedule order.
 
-This is a walk that annotates the IR (dtype and shape of every op output), entering called
-subgraphs before the op that calls them so that Call/Loop/If/Scan can read their bodies.
+This is an interpreter over the IR (``ir.interpreter``) that annotates it (dtype and shape
+of every op output), entering called subgraphs before the op that calls them so that
+Call/Loop/If/Scan can read their bodies.
 Outputs that already carry a shape (seeded by ONNX's own inference) must agree with the rule.
 Opaque ops (no ``OpDef``) and rules that cannot decide keep whatever shapes were seeded.
 Every dtype and shape is written through a :class:`~popart_unwind.rewrite.Rewriter`, so the
@@ -11,13 +12,12 @@ do, at import), the walk makes its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
-from popart_unwind.ir.op import Op, SubgraphOp
-from popart_unwind.ops.control import seed_callee_inputs
+from popart_unwind.ir.op import Op
+from popart_unwind.ops.control import CallSite, seed_callee_inputs
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
 from popart_unwind.rewrite import Rewriter
 
@@ -73,25 +73,48 @@ def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False
     return rewriter.changes != before
 
 
-class _Walk:
-    """One inference pass: each graph once, callees before the ops that call them."""
+class ShapeInference(Interpreter):
+    """Types every op's outputs with its shape rule, entering each callee at its first call
+    site after the call site has typed the callee's inputs (``seed_callee_inputs``)."""
+
+    order = AT_FIRST_CALL
 
     def __init__(self, registry: OpRegistry, trust_seeded: bool, rewriter: Rewriter) -> None:
-        self.registry = registry
-        self.trust_seeded = trust_seeded
-        self.rewriter = rewriter
-        self.visited: set[str] = set()
+        super().__init__()
+        self.registry, self.trust_seeded, self.rewriter = registry, trust_seeded, rewriter
 
-    def graph(self, graph: Graph) -> None:
-        if graph.id in self.visited:
+    def enter_call(self, op: Op, callee: Graph) -> None:
+        if isinstance(op, CallSite):
+            seed_callee_inputs(op, self.rewriter)
+
+    def run_op(self, op: Op) -> None:
+        infer_op(op, self.registry, self.trust_seeded, self.rewriter)
+
+
+class ShapeCheck(Interpreter):
+    """Holds every op's outputs to its shape rule (after inference)."""
+
+    order = AT_FIRST_CALL
+
+    def __init__(self, registry: OpRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+
+    def run_op(self, op: Op) -> None:
+        results = run_rule(op, self.registry)
+        if results is None:
             return
-        self.visited.add(graph.id)
-        for op in graph.schedule():
-            if isinstance(op, SubgraphOp):
-                seed_callee_inputs(op, self.rewriter)
-                for callee in op.called_graphs():
-                    self.graph(callee)
-            infer_op(op, self.registry, self.trust_seeded, self.rewriter)
+        for index, tensor in op.output_map().items():
+            dtype, shape = results[index]
+            if shape is None:
+                continue
+            if tensor.shape is None:
+                raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
+                                 f"has no shape; its rule gives {dtype} {tuple(shape)}")
+            if tuple(shape) != tensor.shape or dtype != tensor.dtype:
+                raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
+                                 f"is {tensor.dtype} {tensor.shape}, but its rule gives "
+                                 f"{dtype} {tuple(shape)}")
 
 
 def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
@@ -106,31 +129,15 @@ def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
     registry = registry or REGISTRY
     rewriter = rewriter if rewriter is not None else Rewriter(registry)
     before = rewriter.changes
-    walk = _Walk(registry, trust_seeded, rewriter)
-    graphs: Sequence[Graph] = (graph_or_ir.graphs if isinstance(graph_or_ir, Ir)
-                               else [graph_or_ir])
-    for graph in graphs:
-        walk.graph(graph)
+    walk = ShapeInference(registry, trust_seeded, rewriter)
+    if isinstance(graph_or_ir, Ir):
+        walk.run(graph_or_ir)
+    else:
+        walk.run_graph(graph_or_ir)
     return rewriter.changes != before
 
 
 def check_shapes(ir: Ir, registry: OpRegistry | None = None) -> None:
     """Raise ShapeError at the first op whose outputs disagree with its shape rule, or whose
     output lacks a shape the rule can give (run ``infer_shapes`` first)."""
-    registry = registry or REGISTRY
-    for graph in ir.graphs:
-        for op in graph.schedule():
-            results = run_rule(op, registry)
-            if results is None:
-                continue
-            for index, tensor in op.output_map().items():
-                dtype, shape = results[index]
-                if shape is None:
-                    continue
-                if tensor.shape is None:
-                    raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
-                                     f"has no shape; its rule gives {dtype} {tuple(shape)}")
-                if tuple(shape) != tensor.shape or dtype != tensor.dtype:
-                    raise ShapeError(f"op {op.debug_name()} output {index} ({tensor.id!r}) "
-                                     f"is {tensor.dtype} {tensor.shape}, but its rule gives "
-                                     f"{dtype} {tuple(shape)}")
+    ShapeCheck(registry or REGISTRY).run(ir)

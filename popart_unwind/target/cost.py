@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
@@ -98,7 +98,7 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
     target = target if target is not None else TileTarget()
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
     target.reset()  # the rotating linear mapper must give the same tiles on every run
-    return _Evaluation(ir, target, mappings, registry, valuations).run()
+    return _Evaluation(ir, target, mappings, registry, valuations).report()
 
 
 def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
@@ -153,27 +153,34 @@ def _numel(tensor: Tensor) -> int:
     return prod(tensor.shape)
 
 
-class _Evaluation:
-    """One walk over the IR: callees before callers, each graph's ops in schedule order."""
+class _Evaluation(Interpreter):
+    """One walk over the IR (``ir.interpreter``): callees before callers, each graph's ops
+    in schedule order; each tensor's result is its layout, dropped once no later op reads
+    it."""
+
+    order = CALLEES_FIRST
+    release_dead = True
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
                  registry: Any, valuations: Any) -> None:
+        super().__init__()
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
         self.num_tiles = target.num_tiles
         self.base = producerless_mappings(ir, target, mappings)
-        self.graph_outputs: dict[tuple[str, str], np.ndarray] = {}
-        self.order = ir.callees_first()
-        self.executions = call_counts(ir, self.order)
+        self.executions = call_counts(ir)
         self.rows: list[OpCost] = []
         self.received = np.zeros(self.num_tiles, np.int64)
         self.op_peak = np.zeros(self.num_tiles, np.int64)
         self.objective = 0.0
         self.upper_bound = 0.0
+        #: Whether a tensor is held in the base term (a parameter, or a view of parameters)
+        #: rather than as an op's live data.
+        self.from_parameters: dict[Key, bool] = {}
+        self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
 
-    def run(self) -> CostReport:
-        for graph in self.order:
-            self._graph(graph)
+    def report(self) -> CostReport:
+        self.run(self.ir)
         resident = self.op_peak.copy()
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
@@ -197,57 +204,43 @@ class _Evaluation:
                                              for row in self.rows)),
         )
 
-    # -- one graph -------------------------------------------------------------------------
-    def _graph(self, graph: Graph) -> None:
-        tiles: dict[str, np.ndarray] = {}
-        from_parameters: dict[str, bool] = {}  # held in the base term, not an op's
-        for tensor in graph.producerless_tensors():
-            tiles[tensor.id] = self.base[(graph.id, tensor.id)]
-            from_parameters[tensor.id] = True
-        on_tiles: dict[str, np.ndarray] = {}  # bytes per tile of live activations, memoised
-        uses = {t.id: t.num_uses() for t in graph.tensors}
-        keep = set(graph.output_ids)
-        executions = self.executions.get(graph.id, 1)
-        for op in graph.schedule():
-            input_tiles = _indexed([tiles[t.id] for t in op.inputs], op)
-            rule = self.registry.layout_rule(op)
-            avoidable = 0
-            if rule.runs_subgraphs:
-                outputs, need, score, bound = rule.call_cost(op, input_tiles, self,
-                                                             self.target, self.valuations)
-            else:
-                outputs = output_layouts(rule, op, input_tiles, self.target)
-                need = rule.exchange(op, input_tiles, outputs, self.target)
-                avoidable = self._avoidable(op, rule, input_tiles, outputs, need,
-                                            from_parameters)
-                score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
-            self.objective += score
-            self.upper_bound += bound
-            aliases = rule.aliases_outputs(op)
-            self._charge(op, need, executions, avoidable)
-            parameters = all(from_parameters[t.id] for t in op.inputs)
-            for tensor, out in zip(op.outputs, outputs, strict=True):
-                tiles[tensor.id] = out
-                from_parameters[tensor.id] = aliases and parameters
-            live = [t for t in op.inputs if not from_parameters[t.id]]
-            self._resident(live + ([] if aliases else op.outputs), tiles, on_tiles)
-            for tensor in op.inputs:
-                uses[tensor.id] -= 1
-            for tensor in [*op.inputs, *op.outputs]:  # drop layouts no later op reads
-                if (uses[tensor.id] == 0 and tensor.id not in keep
-                        and tensor.producer is not None and tensor.id in tiles):
-                    del tiles[tensor.id]
-                    on_tiles.pop(tensor.id, None)
-        for tensor_id in graph.output_ids:
-            self.graph_outputs[(graph.id, tensor_id)] = tiles[tensor_id]
+    # -- the walk (ir.interpreter) ---------------------------------------------------------
+    def placeholder(self, tensor: Tensor) -> np.ndarray:
+        self.from_parameters[key(tensor)] = True
+        return self.base[key(tensor)]
+
+    def run_op(self, op: Op) -> None:
+        input_tiles = _indexed([self.read(t) for t in op.inputs], op)
+        rule = self.registry.layout_rule(op)
+        avoidable = 0
+        if rule.runs_subgraphs:
+            outputs, need, score, bound = rule.call_cost(op, input_tiles, self, self.target,
+                                                         self.valuations)
+        else:
+            outputs = output_layouts(rule, op, input_tiles, self.target)
+            need = rule.exchange(op, input_tiles, outputs, self.target)
+            avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
+            score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
+        self.objective += score
+        self.upper_bound += bound
+        aliases = rule.aliases_outputs(op)
+        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable)
+        parameters = all(self.from_parameters[key(t)] for t in op.inputs)
+        for tensor, out in zip(op.outputs, outputs, strict=True):
+            self.write(tensor, out)
+            self.from_parameters[key(tensor)] = aliases and parameters
+        live = [t for t in op.inputs if not self.from_parameters[key(t)]]
+        self._resident(live + ([] if aliases else op.outputs))
+
+    def released(self, tensor_key: Key) -> None:
+        self.on_tiles.pop(tensor_key, None)
 
     def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: InputTiles,
-                   outputs: list[np.ndarray], need: ExchangeNeed,
-                   from_parameters: dict[str, bool]) -> int:
+                   outputs: list[np.ndarray], need: ExchangeNeed) -> int:
         """Bytes this op receives beyond the least it could with its planned operands
         (producer-less tensors and views of them) laid out in any way."""
         planned = {index for index, tensor in op.input_map().items()
-                   if from_parameters[tensor.id]}
+                   if self.from_parameters[key(tensor)]}
         if not planned:
             return 0
         least = rule.least_received(op, input_tiles, outputs, planned, self.target)
@@ -273,26 +266,22 @@ class _Evaluation:
                                 avoidable))
         self.received += received * executions
 
-    def _resident(self, tensors: list[Tensor], tiles: dict[str, np.ndarray],
-                  on_tiles: dict[str, np.ndarray]) -> None:
+    def _resident(self, tensors: list[Tensor]) -> None:
         """Raise each tile's peak to this op's live data: its operands and results not
         counted in the base term (parameters and views of them), results only when they
         are new memory (not views)."""
         live = np.zeros(self.num_tiles, np.int64)
         for tensor in {t.id: t for t in tensors}.values():
-            if tensor.id not in on_tiles:
-                on_tiles[tensor.id] = tile_bytes(tiles[tensor.id],
-                                                 self.target.dtype_size(tensor.dtype),
-                                                 self.num_tiles)
-            live += on_tiles[tensor.id]
+            if key(tensor) not in self.on_tiles:
+                self.on_tiles[key(tensor)] = tile_bytes(
+                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles)
+            live += self.on_tiles[key(tensor)]
         np.maximum(self.op_peak, live, out=self.op_peak)
 
     # -- what ops that run subgraphs ask (ops.layout_rule.CalleeLayouts) -----------------
     def tiles(self, tensor: Tensor) -> np.ndarray:
-        """A callee tensor's layout: as computed if it is a graph output, else planned."""
-        key = (tensor.graph.id, tensor.id)
-        found = self.graph_outputs.get(key)
-        return found if found is not None else self.base[key]
+        """A callee tensor's layout: planned (an input) or computed (an output)."""
+        return self.read(tensor)
 
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
@@ -308,14 +297,13 @@ def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
     return result
 
 
-def call_counts(ir: Ir, order: list[Graph] | None = None) -> dict[str, int]:
+def call_counts(ir: Ir) -> dict[str, int]:
     """How often each graph runs per step: a graph no op calls (the main graph) once, a
     subgraph once per static call site per run of its caller (loop trip counts and If
-    conditions are unknown: each body and branch counts once per call). ``order``: the
-    graphs callees first, if already known."""
+    conditions are unknown: each body and branch counts once per call)."""
     called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
     counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
-    for graph in reversed(order if order is not None else ir.callees_first()):
+    for graph in reversed(ir.callees_first()):
         for op in graph.ops:
             for callee in op.called_graphs():
                 counts[callee.id] += counts[graph.id]

@@ -19,6 +19,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor
@@ -191,7 +192,9 @@ class _CreatorSearch:
     def __init__(self, ir: Ir, registry: Any, unwind_elementwise: bool) -> None:
         self.ir, self.registry = ir, registry
         self.unwind_elementwise = unwind_elementwise
-        self.position, self.call_sites = _global_schedule(ir)
+        schedule = _GlobalSchedule()
+        schedule.run(ir)
+        self.position, self.call_sites = schedule.position, schedule.call_sites
 
     def candidates(self, tensor: Tensor) -> list[Candidate]:
         shape = _shape(tensor)
@@ -280,23 +283,19 @@ def _covered(chain: Chain, numel: int) -> int:
     return int(hit.sum())
 
 
-def _global_schedule(ir: Ir) -> tuple[dict[int, int], dict[str, list[Op]]]:
+class _GlobalSchedule(Interpreter):
     """Each op's place in one global order (a callee's ops at its first call, before the
-    call op) and each graph's call sites in that order."""
-    position: dict[int, int] = {}
-    call_sites: dict[str, list[Op]] = {}
-    walked: set[str] = set()
+    call op, as PopART schedules them) and each graph's call sites in that order."""
 
-    def walk(graph: Graph) -> None:
-        walked.add(graph.id)
-        for op in graph.schedule():
-            for callee in op.called_graphs():
-                call_sites.setdefault(callee.id, []).append(op)
-                if callee.id not in walked:
-                    walk(callee)
-            position[op.id] = len(position)
+    order = AT_FIRST_CALL
 
-    for graph in ir.graphs:
-        if graph.id not in walked:
-            walk(graph)
-    return position, call_sites
+    def __init__(self) -> None:
+        super().__init__()
+        self.position: dict[int, int] = {}
+        self.call_sites: dict[str, list[Op]] = {}
+
+    def enter_call(self, op: Op, callee: Graph) -> None:
+        self.call_sites.setdefault(callee.id, []).append(op)
+
+    def run_op(self, op: Op) -> None:
+        self.position[op.id] = len(self.position)

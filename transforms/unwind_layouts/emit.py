@@ -1,9 +1,11 @@
 """Building the unwinding problem from the IR: the emitter the layout rules write through.
 
-Every graph is walked once, callees before their callers (a call's copy-outs read the
-subgraph's outputs), each in schedule order. A graph's producer-less tensors (Stream,
-Variable and Const tensors, subgraph inputs) become Sinks first; then each op's layout rule
-(``OpDef.layout``) adds what the op means and defines the unwind tensor of every output.
+The emitter is an interpreter over the IR (``ir.interpreter``) whose result for each IR
+tensor is the unwind tensor standing for it. Every graph is walked once, callees before
+their callers (a call's copy-outs read the subgraph's outputs), each in schedule order. A
+graph's producer-less tensors (Stream, Variable and Const tensors, subgraph inputs) become
+Sinks first; then each op's layout rule (``OpDef.layout``) adds what the op means and
+defines the unwind tensor of every output.
 The emitter remembers what the realization needs later: the layout each Source and
 FixedPoint carries, the IR op behind each Barrier output, and which Sinks stand for which
 IR tensors (producer-less tensors and call outputs, whose mappings are written back).
@@ -15,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir import Graph as IrGraph
 from popart_unwind.ir import Ir
+from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, key
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
@@ -41,15 +43,19 @@ class BarrierRecord:
         self.op, self.position, self.inputs = op, position, inputs
 
 
-class Emitter:
+class Emitter(Interpreter):
     """Implements ``ops.layout_rule.UnwindEmitter`` over one unwind Graph for a whole Ir."""
 
-    def __init__(self, target: TileMachine, valuations: Any, registry: OpRegistry) -> None:
+    order = CALLEES_FIRST
+
+    def __init__(self, target: TileMachine, valuations: Any, registry: OpRegistry,
+                 tick: Callable[[], None] | None = None) -> None:
+        super().__init__()
         self.graph = Graph()
         self.target = target
         self.valuations = valuations
         self.registry = registry
-        self._ids: dict[tuple[str, str], TensorId] = {}
+        self._tick = tick
         #: IR tensors whose mapping the plan writes, each with its Sink, in emission order.
         self.planned: list[tuple[Tensor, TensorId]] = []
         self._owner: dict[TensorId, Tensor] = {}
@@ -60,23 +66,22 @@ class Emitter:
 
     # -- the UnwindEmitter protocol ------------------------------------------------------
     def tensor(self, tensor: Tensor) -> TensorId:
-        found = self._ids.get((tensor.graph.id, tensor.id))
-        if found is None:
-            where = f"produced by {tensor.producer.debug_name()}" if tensor.producer else \
-                "with no producer"
-            raise PlanError(f"tensor {label(tensor)!r} ({where}) is read before the planner "
-                            f"has defined it (its graph or producer was not emitted first)")
-        return found
+        return self.read(tensor)
+
+    def missing(self, tensor: Tensor) -> Exception:
+        where = f"produced by {tensor.producer.debug_name()}" if tensor.producer else \
+            "with no producer"
+        return PlanError(f"tensor {label(tensor)!r} ({where}) is read before the planner has "
+                         f"defined it (its graph or producer was not emitted first)")
 
     def define(self, tensor: Tensor, unwind_tensor: TensorId) -> None:
-        key = (tensor.graph.id, tensor.id)
-        if key in self._ids:
+        if key(tensor) in self.env:
             raise PlanError(f"tensor {label(tensor)!r} is defined twice in the unwinding problem")
         expected = _shape(tensor)
         if self.graph.shape(unwind_tensor) != expected:
             raise PlanError(f"tensor {label(tensor)!r} of shape {expected} is defined by "
                             f"{unwind_tensor!r} of shape {self.graph.shape(unwind_tensor)}")
-        self._ids[key] = unwind_tensor
+        self.write(tensor, unwind_tensor)
         if self.graph.kind(unwind_tensor) == "sink" and unwind_tensor not in self._owner:
             self._owner[unwind_tensor] = tensor
             self.planned.append((tensor, unwind_tensor))
@@ -129,28 +134,27 @@ class Emitter:
             return "the broadcast-operand layout of an elementwise partner (SumLikeReduce)"
         return f"{self.graph.kind(tensor)} {tensor!r}"
 
-    # -- walking the IR ------------------------------------------------------------------
-    def emit_graph(self, graph: IrGraph, progress: Callable[[], None] | None = None) -> None:
-        for tensor in graph.producerless_tensors():
-            self.sink(tensor)
-        for op in graph.schedule():
-            for tensor in op.inputs:
-                _shape(tensor)
-            self.registry.layout_rule(op).unwind(op, self)
-            for tensor in op.outputs:
-                if (tensor.graph.id, tensor.id) not in self._ids:
-                    raise PlanError(f"the layout rule of {op.debug_name()} did not define its "
-                                    f"output {label(tensor)!r}")
-            if progress is not None:
-                progress()
+    # -- the walk (ir.interpreter) -----------------------------------------------------
+    def placeholder(self, tensor: Tensor) -> None:
+        """A producer-less tensor becomes a Sink (``sink`` defines it)."""
+        self.sink(tensor)
+
+    def run_op(self, op: Op) -> None:
+        for tensor in op.inputs:
+            _shape(tensor)
+        self.registry.layout_rule(op).unwind(op, self)
+        for tensor in op.outputs:
+            if key(tensor) not in self.env:
+                raise PlanError(f"the layout rule of {op.debug_name()} did not define its "
+                                f"output {label(tensor)!r}")
+        if self._tick is not None:
+            self._tick()
 
 
 def emit_ir(ir: Ir, target: TileMachine, valuations: Any, registry: OpRegistry,
             progress: Progress | None = None) -> Emitter:
     """The unwinding problem of the whole Ir."""
-    emitter = Emitter(target, valuations, registry)
-    graphs = ir.callees_first()
-    total = sum(len(g.ops) for g in graphs)
+    total = sum(len(g.ops) for g in ir.graphs)
     done = 0
 
     def tick() -> None:
@@ -161,8 +165,8 @@ def emit_ir(ir: Ir, target: TileMachine, valuations: Any, registry: OpRegistry,
 
     if progress is not None:
         progress("emit", 0, total)
-    for graph in graphs:
-        emitter.emit_graph(graph, tick)
+    emitter = Emitter(target, valuations, registry, tick)
+    emitter.run(ir)
     return emitter
 
 
