@@ -1,11 +1,13 @@
 """Solve a chain of N matmul-like blocks, at two tensor scales, with each solver.
 
-The graph (issue: the unwinding solver): a0 = sink(8,16) tied to a source at 1.0. Block i,
-variant 0: x = sink(8,16); u = sum_like([a_prev, x], [1], 3); lhs = dim_shuffle(reshape(u,
-(16,8)), (1,0)) tied to a source(8,16) at 9; w = sink(16,16) tied to a source(16,16) at 10;
-mm = barrier([lhs, w], [(8,16)]); b = sink(16); a = sum_like([mm, b], 0, 20).out. Variant 1:
-x is the top half (rows 0:8) of a sink(16,16) whose bottom half, reversed along axis 1, is
-tied to a_prev at 2. ``--scale 64`` multiplies every dimension by 64.
+The graph (the block chain on which poprithms' Greedy0 is timed beside ours): a0 =
+sink(8,16) tied to a source at 1.0. Block i, variant 0: x = sink(8,16); u =
+sum_like([a_prev, x], [1], 3); lhs = dim_shuffle(reshape(u, (16,8)), (1,0)) tied to a
+source(8,16) at 9; w = sink(16,16) tied to a source(16,16) at 10; mm = barrier([lhs, w],
+[(8,16)]); b = sink(16); a = sum_like([mm, b], 0, 20).out. Variant 1: x is the top half
+(rows 0:8) of a sink(16,16) whose bottom half, reversed along axis 1, is tied to a_prev at
+2.
+``--scale 64`` multiplies every dimension by 64.
 
     python benchmarks/unwind_blocks.py --blocks 100 1000 --scale 1 64
 

@@ -1,5 +1,6 @@
-"""Regenerate docs/images/: seed 001's examples (``popart_unwind.unwind.examples``), solved
-with Greedy0 and drawn with ``popart_unwind.unwind.draw``.
+"""Regenerate docs/images/: the examples of poprithms' unwinding notes
+(``popart_unwind.unwind.examples``), solved with Greedy0 and drawn with
+``popart_unwind.unwind.draw``.
 
 Run from anywhere: ``python docs/make_figures.py [OUTPUT_DIR]``.
 """

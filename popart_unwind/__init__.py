@@ -9,6 +9,7 @@ themselves with the IR core (the classes of ops that run subgraphs, ``Ir.from_on
 ``Ir.from_torch``, ``popart_unwind.ir.Builder``).
 """
 
-__version__ = "0.1.0"
-
 from popart_unwind import frontends  # noqa: F401  (registers the front ends and ops)
+from popart_unwind.version import __version__
+
+__all__ = ["__version__"]

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from popart_unwind import __version__
 from popart_unwind.errors import PopartUnwindError
+from popart_unwind.version import __version__
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

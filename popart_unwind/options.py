@@ -15,7 +15,8 @@ DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "Me
 
 @dataclasses.dataclass(frozen=True)
 class UnwindValuations:
-    """Values of the ValuedPairs the planner builds (seed 001's v's), per kind of agreement.
+    """Values of the ValuedPairs the planner builds (the v's of poprithms' unwinding notes),
+    per kind of agreement.
 
     Defaults rank what costs most on the IPU when missed: a matmul operand in the wrong
     layout is rearranged by exchange before every use; elementwise partners disagreeing
@@ -42,7 +43,7 @@ class SessionOptions:
     #: The unwind solver: ``greedy0``, ``deferral`` (default) or ``exact``.
     unwind_algorithm: str = "deferral"
     unwind_valuations: UnwindValuations = UnwindValuations()
-    #: Canonicalizer caps (seed 003: iterations and rewrites), and whether reaching the
+    #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
     canonicalize_max_rewrites: int = 100_000

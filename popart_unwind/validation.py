@@ -6,8 +6,11 @@ from operator import index
 
 from popart_unwind.errors import PopartUnwindError
 
+#: A tensor shape: one non-negative size per axis.
+Shape = tuple[int, ...]
 
-def as_shape(value: object, what: str, error: type[PopartUnwindError]) -> tuple[int, ...]:
+
+def as_shape(value: object, what: str, error: type[PopartUnwindError]) -> Shape:
     """``value`` as a tuple of ints >= 0, or ``error`` naming ``what`` and the value.
 
     Non-integers (2.5, "3") are refused rather than truncated.

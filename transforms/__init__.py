@@ -1,9 +1,9 @@
 """PopART-style transforms over the popart-unwind IR (installed as popart_unwind.transforms).
 
 A transform changes the IR once, declaring the conditions it assumes, guarantees and
-preserves (seed 002); ``registry`` applies transforms by name, runs the session's pipeline
-and, when asked, checks every declaration. This layer depends on the library and never the
-other way round. See docs/transforms.md.
+preserves (after PopART's transform notes); ``registry`` applies transforms by name, runs
+the session's pipeline and, when asked, checks every declaration. This layer depends on the
+library and never the other way round. See docs/transforms.md.
 """
 
 from . import registry

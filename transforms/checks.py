@@ -1,7 +1,8 @@
 """Structural checks the registry runs around a transform when checking is on.
 
 Besides the declared conditions, every transform must leave the IR well formed, keep call
-sites in step with the subgraphs they call, and introduce no unreachable graph (seed 002).
+sites in step with the subgraphs they call, and introduce no unreachable graph (PopART's
+transform notes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The IR conditions that transforms assume, guarantee and preserve (seed 002).
+"""The IR conditions that transforms assume, guarantee and preserve (after PopART's
+transform notes).
 
 A condition is a property of the whole IR that either holds or does not. Transforms declare
 which conditions they need beforehand (assumptions), which they establish (guarantees) and
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class Condition(enum.Enum):
     """One IR property; each member's value says what it means.
 
-    The first seven are PopART's (seed 002). ``SHAPES_KNOWN`` is ours: the layout planner
+    The first seven are PopART's. ``SHAPES_KNOWN`` is ours: the layout planner
     needs every tensor's shape, so transforms state whether they establish or keep it.
     """
 

@@ -22,7 +22,8 @@ from popart_unwind.ir.op import (
     OpType,
     SubgraphOp,
 )
-from popart_unwind.ir.tensor import Tensor, TensorType, TileMapping
+from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ir.tile_mapping import TileMapping
 
 __all__ = [
     "GRAPHCORE_DOMAIN", "MAIN_GRAPH_ID", "ONNX_DOMAIN", "UNUSED_BATCH_SERIALIZED_PHASE",

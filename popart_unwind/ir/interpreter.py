@@ -83,8 +83,7 @@ class Interpreter:
 
     def missing(self, tensor: Tensor) -> Exception:
         """The error for reading a tensor that has no result yet."""
-        where = f" of graph {tensor.graph.id!r}" if tensor.graph.id else ""
-        return IrError(f"tensor {tensor.id!r}{where} is read before it has a result")
+        return IrError(f"{tensor.describe()} is read before it has a result")
 
     # -- the walk --------------------------------------------------------------------------
     def run(self, ir: Ir) -> None:

@@ -16,12 +16,12 @@ import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.dtypes import check_dtype
+from popart_unwind.ir.tile_mapping import TileIntervals, TileMapping
 
 if TYPE_CHECKING:
     from popart_unwind.ir.graph import Graph
     from popart_unwind.ir.op import Op
 
-TileMapping = list[list[tuple[int, int]]]
 
 
 class TensorType(enum.Enum):
@@ -50,7 +50,7 @@ class Tensor:
         self.data = data
         self.producer: Op | None = None
         self._consumers: dict[int, tuple[Op, int]] = {}  # op id -> (op, number of uses)
-        self.tile_mapping: TileMapping | None = None
+        self.tile_mapping: TileMapping | TileIntervals | None = None
 
     @property
     def consumers(self) -> list[Op]:
@@ -69,6 +69,16 @@ class Tensor:
 
     def is_graph_output(self) -> bool:
         return self.id in self.graph.output_ids
+
+    @property
+    def qualified_id(self) -> str:
+        """The tensor's name across graphs: ``graph/tensor``, the bare id in the main graph."""
+        return f"{self.graph.id}/{self.id}" if self.graph.id else self.id
+
+    def describe(self) -> str:
+        """``tensor 'x'``, naming the graph outside the main graph: for messages."""
+        where = f" of graph {self.graph.id!r}" if self.graph.id else ""
+        return f"tensor {self.id!r}{where}"
 
     def nelms(self) -> int:
         """The number of elements; the shape must be known."""

@@ -1,4 +1,4 @@
-"""Element regions and chains of view ops (seed 000).
+"""Element regions and chains of view ops (after poprithms' memory/chain).
 
 Layering: ``sett`` (1-D periodic sets) <- ``region`` (products of them, and unions) <-
 ``chain_ops`` / ``chain`` (view ops applied to arrays and regions) <- ``canonical``

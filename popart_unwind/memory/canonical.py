@@ -1,4 +1,5 @@
-"""Canonicalization of Chains (seed 000), so that equivalent chains become op-wise identical.
+"""Canonicalization of Chains (after poprithms' chain notes), so that equivalent chains
+become op-wise identical.
 
 Rewrites, applied left to right until none applies:
 

@@ -19,7 +19,7 @@ from popart_unwind.memory.region import DisjointRegions, Region
 
 
 class Chain:
-    """A sequence of view ops with an input shape (seed 000's Chain)."""
+    """A sequence of view ops with an input shape (poprithms' Chain)."""
 
     def __init__(self, in_shape: Sequence[int], ops: Sequence[ChainOp] = ()) -> None:
         self._in_shape = _check_shape(in_shape, "Chain input shape")
@@ -154,7 +154,7 @@ class Chain:
         return Chain(self.out_shape, [op.rule.inverse(op) for op in reversed(self._ops)])
 
     def canonicalized(self) -> Chain:
-        """An equivalent chain in canonical form (seed 000); this chain is unchanged."""
+        """An equivalent chain in canonical form; this chain is unchanged."""
         from popart_unwind.memory.canonical import canonical_ops
 
         return Chain(self._in_shape, canonical_ops(self._in_shape, tuple(self._ops)))

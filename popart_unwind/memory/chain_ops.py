@@ -22,9 +22,7 @@ import numpy as np
 
 from popart_unwind.errors import ChainError
 from popart_unwind.memory.region import DisjointRegions, Region
-from popart_unwind.validation import as_shape
-
-Shape = tuple[int, ...]
+from popart_unwind.validation import Shape, as_shape
 
 #: The canonical order in which the canonicalizer sorts neighbouring ops.
 OP_ORDER: tuple[str, ...] = (

@@ -29,14 +29,13 @@ import numpy as np
 from popart_unwind.errors import RegionError
 from popart_unwind.memory import region_ops as ops
 from popart_unwind.memory import sett_bounded as sb
-from popart_unwind.memory.region_reshape import reshape_dims
+from popart_unwind.memory.region_reshape import Dims, reshape_dims
 from popart_unwind.memory.sett import DisjointSetts, Sett, StripeLike
+from popart_unwind.validation import Shape
 
 __all__ = ["DisjointRegions", "Region"]
 
 DimLike = DisjointSetts | Sett | Sequence[StripeLike]
-Dims = tuple[DisjointSetts, ...]
-Shape = tuple[int, ...]
 
 
 class Region:

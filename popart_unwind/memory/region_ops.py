@@ -14,11 +14,9 @@ import numpy as np
 
 from popart_unwind.errors import RegionError
 from popart_unwind.memory import sett_bounded as sb
+from popart_unwind.memory.region_reshape import Dims
 from popart_unwind.memory.sett import DisjointSetts, Sett
-from popart_unwind.validation import as_shape
-
-Dims = tuple[DisjointSetts, ...]
-Shape = tuple[int, ...]
+from popart_unwind.validation import Shape, as_shape
 
 
 def as_ints(values: Iterable[int], what: str) -> tuple[int, ...]:

@@ -28,6 +28,7 @@ import numpy as np
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.memory.sett import DisjointSetts
 
+#: One set of indices per axis.
 Dims = tuple[DisjointSetts, ...]
 
 

@@ -47,8 +47,7 @@ from popart_unwind.ops.layout_rule import (
 )
 from popart_unwind.ops.linalg import created_agreement, tie_created_operands
 from popart_unwind.ops.registry import OpDef, register
-
-Shape = tuple[int, ...]
+from popart_unwind.validation import Shape
 
 #: im2col positions enumerated at once when deriving what each tile reads.
 CHUNK_POSITIONS = 1 << 22

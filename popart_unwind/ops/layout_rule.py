@@ -175,6 +175,14 @@ def output_layouts(rule: LayoutRule, op: Op, input_tiles: InputTiles,
     return flat
 
 
+def planned_shape(tensor: Tensor) -> tuple[int, ...]:
+    """``tensor``'s shape, or PlanError: planning and costing need every shape."""
+    if tensor.shape is None:
+        raise PlanError(f"{tensor.describe()} has no known shape; layouts need every shape "
+                        f"(run InferShapes first)")
+    return tensor.shape
+
+
 def known_shape(op: Op, tensor: Tensor) -> tuple[int, ...]:
     """``tensor``'s shape, or PlanError: layouts need every shape."""
     if tensor.shape is None:

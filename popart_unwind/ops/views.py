@@ -34,8 +34,8 @@ from popart_unwind.rewrite import Rewriter, pattern
 from popart_unwind.shapes import broadcast_shapes
 from popart_unwind.unwind import Graph, TensorId
 from popart_unwind.unwind.ops import concat_slab
+from popart_unwind.validation import Shape
 
-Shape = tuple[int, ...]
 #: One step of an element map: (name, *arguments), names as the unwind Graph's methods.
 Step = tuple[Any, ...]
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from popart_unwind import __version__
 from popart_unwind.report import pictures
 from popart_unwind.report.progress import ProgressCallback
 from popart_unwind.report.session import PlanRun, largest_tensors
 from popart_unwind.report.summary import PLAN_TITLES, summary_rows
+from popart_unwind.version import __version__
 
 HEATMAP_TENSORS = 12
 TOP_OPS = 20

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from popart_unwind import __version__
 from popart_unwind.errors import ModelImportError
 from popart_unwind.report.atomic import OutputError
+from popart_unwind.version import __version__
 
 if TYPE_CHECKING:
     import onnx

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from popart_unwind import __version__
 from popart_unwind.errors import PlanError
 from popart_unwind.machine import IpuModel
+from popart_unwind.version import __version__
 
 PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).

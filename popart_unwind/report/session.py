@@ -122,9 +122,7 @@ def _decisions(ir: Ir, plan: Any
         for tensor in graph.producerless_tensors():
             key = (graph.id, tensor.id)
             if key not in entries:
-                where = f" of graph {graph.id!r}" if graph.id else ""
-                raise PlanError(f"the planner left tensor {tensor.id!r}{where} without a "
-                                f"mapping")
+                raise PlanError(f"the planner left {tensor.describe()} without a mapping")
             ordered.append(key)
     seen = set(ordered)
     ordered += sorted(key for key in entries if key not in seen)

@@ -1,4 +1,4 @@
-"""The rules seed 003 applies to every op, whatever its type, read for this IR.
+"""The rules MLIR's canonicalizer applies to every op, whatever its type, read for this IR.
 
 - dead ops: an op none of whose outputs is read (graph outputs count as reads) and whose
   OpDef says it has no side effects is erased; ops the registry does not know are kept.

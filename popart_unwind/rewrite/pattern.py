@@ -1,4 +1,4 @@
-"""Canonicalization patterns: local rewrites rooted at ops of given types (seed 003).
+"""Canonicalization patterns: local rewrites rooted at ops of given types (MLIR's RewritePattern).
 
 A pattern is registered with the op types it roots at, through their ``OpDef``s, so each op
 family states its canonicalizations beside its other rules. It must make every change

@@ -27,8 +27,8 @@ from popart_unwind.ir.names import (
     reserved_id,
 )
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpSettings, OpType
-from popart_unwind.ir.tensor import Tensor, TensorType, TileMapping
-from popart_unwind.ir.tile_mapping import TileIntervals
+from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ir.tile_mapping import TileIntervals, TileMapping
 from popart_unwind.rewrite.constant_pool import ConstantPool, is_constant
 
 

@@ -27,7 +27,7 @@ from popart_unwind.machine import TileTarget
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts, planned_shape
 
 #: (graph id, tensor id) -> flat array of each element's tile.
 Mappings = Mapping[tuple[str, str], np.ndarray]
@@ -119,7 +119,7 @@ def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None
 
 def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
                  required: bool) -> np.ndarray | None:
-    what = _describe(tensor)
+    what = tensor.describe()
     numel = _numel(tensor)
     if mappings is not None:
         tiles = mappings.get((tensor.graph.id, tensor.id))
@@ -142,15 +142,8 @@ def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
     return tile_array(tensor.tile_mapping, numel, target.num_tiles, what)
 
 
-def _describe(tensor: Tensor) -> str:
-    where = f" of graph {tensor.graph.id!r}" if tensor.graph.id else ""
-    return f"tensor {tensor.id!r}{where}"
-
-
 def _numel(tensor: Tensor) -> int:
-    if tensor.shape is None:
-        raise PlanError(f"{_describe(tensor)} has no known shape; run shape inference first")
-    return prod(tensor.shape)
+    return prod(planned_shape(tensor))
 
 
 class _Evaluation(Interpreter):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from popart_unwind.errors import PlanError
 from popart_unwind.ir.ir import Ir
 from popart_unwind.machine.interface import TileMachine
+from popart_unwind.ops.layout_rule import planned_shape
 
 
 def linear_plan(ir: Ir, target: TileMachine) -> dict[tuple[str, str], np.ndarray]:
@@ -20,8 +20,6 @@ def linear_plan(ir: Ir, target: TileMachine) -> dict[tuple[str, str], np.ndarray
     plan: dict[tuple[str, str], np.ndarray] = {}
     for graph in ir.graphs:
         for tensor in graph.producerless_tensors():
-            if tensor.shape is None:
-                where = f" of graph {graph.id!r}" if graph.id else ""
-                raise PlanError(f"tensor {tensor.id!r}{where} has no known shape")
-            plan[(graph.id, tensor.id)] = target.linear_tiles(tensor.shape, tensor.dtype)
+            plan[(graph.id, tensor.id)] = target.linear_tiles(planned_shape(tensor),
+                                                              tensor.dtype)
     return plan

@@ -26,7 +26,7 @@ from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout_rule import LayoutRule
+from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
 
 #: Chain ops that keep every input element in the output (so a chain of them covers all).
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
@@ -99,7 +99,7 @@ def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
 
 def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,
             registry: Any) -> BaselineDecision:
-    shape = _shape(tensor)
+    shape = planned_shape(tensor)
     numel = prod(shape)
     if numel == 0:
         return BaselineDecision(tensor.graph.id, tensor.id,
@@ -147,11 +147,6 @@ def _explain(candidate: Candidate, elements: int, numel: int) -> str:
             f"(priority {candidate.priority:g}) through {through}")
 
 
-def _shape(tensor: Tensor) -> tuple[int, ...]:
-    if tensor.shape is None:
-        where = f" of graph {tensor.graph.id!r}" if tensor.graph.id else ""
-        raise PlanError(f"tensor {tensor.id!r}{where} has no known shape")
-    return tuple(tensor.shape)
 
 
 def _origins(chain: Chain, shape: tuple[int, ...]) -> np.ndarray:
@@ -197,7 +192,7 @@ class _CreatorSearch:
         self.position, self.call_sites = schedule.position, schedule.call_sites
 
     def candidates(self, tensor: Tensor) -> list[Candidate]:
-        shape = _shape(tensor)
+        shape = planned_shape(tensor)
         numel = prod(shape)
         found: list[Candidate] = []
         # A tensor of a subgraph starts "inside" the first call site of each enclosing graph,

@@ -1,4 +1,4 @@
-"""Pictures of unwinding solutions, in the style of seed 001's figures.
+"""Pictures of unwinding solutions, in the style of poprithms' unwinding notes.
 
 Each tensor is a grid of cells, one per element, coloured by mapping: equal origin ids
 (``solution.layout``) get equal colours, so a reader sees at a glance which tensors share a

@@ -1,4 +1,5 @@
-"""Seed 001's examples as Graph builders, used by the tests, the docs figures and demos.
+"""The examples of poprithms' unwinding notes as Graph builders, used by the tests, the
+docs figures and demos.
 
 Each returns the graph and a dict of its named tensors.
 """
@@ -66,7 +67,7 @@ def unbroadcast_add(value: float = 1.0):
 
 
 def broadcast_add(value: float = 1.0, activation_shape=(2, 3, 2), bias_shape=(3, 1)):
-    """An activation plus a numpy-broadcast bias (the seed's is (6, 1) onto (20, 20, 6, 3)):
+    """An activation plus a numpy-broadcast bias (the notes' is (6, 1) onto (20, 20, 6, 3)):
     the bias takes the layout a SumLikeReduce of the activation makes."""
     g = Graph()
     x = g.sink(activation_shape, "x")
@@ -115,7 +116,7 @@ def call_copies(v_copy: float = 1.0, v_matmul: float = 1.0, v_sum: float = 1.0):
 def fixed_point_calls(v_target: float, v_chain: float, v_copy: float, as_barrier: bool = False):
     """out = Call(Call(Call(input))) with Call(x) = matmul(w, x).
 
-    Shapes w (2, 2) and x (2, 3) (so out is (2, 3)) are the ones consistent with the seed's
+    Shapes w (2, 2) and x (2, 3) (so out is (2, 3)) are the ones consistent with the notes'
     scores: Solution 1 (x takes its target layout) scores 10·vT + 24·vC and Solution 2 (x
     takes the matmul output's layout) scores 4·vT + 6·vM + 36·vC.
     """

@@ -1,4 +1,5 @@
-"""The unwinding Graph (seed 001): tensors, the ops that make them, and ValuedPairs.
+"""The unwinding Graph (after poprithms' memory/unwind): tensors, the ops that make them,
+and ValuedPairs.
 
 Tensors are created in order and named by :class:`TensorId`; every op checks its inputs
 and raises :class:`GraphError` naming the op and the shapes when they do not fit. The
@@ -17,9 +18,7 @@ import numpy as np
 from popart_unwind.errors import ChainError, GraphError, RegionError
 from popart_unwind.memory import Chain, Region
 from popart_unwind.unwind.ops import Node
-from popart_unwind.validation import as_shape
-
-Shape = tuple[int, ...]
+from popart_unwind.validation import Shape, as_shape
 
 
 @dataclass(frozen=True, order=True)

@@ -1,4 +1,4 @@
-"""Greedy0, the seed's algorithm: satisfy the most valuable ValuedPair first.
+"""Greedy0, poprithms' algorithm: satisfy the most valuable ValuedPair first.
 
 Layouts are tracked as *inward paths*: for each tensor, which root elements its elements
 come from and through which chain. Sources and fixed-point outputs are known at once. When
@@ -12,7 +12,7 @@ may so be filled in parts by several pairs of decreasing value.
 
 Extension for sinks no pair reaches: when nothing is queued but some sink is incomplete, the
 sink judged most useful (one a waiting barrier needs, then the earliest) keeps its own
-origins on what is left (its fallback, as DESIGN.md §5 defines) and propagation resumes. The
+origins on what is left (its fallback, as docs/unwind.md defines) and propagation resumes. The
 original algorithm stops with an error there instead.
 """
 
@@ -309,5 +309,5 @@ class GreedyRun:
 
 
 def solve_greedy0(graph: Graph) -> Solution:
-    """The seed's Greedy0 (see the module docstring)."""
+    """poprithms' Greedy0 (see the module docstring)."""
     return GreedyRun(GraphAnalysis(graph)).run()

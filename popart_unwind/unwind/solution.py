@@ -1,4 +1,4 @@
-"""Solutions of the unwinding problem and their exact, elementwise meaning (DESIGN.md §5).
+"""Solutions of the unwinding problem and their exact, elementwise meaning (docs/unwind.md).
 
 A solution is a list of sink paths: each sets the elements ``regions`` of the sink ``dst`` to
 the mappings that ``chain`` brings from the tensor ``src``. Every other element of a sink is

@@ -1,5 +1,6 @@
-"""Chain canonicalization: seed 000's examples, each rule, the upstream mistakes, and the law
-canonical(c) applied to distinct values == c applied to them, on random chains."""
+"""Chain canonicalization: the examples of poprithms' chain notes, each rule, the upstream
+mistakes, and the law canonical(c) applied to distinct values == c applied to them, on
+random chains."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def canonical_repr(chain: Chain) -> str:
     return repr(result)
 
 
-# ----- seed 000's examples -------------------------------------------------------------------
+# ----- the examples of poprithms' chain notes ---------------------------------------------
 def test_seed_dimshuffle_reverse_dimshuffle_is_one_reverse():
     chain = Chain((2, 3, 4)).dim_shuffle((1, 2, 0)).reverse((0,)).dim_shuffle((2, 0, 1))
     assert canonical_repr(chain) == "(2,3,4) -> Reverse(1)"
@@ -85,7 +86,7 @@ def test_seed_impossible_reshape_swaps_stay_unswapped():
 
 
 def test_seed_dimshuffle_reshape_example_is_not_an_identity_and_is_not_merged():
-    """Seed 000 lists DimShuffle(2 0 1) -> Reshape(5,7,6) as equal to Reshape(6,5,7) ->
+    """poprithms' chain notes list DimShuffle(2 0 1) -> Reshape(5,7,6) as equal to Reshape(6,5,7) ->
     DimShuffle(1 2 0); no input shape makes that true, and canonicalization must not say so."""
     left = Chain((7, 6, 5)).dim_shuffle((2, 0, 1)).reshape((5, 7, 6))
     right = Chain((7, 6, 5)).reshape((6, 5, 7)).dim_shuffle((1, 2, 0))

@@ -1,4 +1,4 @@
-"""The condition checker on hand-built IRs: each of seed 002's conditions, and ours."""
+"""The condition checker on hand-built IRs: each of PopART's conditions, and ours."""
 
 import pytest
 from transform_testing import add_op, chain_ir, identity_subgraph, out

@@ -16,7 +16,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def basic():
-    """The seed's first picture: a sink tied to a source, feeding a barrier."""
+    """The first picture of poprithms' unwinding notes: a sink tied to a source, feeding a
+    barrier."""
     g = Graph()
     sink = g.sink((2, 3), "sink")
     source = g.source((2, 3), "source")

@@ -84,7 +84,8 @@ def full(shape):
 
 
 def test_score_of_a_user_given_solution_is_exact():
-    """Seed 001's objective example shape: 2 of 6 elements agree at value 10 -> 20."""
+    """The objective example of poprithms' unwinding notes: 2 of 6 elements agree at value
+    10 -> 20."""
     g = Graph()
     sink, source = g.sink((2, 3)), g.source((2, 3))
     g.valued_pair(sink, source, 10.0)

@@ -22,16 +22,11 @@ from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, key
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
-from popart_unwind.ops.layout_rule import RootTiles
+from popart_unwind.ops.layout_rule import RootTiles, planned_shape
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.unwind import Graph, TensorId
 
 Progress = Callable[[str, int, int], None]
-
-
-def label(tensor: Tensor) -> str:
-    """A tensor's name across graphs: ``graph/tensor`` outside the main graph."""
-    return f"{tensor.graph.id}/{tensor.id}" if tensor.graph.id else tensor.id
 
 
 class BarrierRecord:
@@ -71,15 +66,16 @@ class Emitter(Interpreter):
     def missing(self, tensor: Tensor) -> Exception:
         where = f"produced by {tensor.producer.debug_name()}" if tensor.producer else \
             "with no producer"
-        return PlanError(f"tensor {label(tensor)!r} ({where}) is read before the planner has "
+        return PlanError(f"tensor {tensor.qualified_id!r} ({where}) is read before the planner has "
                          f"defined it (its graph or producer was not emitted first)")
 
     def define(self, tensor: Tensor, unwind_tensor: TensorId) -> None:
         if key(tensor) in self.env:
-            raise PlanError(f"tensor {label(tensor)!r} is defined twice in the unwinding problem")
-        expected = _shape(tensor)
+            raise PlanError(f"tensor {tensor.qualified_id!r} is defined twice in the unwinding "
+                            f"problem")
+        expected = planned_shape(tensor)
         if self.graph.shape(unwind_tensor) != expected:
-            raise PlanError(f"tensor {label(tensor)!r} of shape {expected} is defined by "
+            raise PlanError(f"tensor {tensor.qualified_id!r} of shape {expected} is defined by "
                             f"{unwind_tensor!r} of shape {self.graph.shape(unwind_tensor)}")
         self.write(tensor, unwind_tensor)
         if self.graph.kind(unwind_tensor) == "sink" and unwind_tensor not in self._owner:
@@ -87,12 +83,12 @@ class Emitter(Interpreter):
             self.planned.append((tensor, unwind_tensor))
 
     def sink(self, tensor: Tensor) -> TensorId:
-        made = self.graph.sink(_shape(tensor), name=label(tensor))
+        made = self.graph.sink(planned_shape(tensor), name=tensor.qualified_id)
         self.define(tensor, made)
         return made
 
     def source(self, tensor: Tensor, tiles: RootTiles, name: str) -> TensorId:
-        made = self.graph.source(_shape(tensor), name=name)
+        made = self.graph.source(planned_shape(tensor), name=name)
         self.root_tiles[made] = tiles
         self.root_names[made] = f"the layout {name} wants (Source)"
         return made
@@ -112,10 +108,11 @@ class Emitter(Interpreter):
         inputs = {index: self.tensor(t) for index, t in op.input_map().items()}
         outputs = op.output_map()
         made = self.graph.barrier(list(dict.fromkeys(inputs.values())),
-                                  [_shape(t) for t in outputs.values()], name=op.debug_name())
+                                  [planned_shape(t) for t in outputs.values()],
+                                  name=op.debug_name())
         for position, (tensor, root) in enumerate(zip(outputs.values(), made, strict=True)):
             self.barriers[root] = BarrierRecord(op, position, inputs)
-            self.root_names[root] = f"output {label(tensor)!r} of {op.debug_name()} (Barrier)"
+            self.root_names[root] = f"output {tensor.qualified_id!r} of {op.debug_name()} (Barrier)"
             self.define(tensor, root)
 
     # -- queries ---------------------------------------------------------------------------
@@ -127,7 +124,7 @@ class Emitter(Interpreter):
         """What an origin is, for explanations."""
         owner = self._owner.get(tensor)
         if owner is not None:
-            return f"the linearly mapped part of {label(owner)!r}"
+            return f"the linearly mapped part of {owner.qualified_id!r}"
         if tensor in self.root_names:
             return self.root_names[tensor]
         if self.graph.kind(tensor) == "sum_like_reduce":
@@ -141,12 +138,12 @@ class Emitter(Interpreter):
 
     def run_op(self, op: Op) -> None:
         for tensor in op.inputs:
-            _shape(tensor)
+            planned_shape(tensor)
         self.registry.layout_rule(op).unwind(op, self)
         for tensor in op.outputs:
             if key(tensor) not in self.env:
                 raise PlanError(f"the layout rule of {op.debug_name()} did not define its "
-                                f"output {label(tensor)!r}")
+                                f"output {tensor.qualified_id!r}")
         if self._tick is not None:
             self._tick()
 
@@ -168,10 +165,3 @@ def emit_ir(ir: Ir, target: TileMachine, valuations: Any, registry: OpRegistry,
     emitter = Emitter(target, valuations, registry, tick)
     emitter.run(ir)
     return emitter
-
-
-def _shape(tensor: Tensor) -> tuple[int, ...]:
-    if tensor.shape is None:
-        raise PlanError(f"tensor {label(tensor)!r} has no known shape; the layout planner "
-                        f"needs every shape (run InferShapes first)")
-    return tensor.shape

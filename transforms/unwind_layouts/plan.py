@@ -28,11 +28,8 @@ from popart_unwind.rewrite import Rewriter
 from popart_unwind.unwind import Graph, Solution, TensorId
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
-from .emit import Emitter, Progress, emit_ir, label
+from .emit import Emitter, Progress, emit_ir
 from .realize import Realizer, validate
-
-#: Poplar's format, held compactly (``TileIntervals``: a sequence of per-tile run lists).
-TileMapping = TileIntervals
 
 UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
 
@@ -45,7 +42,8 @@ class PlannedTensor:
     tensor_id: str
     shape: tuple[int, ...]
     dtype: str
-    tile_mapping: TileMapping = dataclasses.field(repr=False)
+    #: Poplar's format, held compactly (a sequence of per-tile run lists).
+    tile_mapping: TileIntervals = dataclasses.field(repr=False)
     #: "unwound" (every element from a path), "linear" or "partly unwound".
     method: str
     explanation: str
@@ -84,7 +82,7 @@ class Plan:
                 return planned
         raise PlanError(f"the plan has no tensor {tensor_id!r} in graph {graph_id!r}")
 
-    def mappings(self) -> dict[tuple[str, str], TileMapping]:
+    def mappings(self) -> dict[tuple[str, str], TileIntervals]:
         """(graph id, tensor id) -> Poplar-format mapping."""
         return {(p.graph_id, p.tensor_id): p.tile_mapping for p in self.tensors}
 
@@ -141,7 +139,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     planned = []
     for tensor, sink in emitter.planned:
         tiles = sink_tiles[sink]
-        what = f"tensor {label(tensor)!r}"
+        what = f"tensor {tensor.qualified_id!r}"
         validate(tiles, tensor.nelms(), target.num_tiles, what)
         planned.append(_planned(emitter, realizer, tensor, sink, tiles,
                                 tile_mapping(tiles, target.num_tiles)))
@@ -170,7 +168,7 @@ def _report(progress: Progress | None, stage: str, done: int, total: int) -> Non
 
 
 def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorId,
-             tiles: np.ndarray, mapping: TileMapping) -> PlannedTensor:
+             tiles: np.ndarray, mapping: TileIntervals) -> PlannedTensor:
     numel = tensor.nelms()
     linear = realizer.linear_count(sink)
     method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY

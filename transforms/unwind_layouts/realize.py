@@ -27,7 +27,7 @@ from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
 from popart_unwind.unwind.solution import Path, dependency_order
 
-from .emit import Emitter, label
+from .emit import Emitter
 
 
 class _LazyInputs(Sequence):
@@ -110,7 +110,7 @@ class Realizer:
 
     def _name(self, tensor: TensorId) -> str:
         owner = self.emitter.owner(tensor)
-        return repr(label(owner)) if owner is not None else repr(tensor)
+        return repr(owner.qualified_id) if owner is not None else repr(tensor)
 
     def _root(self, tensor: TensorId) -> np.ndarray:
         spec = self.emitter.root_tiles.get(tensor)

@@ -1,4 +1,5 @@
-"""Seed 001's examples: scores, layouts and Greedy0's published behaviours."""
+"""The examples of poprithms' unwinding notes: scores, layouts and Greedy0's published
+behaviours."""
 
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def test_exact_picks_solution_one_exactly_when_the_seed_says(v_target, v_chain, 
 
 
 def test_with_a_barrier_matmul_solution_two_is_a_cycle_and_exact_avoids_it():
-    """The seed's motivation for FixedPoints: as a Barrier, the output depends on x, so x
+    """The notes' motivation for FixedPoints: as a Barrier, the output depends on x, so x
     cannot take the output's layout, whatever it would score."""
     g, t = examples.fixed_point_calls(1.0, 4.0, 0.5, as_barrier=True)
     solution = g.solve("exact")

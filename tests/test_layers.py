@@ -1,0 +1,122 @@
+"""The layers of docs/ARCHITECTURE.md, enforced: every import of every module points down a
+layer (or stays in its own package), function-level and type-checking imports included, and
+every module imports."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "popart_unwind"
+#: Bottom to top, as docs/ARCHITECTURE.md draws them. A module may import its own package
+#: and any package of a lower layer, never a higher one.
+LAYERS = (
+    ("errors", "validation", "options", "version", "_hooks"),
+    ("memory",),
+    ("unwind",),
+    ("shapes",),
+    ("ir",),
+    ("machine",),
+    ("rewrite",),
+    ("ops",),
+    ("frontends",),
+    ("transforms",),
+    ("target",),
+    ("report",),
+    ("cli", ""),  # "": the package's own __init__, which loads the front ends
+)
+RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
+
+
+def source_files() -> dict[str, Path]:
+    """Module name -> source file, for the package and ``transforms/`` (installed inside it)."""
+    found = {}
+    for folder, prefix in ((ROOT / PACKAGE, (PACKAGE,)), (ROOT / "transforms",
+                                                         (PACKAGE, "transforms"))):
+        for path in sorted(folder.rglob("*.py")):
+            parts = [*prefix, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def layer_of(module: str) -> str:
+    """The layer part of a module name: ``popart_unwind.ops.views`` -> ``ops``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imported_modules(module: str, source: str, known: set[str],
+                     is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every package import in ``source``, at any depth of the code
+    (``is_package``: the source is the package's ``__init__``, the anchor of relative
+    imports)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = here[:len(here) - node.level + 1] if node.level > 1 else here
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                found.append((node.lineno, target if target in known else base))
+    return [(line, name) for line, name in found if name.split(".")[0] == PACKAGE]
+
+
+def violations(module: str, source: str, known: set[str], is_package: bool = False
+               ) -> list[str]:
+    """Every import in ``module`` that points to a higher layer."""
+    own = layer_of(module)
+    bad = []
+    for line, target in imported_modules(module, source, known, is_package):
+        other = layer_of(target)
+        if other != own and RANK[other] > RANK[own]:
+            bad.append(f"{module}:{line} imports {target} ({other} is above {own or PACKAGE})")
+    return bad
+
+
+FILES = source_files()
+KNOWN = set(FILES) | {f"{PACKAGE}._hooks"}
+
+
+def test_every_package_has_a_layer():
+    assert {layer_of(name) for name in KNOWN} <= set(RANK)
+
+
+@pytest.mark.parametrize("module", sorted(FILES))
+def test_imports_point_down_the_layers(module):
+    path = FILES[module]
+    assert violations(module, path.read_text(), KNOWN, path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize("module", sorted(FILES))
+def test_every_module_imports(module):
+    importlib.import_module(module)
+
+
+@pytest.mark.parametrize("module, source", [
+    ("popart_unwind.memory.region", "from popart_unwind.cli import main\n"),
+    ("popart_unwind.memory.region", "def f():\n    import popart_unwind.ops.views\n"),
+    ("popart_unwind.ir.ir", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                            "    from popart_unwind.frontends import Builder\n"),
+    ("popart_unwind.ops.views", "from popart_unwind import cli\n"),
+    ("popart_unwind.transforms.prune", "from ..target import cost\n"),
+])
+def test_an_upward_import_is_caught(module, source):
+    assert violations(module, source, KNOWN)
+
+
+def test_downward_and_own_package_imports_pass():
+    assert not violations("popart_unwind.ops.views",
+                          "from popart_unwind.memory import Chain\n"
+                          "from popart_unwind.ops.common import ints\n"
+                          "from . import registry\n", KNOWN)
