@@ -15,11 +15,6 @@ if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Op
     from popart_unwind.rewrite import Rewriter
 
-#: Ops that draw random numbers: two of them give different values from the same inputs.
-#: (PopART tells them apart by their seed inputs, which our IR does not model.)
-RANDOM_OPS = frozenset({"Bernoulli", "Dropout", "Multinomial", "RandomNormal",
-                        "RandomNormalLike", "RandomUniform", "RandomUniformLike"})
-
 
 @register
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +22,9 @@ class MergeDuplicateOps(Transform):
     """In every graph, an op is a duplicate of an earlier one when both have the same type,
     equal attributes (numpy values compared by value), equal placement attributes, the
     same input tensors at the same indices and the same output indices; it must have no
-    side effects, work in place on nothing, call no graph and draw no random numbers.
+    side effects, work in place on nothing, call no graph and draw no random numbers (its
+    OpDef says ``random``: PopART tells such ops apart by their seed inputs, which our IR
+    does not model; ops the registry does not know count as having side effects).
 
     Of two duplicates the lowest-id op stays, unless only the other one produces a graph
     output (graph output ids are interfaces and keep their names; if both do, neither
@@ -74,7 +71,7 @@ class MergeDuplicateOps(Transform):
 
     def _key(self, op: Op) -> tuple | None:
         """What makes two ops interchangeable, as a hashable value; None if ``op`` must stay."""
-        if not op.outputs or op.type.name in RANDOM_OPS or op.called_graphs() \
+        if not op.outputs or self.op_registry.draws_random(op) or op.called_graphs() \
                 or self.op_registry.has_side_effects(op) or is_inplace(op, self.op_registry):
             return None
         attributes = _frozen(op.attributes)

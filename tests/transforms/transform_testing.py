@@ -35,7 +35,7 @@ TEST_OPS = OpRegistry()
 for _name in NUMPY_MEANING:
     TEST_OPS.register(OpDef(_name, infer=same_as_first_input))
 TEST_OPS.register(OpDef("Print", infer=same_as_first_input, side_effects=True))
-TEST_OPS.register(OpDef("RandomNormalLike", infer=same_as_first_input))
+TEST_OPS.register(OpDef("RandomNormalLike", infer=same_as_first_input, random=True))
 TEST_OPS.register(OpDef("Call", domain=GRAPHCORE_DOMAIN))
 TEST_OPS.register(OpDef("Loop"))
 TEST_OPS.register(OpDef("If"))
