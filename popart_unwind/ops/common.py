@@ -47,6 +47,20 @@ def normalize_axis(op: Op, axis: int, rank: int) -> int:
     return axis % rank
 
 
+def unchanged(op: Op, source: Tensor) -> list[Tensor] | None:
+    """A fold's answer for an op that changes nothing: ``[source]`` when output 0 is exactly
+    ``source`` in dtype and shape (as inference set it), else None."""
+    out = op.output(0)
+    if out.shape is None or (out.dtype, out.shape) != (source.dtype, source.shape):
+        return None
+    return [source]
+
+
+def operands_constant(op: Op, constants: Sequence[np.ndarray | None]) -> bool:
+    """Every input after the data (shapes, axes, starts...) is present only as a constant."""
+    return all(constants[i] is not None for i in op.input_map() if i > 0)
+
+
 def ints(values: Sequence[int] | np.ndarray) -> list[int]:
     """An attribute's or a constant's values as a flat list of Python ints."""
     return [int(v) for v in np.asarray(values).reshape(-1)]

@@ -15,7 +15,7 @@ from popart_unwind.machine import ExchangeNeed, read_need
 from popart_unwind.memory import Chain, Region
 from popart_unwind.ops import REGISTRY, OpDef, OpRegistry
 from popart_unwind.ops.layout_rule import LayoutRule
-from popart_unwind.ops.views import slice_plan
+from popart_unwind.ops.slicing import slice_plan
 from popart_unwind.target import IpuModel, TileTarget
 
 

@@ -1,0 +1,256 @@
+"""Op family: views of parts of tensors — Slice (a box, every |step|-th element, reversed
+where steps are negative), Split (slabs along one axis) and Concat (slabs joined), with ONNX
+semantics and clamping. Each OpDef states its shape rule, its fold and its layout rule; the
+layout rules are element maps like the other views' (``ops/views.py``), Concat's input i
+being the slab ``concat_slab(op, i)`` of its output.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from popart_unwind.errors import PlanError, ShapeError
+from popart_unwind.ir.dtypes import numpy_dtype
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.machine.interface import TileMachine
+from popart_unwind.memory import Chain
+from popart_unwind.ops.common import (
+    constant_input,
+    input_shape,
+    ints,
+    normalize_axis,
+    operands_constant,
+    unchanged,
+)
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, UnwindEmitter, known_shape
+from popart_unwind.ops.registry import Constants, InferredOutputs, OpDef, register
+from popart_unwind.ops.views import Step, ViewRule, flat_layout, input_layout
+from popart_unwind.unwind.ops import concat_slab
+from popart_unwind.validation import Shape
+
+
+# -- Slice ----------------------------------------------------------------------------------
+def slice_plan(op: Op, in_shape: Shape) -> list[tuple[int, int, int, int]]:
+    """Per input axis (start, end, step, size) after ONNX's clamping; ``end`` may be -1 for a
+    negative step that runs down to index 0 inclusive."""
+    if op.type.version < 10:
+        starts, ends = ints(op.attributes["starts"]), ints(op.attributes["ends"])
+        axes = op.attributes.get("axes")
+        axes = list(range(len(starts))) if axes is None else ints(axes)
+        steps = [1] * len(starts)
+    else:
+        starts = ints(constant_input(op, 1, "starts"))
+        ends = ints(constant_input(op, 2, "ends"))
+        axes = (ints(constant_input(op, 3, "axes")) if op.has_input(3)
+                else list(range(len(starts))))
+        steps = ints(constant_input(op, 4, "steps")) if op.has_input(4) else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"op {op.debug_name()}: starts, ends, axes and steps differ in length")
+    plan = [(0, d, 1, d) for d in in_shape]
+    seen = set()
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        axis = normalize_axis(op, axis, len(in_shape))
+        if axis in seen or step == 0:
+            raise ShapeError(f"op {op.debug_name()}: repeated axis or zero step on axis {axis}")
+        seen.add(axis)
+        plan[axis] = _clamp_slice(in_shape[axis], start, end, step)
+    return plan
+
+
+def _clamp_slice(dim: int, start: int, end: int, step: int) -> tuple[int, int, int, int]:
+    start += dim if start < 0 else 0
+    end += dim if end < 0 else 0
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        return start, end, step, max(0, -(-(end - start) // step))
+    if dim == 0:
+        return 0, 0, 1, 0
+    start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return start, end, step, max(0, -(-(start - end) // -step))
+
+
+def _infer_slice(op: Op) -> InferredOutputs:
+    plan = slice_plan(op, input_shape(op, 0))
+    return [(op.input(0).dtype, tuple(size for *_, size in plan))]
+
+
+def _fold_slice(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | None:
+    source = op.input(0)
+    if source.shape is None or not operands_constant(op, constants):
+        return None
+    plan = slice_plan(op, source.shape)
+    if constants[0] is not None:
+        index = tuple(slice(start, end if end >= 0 else None, step)
+                      for start, end, step, _ in plan)
+        return [constants[0][index].copy()]
+    if all(size == dim and (step == 1 or dim <= 1)
+           for (_, _, step, size), dim in zip(plan, source.shape, strict=True)):
+        return unchanged(op, source)
+    return None
+
+
+# -- Concat, Split ------------------------------------------------------------------------
+def _infer_concat(op: Op) -> InferredOutputs:
+    shapes = [input_shape(op, i) for i in op.input_map()]
+    if not shapes:
+        raise ShapeError(f"op {op.debug_name()} needs at least one input")
+    if "axis" not in op.attributes:
+        raise ShapeError(f"op {op.debug_name()} needs an 'axis' attribute")
+    axis = normalize_axis(op, int(op.attributes["axis"]), len(shapes[0]))
+    for shape in shapes[1:]:
+        if len(shape) != len(shapes[0]) or any(
+                a != b for k, (a, b) in enumerate(zip(shape, shapes[0], strict=True))
+                if k != axis):
+            raise ShapeError(f"op {op.debug_name()}: cannot concatenate {shapes} on axis "
+                             f"{axis}")
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return [(op.input(0).dtype, tuple(out))]
+
+
+def _fold_concat(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | None:
+    inputs = op.inputs
+    if len(constants) == len(inputs) and all(c is not None for c in constants):
+        [(dtype, _)] = _infer_concat(op)
+        axis = int(op.attributes["axis"])
+        return [np.concatenate(list(constants), axis=axis).astype(numpy_dtype(dtype))]
+    filled = [t for t in inputs if t.shape is None or prod(t.shape) > 0]
+    return unchanged(op, filled[0]) if len(filled) == 1 else None
+
+
+def split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
+    """The split axis and the size of each output along it."""
+    axis = normalize_axis(op, int(op.attributes.get("axis", 0)), len(in_shape))
+    dim, count = in_shape[axis], len(op.output_map())
+    if op.type.version >= 13 and op.has_input(1):
+        sizes = ints(constant_input(op, 1, "split"))
+    elif op.type.version < 13 and "split" in op.attributes:
+        sizes = ints(op.attributes["split"])
+    elif op.type.version >= 18 and "num_outputs" in op.attributes:
+        count = int(op.attributes["num_outputs"])
+        chunk = -(-dim // count) if count > 0 else 0
+        sizes = [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+    elif count and dim % count == 0:
+        sizes = [dim // count] * count
+    else:
+        raise ShapeError(f"op {op.debug_name()}: cannot split {dim} evenly into {count}")
+    if len(sizes) != len(op.output_map()) or sum(sizes) != dim or min(sizes, default=0) < 0:
+        raise ShapeError(f"op {op.debug_name()}: split {sizes} does not cut axis {axis} "
+                         f"of {in_shape} into {count} outputs")
+    return axis, sizes
+
+
+def _infer_split(op: Op) -> InferredOutputs:
+    shape = input_shape(op, 0)
+    axis, sizes = split_sizes(op, shape)
+    return [(op.input(0).dtype, (*shape[:axis], size, *shape[axis + 1:])) for size in sizes]
+
+
+def _fold_split(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | None:
+    if any(c is None for c in constants):
+        return unchanged(op, op.input(0)) if len(op.output_map()) == 1 else None
+    axis, sizes = split_sizes(op, constants[0].shape)
+    return [part.copy() for part in np.split(constants[0], np.cumsum(sizes)[:-1], axis=axis)]
+
+
+
+# -- layouts ----------------------------------------------------------------------------
+class SliceRule(ViewRule):
+    """A box of the input, every |step|-th element, reversed on axes with negative steps."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        shape = known_shape(op, op.input(0))
+        lower, upper, strides, reverse = [], [], [], []
+        for axis, (start, _end, step, size) in enumerate(slice_plan(op, shape)):
+            if size == 0:
+                lower.append(0)
+                upper.append(0)
+            elif step > 0:
+                lower.append(start)
+                upper.append(start + (size - 1) * step + 1)
+            else:
+                lower.append(start + (size - 1) * step)
+                upper.append(start + 1)
+                if size > 1:
+                    reverse.append(axis)
+            strides.append(abs(step) if size > 1 else 1)
+        steps: list[Step] = []
+        if lower != [0] * len(shape) or upper != list(shape):
+            steps.append(("slice", tuple(lower), tuple(upper)))
+        if any(s > 1 for s in strides):
+            steps.append(("sub_sample", tuple(strides)))
+        if reverse:
+            steps.append(("reverse", tuple(reverse)))
+        return steps
+
+
+class SplitRule(ViewRule):
+    """Output j is the slab of the input between the sizes before it and its own end."""
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        shape = known_shape(op, op.input(0))
+        axis, sizes = split_sizes(op, shape)
+        outputs = sorted(op.output_map())
+        position = outputs.index(out_index)
+        begin = sum(sizes[:position])
+        lower, upper = [0] * len(shape), list(shape)
+        lower[axis], upper[axis] = begin, begin + sizes[position]
+        if lower == [0] * len(shape) and upper == list(shape):
+            return []
+        return [("slice", tuple(lower), tuple(upper))]
+
+
+class ConcatRule(LayoutRule):
+    """Concat: input i is the slab ``concat_slab(op, i)`` of the output (a Poplar view)."""
+
+    kind = "view"
+
+    def _axis(self, op: Op) -> int:
+        rank = len(known_shape(op, op.output(0)))
+        axis = int(op.attributes.get("axis", 0))
+        if not -rank <= axis < rank:
+            raise PlanError(f"op {op.debug_name()}: axis {axis} is out of range for rank "
+                            f"{rank}")
+        return axis % rank
+
+    def concat_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
+        """(axis, begin, end): where input ``in_index`` lies along the output's axis."""
+        axis = self._axis(op)
+        begin = 0
+        for index, tensor in op.input_map().items():
+            size = known_shape(op, tensor)[axis]
+            if index == in_index:
+                return axis, begin, begin + size
+            begin += size
+        raise PlanError(f"op {op.debug_name()} has no input {in_index}")
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        inputs = [emitter.tensor(t) for t in op.inputs]
+        out = op.output(0)
+        emitter.define(out, emitter.graph.concat(inputs, self._axis(op), name=out.id))
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        parts = [np.asarray(input_layout(op, input_tiles, i)).reshape(known_shape(op, t))
+                 for i, t in op.input_map().items()]
+        return [flat_layout(np.concatenate(parts, axis=self._axis(op)))]
+
+    def aliases_outputs(self, op: Op) -> bool:
+        return True
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        """Input ``in_index`` is its slab of the output (``ConcatOpx::unwindTensorLayout``)."""
+        if out_index != 0 or not op.has_input(in_index):
+            return None
+        axis, begin, end = self.concat_slab(op, in_index)
+        out_shape = known_shape(op, op.output(0))
+        return Chain(known_shape(op, op.input(in_index))).sett_fill_into(
+            concat_slab(out_shape, axis, begin, end - begin))
+
+
+register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=SliceRule()))
+register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=ConcatRule()))
+register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=SplitRule()))
