@@ -58,12 +58,7 @@ def remove_subgraph_input(graph: Graph, index: int, rewriter: Rewriter) -> None:
     if tensor.num_uses() or tensor.is_graph_output():
         raise IrError(f"input {index} ({tensor.id!r}) of graph {graph.id!r} is still used; "
                       f"only an unused subgraph input can be removed")
-    sites = call_sites(graph)
-    for op in sites:
-        _check_known_call_site(op)
-        if op.fixed_subgraph_input(graph, index):
-            raise IrError(f"input {index} of graph {graph.id!r} belongs to its call site "
-                          f"{op.debug_name()} and cannot be removed")
+    sites = _editable_sites(graph, index, "input")
     rewriter.remove_graph_input(graph, index)
     for op in sites:
         op.drop_subgraph_input(graph, index, rewriter)
@@ -80,12 +75,8 @@ def remove_subgraph_output(graph: Graph, index: int, rewriter: Rewriter) -> None
     it with :func:`remove_subgraph_input`.
     """
     _check_subgraph_index(graph, index, graph.output_ids, "output")
-    sites = call_sites(graph)
+    sites = _editable_sites(graph, index, "output")
     for op in sites:
-        _check_known_call_site(op)
-        if op.fixed_subgraph_output(graph, index):
-            raise IrError(f"output {index} of graph {graph.id!r} belongs to its call site "
-                          f"{op.debug_name()} and cannot be removed")
         op_out = op.subgraph_out_to_op_out_index(graph, index)
         if op_out is not None:
             tensor = op.output(op_out)
@@ -107,7 +98,16 @@ def _check_subgraph_index(graph: Graph, index: int, ids: list[str], what: str) -
         raise IrError(f"graph {graph.id!r} has {len(ids)} {what}s; there is no {what} {index}")
 
 
-def _check_known_call_site(op: SubgraphOp) -> None:
-    if not isinstance(op, CallSite):
-        raise IrError(f"cannot keep call site {op.debug_name()} in step: its class "
-                      f"{type(op).__name__} states no call-site edits")
+def _editable_sites(graph: Graph, index: int, what: str) -> list[CallSite]:
+    """The call sites of ``graph``, each of a class that states its call-site edits and
+    none owning subgraph ``what`` (input or output) ``index`` itself."""
+    sites = call_sites(graph)
+    for op in sites:
+        if not isinstance(op, CallSite):
+            raise IrError(f"cannot keep call site {op.debug_name()} in step: its class "
+                          f"{type(op).__name__} states no call-site edits")
+        owns = op.fixed_subgraph_input if what == "input" else op.fixed_subgraph_output
+        if owns(graph, index):
+            raise IrError(f"{what} {index} of graph {graph.id!r} belongs to its call site "
+                          f"{op.debug_name()} and cannot be removed")
+    return sites

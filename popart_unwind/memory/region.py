@@ -38,7 +38,22 @@ __all__ = ["DisjointRegions", "Region"]
 DimLike = DisjointSetts | Sett | Sequence[StripeLike]
 
 
-class Region:
+class _Shaped:
+    """A set of a tensor's elements knows the tensor's shape."""
+
+    __slots__ = ()
+    _shape: tuple[int, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def rank(self) -> int:
+        return len(self._shape)
+
+
+class Region(_Shaped):
     """Outer product of one 1-D set per dimension. Immutable and hashable."""
 
     __slots__ = ("_dims", "_empty", "_hash", "_shape")
@@ -110,16 +125,8 @@ class Region:
 
     # --- queries ------------------------------------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
     def setts(self) -> tuple[DisjointSetts, ...]:
         return self._dims
-
-    @property
-    def rank(self) -> int:
-        return len(self._shape)
 
     def nelms(self) -> tuple[int, ...]:
         """Number of on indices per dimension (the shape of a sample through this region)."""
@@ -282,7 +289,7 @@ class Region:
         return f"Region({self._shape}, [{body}])"
 
 
-class DisjointRegions:
+class DisjointRegions(_Shaped):
     """Union of pairwise-disjoint Regions of one shape; empty members are dropped.
 
     Disjointness is not verified by default (every operation here produces disjoint
@@ -329,16 +336,8 @@ class DisjointRegions:
                     raise RegionError(f"DisjointRegions of shape {self._shape}: {a} overlaps {b}")
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
     def regions(self) -> tuple[Region, ...]:
         return self._regions
-
-    @property
-    def rank(self) -> int:
-        return len(self._shape)
 
     def total_elms(self) -> int:
         return sum(r.total_elms() for r in self._regions)

@@ -90,7 +90,24 @@ def _as_int_array(x: int | np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
 
-class Sett:
+class _IndexSet:
+    """What a set of indices derives from its vectorised membership ``is_on``."""
+
+    __slots__ = ()
+
+    def is_on(self, x: int | np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def mask_range(self, start: int, end: int) -> np.ndarray:
+        """Membership of every index in ``[start, end)``."""
+        return self.is_on(np.arange(start, max(start, end), dtype=np.int64))
+
+    def mask(self, n: int) -> np.ndarray:
+        """Membership of every index in ``[0, n)``."""
+        return self.mask_range(0, n)
+
+
+class Sett(_IndexSet):
     """Nested stripes; ``Sett([])`` is always on. Immutable; ``==`` is structural."""
 
     __slots__ = ("_hash", "_stripes")
@@ -125,14 +142,6 @@ class Sett:
             c = rel if level == 0 else np.minimum(rel, c)
         return on
 
-    def mask_range(self, start: int, end: int) -> np.ndarray:
-        """Membership of every index in ``[start, end)``."""
-        return self.is_on(np.arange(start, max(start, end), dtype=np.int64))
-
-    def mask(self, n: int) -> np.ndarray:
-        """Membership of every index in ``[0, n)``."""
-        return self.mask_range(0, n)
-
     def n(self, start: int, end: int) -> int:
         """Number of on indices in ``[start, end)``; whole periods are counted once."""
         length = end - start
@@ -166,7 +175,7 @@ class Sett:
         return f"Sett({body})"
 
 
-class DisjointSetts:
+class DisjointSetts(_IndexSet):
     """Union of Setts assumed pairwise disjoint; ``checked=True`` verifies it.
 
     Disjointness is not verified by default because every producer in this package
@@ -216,13 +225,6 @@ class DisjointSetts:
         for s in self._setts:
             on |= s.is_on(arr)
         return on
-
-    def mask_range(self, start: int, end: int) -> np.ndarray:
-        return self.is_on(np.arange(start, max(start, end), dtype=np.int64))
-
-    def mask(self, n: int) -> np.ndarray:
-        """Membership of every index in ``[0, n)``."""
-        return self.mask_range(0, n)
 
     def n(self, start: int, end: int) -> int:
         """Number of on indices in ``[start, end)`` (sum over the disjoint members)."""

@@ -264,10 +264,8 @@ class Rewriter:
     def move_input(self, op: Op, index: int, new_index: int) -> None:
         """Op input ``index`` moves to the free slot ``new_index`` (renumbering inputs)."""
         graph = op.graph
-        if op.has_input(new_index):
-            raise IrError(f"op {op.debug_name()} already has an input at index {new_index}")
-        graph.connect_input(op, new_index, graph.disconnect_input(op, index))
-        self._record(f"{op.debug_name()} input {index} is now input {new_index}", [op])
+        self._move(op, "input", index, new_index, op.has_input, graph.connect_input,
+                   graph.disconnect_input)
 
     def set_attribute(self, op: Op, key: str, value: Any) -> None:
         """Set attribute ``key`` of ``op`` (an equal value already there is no change)."""
@@ -296,10 +294,15 @@ class Rewriter:
     def move_output(self, op: Op, index: int, new_index: int) -> None:
         """Op output ``index`` (its tensor) moves to the free slot ``new_index``."""
         graph = op.graph
-        if op.has_output(new_index):
-            raise IrError(f"op {op.debug_name()} already has an output at index {new_index}")
-        graph.connect_output(op, new_index, graph.disconnect_output(op, index))
-        self._record(f"{op.debug_name()} output {index} is now output {new_index}", [op])
+        self._move(op, "output", index, new_index, op.has_output, graph.connect_output,
+                   graph.disconnect_output)
+
+    def _move(self, op: Op, side: str, index: int, new_index: int, taken: Any, connect: Any,
+              disconnect: Any) -> None:
+        if taken(new_index):
+            raise IrError(f"op {op.debug_name()} already has an {side} at index {new_index}")
+        connect(op, new_index, disconnect(op, index))
+        self._record(f"{op.debug_name()} {side} {index} is now {side} {new_index}", [op])
 
     # -- graphs --------------------------------------------------------------------------
     def add_graph_input(self, graph: Graph, tensor_id: str, dtype: str,
