@@ -9,12 +9,13 @@ coming from one tile (each run costs exchange code).
 
 from __future__ import annotations
 
-from math import prod
+from functools import lru_cache
 
 import numpy as np
 
 from popart_unwind.machine import hooks
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPartition
+from popart_unwind.shapes import broadcast_projections
 
 #: Up to this many possible (tile, element) pairs, counting per pair marks or counts a table
 #: (one pass) rather than sorting: a broadcast bias read by 1472 tiles has about a million; a
@@ -105,11 +106,32 @@ def _narrow(tiles: np.ndarray) -> np.ndarray:
     return tiles
 
 
+@lru_cache(maxsize=4096)
+def _followed_axes(small: tuple[int, ...], full: tuple[int, ...]) -> tuple[int | None, ...]:
+    """Per axis of ``small``, the axis of ``full`` it follows (None: broadcast), from the
+    shape engine's projections; models repeat a few shape pairs, so they are remembered."""
+    return broadcast_projections(full, small)[0]
+
+
 def broadcast_index(small: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray:
-    """For each element of ``full`` (row-major), the element of ``small`` numpy reads."""
-    padded = (1,) * (len(full) - len(small)) + tuple(small)
-    return np.broadcast_to(np.arange(prod(small), dtype=np.int64).reshape(padded),
-                           full).reshape(-1)
+    """For each element of ``full`` (row-major), the element of ``small`` numpy reads.
+
+    Which axes follow which comes from the shape engine (``broadcast_projections``), the
+    same place that decides the shapes broadcast at all; a pair that does not broadcast
+    raises its ``ShapeError``.
+    """
+    small, full = tuple(small), tuple(full)
+    followed = _followed_axes(small, full)
+    index = np.zeros((1,) * len(full), dtype=np.int64)
+    stride = 1
+    for axis in reversed(range(len(small))):
+        target = followed[axis]
+        if target is not None and full[target] > 1:
+            along = [1] * len(full)
+            along[target] = full[target]
+            index = index + (np.arange(full[target], dtype=np.int64) * stride).reshape(along)
+        stride *= small[axis]
+    return np.broadcast_to(index, full).reshape(-1)
 
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
