@@ -10,7 +10,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("page", ["ir.md", "transforms.md", "canonicalizer.md"])
+@pytest.mark.parametrize("page", ["ir.md", "transforms.md", "canonicalizer.md", "shapes.md"])
 def test_page_examples_run(page):
     result = doctest.testfile(str(DOCS / page), module_relative=False,
                               optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

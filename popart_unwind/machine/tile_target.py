@@ -12,7 +12,7 @@ from math import prod
 
 import numpy as np
 
-from popart_unwind.errors import TargetError
+from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
 from popart_unwind.machine import hooks
 from popart_unwind.machine.exchange import (
@@ -160,12 +160,16 @@ class TileTarget(TileMachine):
         elements that read it (ties: the lowest tile) — Poplibs' createBroadcastOperand
         rule, of which the bias mapping is the one-axis case."""
         full_shape, small_shape = tuple(full_shape), tuple(small_shape)
-        padded = (1,) * (len(full_shape) - len(small_shape)) + small_shape
-        if len(padded) != len(full_shape) or any(
-                s not in (1, f) for s, f in zip(padded, full_shape, strict=True)):
-            raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}")
-        return most_read_tiles(full_tiles, broadcast_index(small_shape, full_shape),
-                               prod(small_shape), self.num_tiles, self.tile_dtype)
+        if np.size(full_tiles) != prod(full_shape):
+            raise TargetError(f"broadcast_operand_tiles: {np.size(full_tiles)} tiles given for "
+                              f"a full tensor of shape {full_shape}")
+        try:
+            index = broadcast_index(small_shape, full_shape)
+        except ShapeError as error:
+            raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
+                              f"{error}") from None
+        return most_read_tiles(full_tiles, index, prod(small_shape), self.num_tiles,
+                               self.tile_dtype)
 
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
         """An embedding table [entries, size] split along its unsliced axis (Poplibs'
@@ -181,6 +185,10 @@ class TileTarget(TileMachine):
         fewest regions, then the lowest index."""
         if not input_tiles:
             raise TargetError("elementwise_output needs at least one input")
+        sizes = sorted({np.size(tiles) for tiles in input_tiles})
+        if len(sizes) > 1:
+            raise TargetError(f"elementwise_output compares layouts of one shape; got tile "
+                              f"arrays of {sizes} elements")
         best_key, best = None, 0
         for index, tiles in enumerate(input_tiles):
             flat = np.asarray(tiles).reshape(-1)

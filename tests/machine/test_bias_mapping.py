@@ -81,3 +81,8 @@ def test_a_shape_that_does_not_broadcast_raises_target_error(full_shape, small_s
     full = np.zeros(int(np.prod(full_shape)), np.int16)
     with pytest.raises(TargetError, match="does not broadcast"):
         TileTarget().broadcast_operand_tiles(full, full_shape, small_shape)
+
+
+def test_a_tile_array_of_the_wrong_length_raises_target_error():
+    with pytest.raises(TargetError, match="5 tiles given for a full tensor of shape"):
+        TileTarget().broadcast_operand_tiles(np.zeros(5, np.int16), (2, 3), (3,))

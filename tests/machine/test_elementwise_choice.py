@@ -73,6 +73,7 @@ def test_target_elementwise_output_takes_shaped_layouts():
         ([np.zeros(2, np.int16), np.array([0, 9], np.int64)], r"tile ids must lie in \[0, 4\)"),
         ([np.array([-1, 0], np.int64)], r"tile ids must lie in \[0, 4\)"),
         ([np.array([0.5, 1.0])], "tile ids must be integers"),
+        ([np.zeros(2, np.int16), np.zeros(3, np.int16)], r"tile arrays of \[2, 3\] elements"),
     ],
 )
 def test_bad_elementwise_arguments_raise_target_error(inputs, fragment):
