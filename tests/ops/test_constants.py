@@ -107,7 +107,7 @@ def test_integer_range_matches_numpy_arange(start, limit, delta, dtype):
 @given(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32),
        st.floats(0.25, 3, width=32), st.booleans())
 def test_float_range_matches_numpy_arange(start, limit, delta, down):
-    # the length is numpy's (computed in the operands' dtype); the values are ONNX's
+    # the length is numpy's (computed in double precision); the values are ONNX's
     # start + i * delta (numpy extrapolates from its first two values instead)
     delta = -delta if down else delta
     graph = Ir().main_graph
@@ -118,6 +118,14 @@ def test_float_range_matches_numpy_arange(start, limit, delta, down):
     assert got.shape == expected.shape and got.dtype == np.float32
     exact = np.float64(np.float32(start)) + np.arange(len(got)) * np.float64(np.float32(delta))
     assert np.allclose(got, exact, rtol=1e-6, atol=1e-5)
+
+
+def test_float_range_length_is_taken_in_double_precision():
+    # (limit - start) / delta is 7e-46: 0 in float32, but numpy (and onnxruntime) count 1
+    graph = Ir().main_graph
+    inputs = [graph.add_constant(n, np.array(v, np.float32))
+              for n, v in (("start", 0.0), ("limit", -1.401298464324817e-45), ("delta", -2.0))]
+    assert fold(make(graph, "Range", inputs, version=11)).tolist() == [0.0]
 
 
 def test_range_with_a_zero_delta_names_the_op():
