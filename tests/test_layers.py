@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ PACKAGE = "popart_unwind"
 #: Bottom to top, as docs/ARCHITECTURE.md draws them. A module may import its own package
 #: and any package of a lower layer, never a higher one.
 LAYERS = (
-    ("errors", "validation", "options", "version", "_hooks"),
+    ("errors", "validation", "options", "version", "doors", "_hooks"),
     ("memory",),
     ("unwind",),
     ("shapes",),
@@ -120,3 +123,31 @@ def test_downward_and_own_package_imports_pass():
                           "from popart_unwind.memory import Chain\n"
                           "from popart_unwind.ops.common import ints\n"
                           "from . import registry\n", KNOWN)
+
+
+def loaded_layers(code: str) -> set[str]:
+    """The layers whose modules a fresh interpreter has loaded after running ``code``."""
+    probe = (f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules "
+             f"if m.startswith('{PACKAGE}.'))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, cwd=ROOT.parent)
+    return {layer_of(name) for name in json.loads(done.stdout.splitlines()[-1])}
+
+
+def test_importing_a_layer_loads_nothing_above_it():
+    for layer in ("memory", "unwind", "ir"):
+        above = {name for name in loaded_layers(f"import {PACKAGE}.{layer}")
+                 if RANK[name] > RANK[layer]}
+        assert above == set(), f"importing {layer} loaded {sorted(above)}"
+
+
+def test_the_doors_load_the_front_ends_and_op_classes_on_first_use():
+    code = (f"from {PACKAGE}.ir import Ir, OpType\n"
+            "ir = Ir()\n"
+            "callee = ir.create_graph('callee')\n"
+            "op = ir.main_graph.create_op(OpType('ai.graphcore', 'Call', 1), [], 0,"
+            " {'callee': callee})\n"
+            "assert type(op).__name__ == 'CallOp', type(op)\n"
+            f"from {PACKAGE}.ir import Builder\n"
+            "assert Builder.__module__.endswith('builder')")
+    assert {"ops", "frontends"} <= loaded_layers(code)

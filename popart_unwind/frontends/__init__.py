@@ -6,13 +6,13 @@ Each front end imports its third-party dependency lazily, so that importing ``po
 never pulls in torch or onnx; the ``torch`` extra installs what the PyTorch front end needs.
 """
 
+from popart_unwind import doors
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.frontends.onnx_import import import_onnx
 from popart_unwind.frontends.torch_import import import_torch
-from popart_unwind.ir import front_ends
 
-front_ends.provide("onnx", import_onnx)
-front_ends.provide("torch", import_torch)
-front_ends.provide("Builder", Builder)
+doors.provide("onnx", import_onnx)
+doors.provide("torch", import_torch)
+doors.provide("Builder", Builder)
 
 __all__ = ["Builder", "import_onnx", "import_torch"]

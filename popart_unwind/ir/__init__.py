@@ -3,11 +3,11 @@
 The core (this package) knows structure only. What each op type means — shapes, folds,
 canonicalization patterns, unwind rules, the classes of ops that run subgraphs — lives in
 ``popart_unwind.ops``; the front ends (ONNX, PyTorch, the ``Builder``) live in
-``popart_unwind.frontends`` and hand their entry points to ``ir.front_ends`` when
-``popart_unwind`` is imported, so that the core does not depend on them.
+``popart_unwind.frontends`` and reach the core through ``popart_unwind.doors``, loading on
+first use, so that the core does not depend on them.
 """
 
-from popart_unwind.ir.front_ends import entry_point
+from popart_unwind.doors import entry_point
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import MAIN_GRAPH_ID, Ir
 from popart_unwind.ir.op import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from popart_unwind.doors import entry_point
 from popart_unwind.errors import IrError
-from popart_unwind.ir.front_ends import entry_point
 from popart_unwind.ir.graph import Graph
 from popart_unwind.options import SessionOptions
 
@@ -109,7 +109,7 @@ class Ir:
 
         return ir_from_json(text)
 
-    # -- front ends (doors the front ends provide: ``ir.front_ends``) --------------------
+    # -- front ends (doors they provide: ``popart_unwind.doors``) ---------------------------
     @classmethod
     def from_onnx(cls, model: str | Path | bytes | onnx.ModelProto,
                   options: SessionOptions | None = None, **import_options: Any) -> Ir:

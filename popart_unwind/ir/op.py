@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from popart_unwind.doors import load_above
 from popart_unwind.errors import IrError
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from popart_unwind.ir.tensor import Tensor
 
 ONNX_DOMAIN = "ai.onnx"
+#: The ai.onnx opset of the graphs built here (by the Builder, or from a PyTorch program).
+DEFAULT_ONNX_OPSET = 18
 #: The domain of the ops PopART adds itself (Call, Init, ...); ours follow its naming.
 GRAPHCORE_DOMAIN = "ai.graphcore"
 
@@ -226,5 +229,7 @@ def register_op_class(domain: str, name: str, cls: type[Op]) -> None:
 
 
 def op_class(op_type: OpType) -> type[Op]:
-    """The class ops of ``op_type`` are built as."""
+    """The class ops of ``op_type`` are built as (the op families register theirs when
+    they load, which the first question here makes happen)."""
+    load_above()
     return _OP_CLASSES.get((op_type.domain, op_type.name), Op)
