@@ -1,9 +1,9 @@
 // Python bindings of the C++ layout hooks: module popart_unwind._hooks.
 //
 // Every hook takes one TileParams (the IPU's figures for one element type, built by
-// popart_unwind.machine.IpuModel) and writes each element's tile into a flat int16 or int32
-// numpy array the caller made (the planner's tile dtype), never a converted copy: a dtype
-// mismatch is a TypeError. Bad arguments raise ValueError; the Python face
+// popart_unwind.machine.IpuModel). The fill hooks write each element's tile into a flat int16
+// or int32 numpy array the caller made (the planner's tile dtype), never a converted copy: a
+// dtype mismatch is a TypeError; plan_matmul returns the matmul's splits. Bad arguments raise ValueError; the Python face
 // (popart_unwind.machine.hooks) turns these into TargetError. counting_bindings.cpp adds the
 // counting kernels the cost model runs over such arrays.
 #include <pybind11/numpy.h>

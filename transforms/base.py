@@ -11,8 +11,10 @@ checks the declarations when asked.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import TYPE_CHECKING, ClassVar
 
+from popart_unwind.errors import TransformError
 from popart_unwind.ops import REGISTRY, OpRegistry
 
 from .conditions import Condition
@@ -42,6 +44,22 @@ class Transform:
     #: Conditions that, if they held before ``apply``, still hold after it.
     preserves: ClassVar[frozenset[Condition]] = frozenset()
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """A transform's ``apply`` takes the rewriter every change goes through; one written
+        without it is refused where it is defined, not when it first runs."""
+        super().__init_subclass__(**kwargs)
+        apply = cls.__dict__.get("apply")
+        if apply is None:
+            return
+        parameters = list(inspect.signature(apply).parameters.values())
+        positional = [p for p in parameters
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) != 3 and not any(p.kind is p.VAR_POSITIONAL for p in parameters):
+            names = ", ".join(p.name for p in parameters)
+            raise TransformError(f"transform {cls.__name__}: apply must take (self, graph, "
+                                 f"rewriter) and change the IR only through the rewriter; "
+                                 f"it takes ({names})")
+
     #: What the transform knows of ops (shape rules, side effects, layout rules); the
     #: registry builds the rewriter it hands to ``apply`` with it. Keyword-only, so that
     #: subclasses' own options keep their positions.
@@ -53,6 +71,7 @@ class Transform:
         Every change goes through ``rewriter`` — made by the registry for this one
         application — and nothing else: its record is how the registry knows what changed
         (a returned answer that disagrees with it is a TransformError), and checking mode
-        catches a change made around it. Reading the IR directly is fine.
+        catches a change made around it when the rewriter recorded none. Reading the IR
+        directly is fine.
         """
         raise NotImplementedError(f"transform {type(self).__name__} does not define apply")

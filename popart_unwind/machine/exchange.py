@@ -179,11 +179,16 @@ def block_need(held: np.ndarray, blocks: np.ndarray, starts: np.ndarray,
     return ExchangeNeed(received, regions)
 
 
+def axis_bounds(size: int, count: int) -> np.ndarray:
+    """Where an axis of ``size`` cut into ``count`` parts is cut: ``floor(p * size / count)``
+    for p = 0 .. count (the matmul partition model's cut)."""
+    return np.arange(count + 1) * size // count
+
+
 def axis_parts(size: int, count: int) -> np.ndarray:
-    """The part of each index of an axis of ``size`` cut into ``count`` parts at
-    ``floor(p * size / count)`` (the matmul partition model's cut)."""
-    bounds = np.arange(count + 1) * size // count
-    return np.searchsorted(bounds, np.arange(size), side="right") - 1
+    """The part of each index of an axis of ``size`` cut into ``count`` parts
+    (``axis_bounds``)."""
+    return np.searchsorted(axis_bounds(size, count), np.arange(size), side="right") - 1
 
 
 def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) -> np.ndarray:

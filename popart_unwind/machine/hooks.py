@@ -1,10 +1,11 @@
 """Python face of the C++ layout hooks (``popart_unwind._hooks``).
 
-Each hook takes the IPU Model's ``TileParams`` for the tensor's dtype and fills a flat array
-of tile ids, one per element, in the machine's tile dtype: at real model sizes a Python object
-per element or per interval is what costs. A C++ ``ValueError`` becomes a
-:class:`~popart_unwind.errors.TargetError` naming what was asked. The rules each hook follows,
-and the public facts they rest on, are in docs/ipu-model.md.
+Each layout hook takes the IPU Model's ``TileParams`` for the tensor's dtype; the fill hooks
+write a flat array of tile ids, one per element, in the machine's tile dtype (at real model
+sizes a Python object per element or per interval is what costs), and ``plan_matmul`` gives a
+matmul's splits. The counting kernels take tile arrays and a tile count. A C++
+``ValueError`` becomes a :class:`~popart_unwind.errors.TargetError` naming what was asked.
+The rules each hook follows, and the public facts they rest on, are in docs/ipu-model.md.
 """
 
 from __future__ import annotations

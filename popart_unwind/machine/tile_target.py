@@ -16,6 +16,7 @@ from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
 from popart_unwind.machine import hooks
 from popart_unwind.machine.exchange import (
+    axis_bounds,
     axis_parts,
     block_need,
     broadcast_index,
@@ -95,6 +96,7 @@ class TileTarget(TileMachine):
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
                     dtype: str) -> MatmulPartition:
         """The partition of [G,M,K] x [G,K,N] the model's planner picks (cached)."""
+        self.dtype_size(dtype)  # an unknown (or unhashable) dtype is a TargetError
         return _plan(self.model, _matmul_dims(groups, rows, inner, cols), dtype)
 
     def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
@@ -103,6 +105,7 @@ class TileTarget(TileMachine):
             raise TargetError(f"matmul operand must be one of {MATMUL_OPERANDS}, got "
                               f"{operand!r}")
         dims = _matmul_dims(groups, rows, inner, cols)
+        self.dtype_size(dtype)
         return self.remembered(
             ("matmul", *dims, dtype, operand),
             lambda: hooks.matmul_tiles(self.model.tile_params(dtype), dims,
@@ -119,7 +122,12 @@ class TileTarget(TileMachine):
         if operand not in ("lhs", "rhs"):
             raise TargetError(f"matmul_readers: operand must be 'lhs' or 'rhs', got {operand!r}")
         dims = (groups, rows, inner, cols, dtype, operand)
-        plan = self.matmul_plan(*dims[:5])
+        plan = self.matmul_plan(*dims[:5])  # checks the sizes and the dtype
+        numel = groups * inner * (rows if operand == "lhs" else cols)
+        if np.size(tiles) != numel:
+            raise TargetError(f"matmul_readers: {np.size(tiles)} tiles given for a {operand} of "
+                              f"{numel} elements ([G,M,K] x [G,K,N] = "
+                              f"{[groups, rows, inner]} x {[groups, inner, cols]})")
         if plan.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
             return self._block_readers(*dims, tiles)
         wanted = self.matmul_tiles(*dims)
@@ -175,6 +183,7 @@ class TileTarget(TileMachine):
         """An embedding table [entries, size] split along its unsliced axis (Poplibs'
         createSliceableTensor)."""
         as_shape((num_entries, embedding_size), "table shape", TargetError)
+        self.dtype_size(dtype)
         return self.remembered(
             ("sliceable", num_entries, embedding_size, dtype),
             lambda: hooks.sliceable_tiles(self.model.tile_params(dtype), num_entries,
@@ -231,7 +240,7 @@ def _block_ids(shape: tuple[int, int, int], parts: tuple[int, int, int]
     sizes = []
     for size, count in zip(shape, parts, strict=True):
         per_axis.append(axis_parts(size, count))
-        sizes.append(np.diff(np.arange(count + 1) * size // count))
+        sizes.append(np.diff(axis_bounds(size, count)))
     a, b, c = per_axis
     blocks = ((a[:, None, None] * parts[1] + b[None, :, None]) * parts[2]
               + c[None, None, :]).reshape(-1)

@@ -216,6 +216,12 @@ def params(tiles: int = 8):
         (lambda: TileTarget().matmul_tiles(1, 2, 2, 2, "float16", "bias"), "operand"),
         (lambda: TileTarget().matmul_readers(1, 2, 2, 2, "float16", "output",
                                              np.zeros(4, np.int16)), "operand"),
+        (lambda: TileTarget().matmul_readers(1, 2, 3, 2, "float16", "lhs",
+                                             np.zeros(4, np.int16)),
+         "4 tiles given for a lhs of 6"),
+        (lambda: TileTarget().matmul_plan(1, 2, 2, 2, ["float16"]), "dtype"),
+        (lambda: TileTarget().matmul_tiles(1, 2, 2, 2, ["float16"], "lhs"), "dtype"),
+        (lambda: TileTarget().sliceable_tiles(4, 2, ["float16"]), "dtype"),
     ],
 )
 def test_bad_matmul_arguments_raise_target_error(call, fragment):

@@ -335,3 +335,15 @@ def test_applying_without_checking_never_serialises_the_ir(monkeypatch):
         "InferShapes": False, "Canonicalize": False, "Prune": True,
         "MergeDuplicateOps": False}
 
+
+
+def test_a_transform_whose_apply_takes_no_rewriter_is_refused_where_it_is_defined():
+    with pytest.raises(TransformError, match=r"apply must take \(self, graph, rewriter\).*"
+                                             r"takes \(self, graph\)"):
+        @dataclasses.dataclass(frozen=True)
+        class Direct(Transform):
+            id = 990
+            name = "Direct"
+
+            def apply(self, graph):
+                return False
