@@ -19,13 +19,18 @@ from popart_unwind.ir.dtypes import check_dtype
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.names import CONSTANT_PREFIX, reserved_id
-from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op, OpSettings, OpType
+from popart_unwind.ir.op import (
+    DEFAULT_ONNX_OPSET,
+    GRAPHCORE_DOMAIN,
+    ONNX_DOMAIN,
+    Op,
+    OpSettings,
+    OpType,
+)
 from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.shape_inference import infer_op
 from popart_unwind.options import SessionOptions
-
-DEFAULT_OPSET = 18
 
 #: ONNX op names, so that ``b.ai_onnx.layer_normalization`` and ``layernormalization``
 #: both find ``LayerNormalization`` (op types registered in ``popart_unwind.ops`` count too).
@@ -91,7 +96,7 @@ class _GraphcoreNamespace:
 class Builder:
     """Builds one graph of an Ir; ``create_subgraph_builder`` gives builders of subgraphs."""
 
-    def __init__(self, opset: int = DEFAULT_OPSET, options: SessionOptions | None = None,
+    def __init__(self, opset: int = DEFAULT_ONNX_OPSET, options: SessionOptions | None = None,
                  ) -> None:
         self._ir = Ir(options)
         self._graph = self._ir.main_graph

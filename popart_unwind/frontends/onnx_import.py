@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 #: ONNX attributes placing a node, by the OpSettings field they set.
 _PLACEMENT = {onnx_name: field for field, onnx_name in PLACEMENT_ATTRIBUTES.items()}
-_SUBGRAPH_OPS = ("Loop", "If", "Scan")
 
 
 def import_onnx(model: str | Path | bytes | onnx.ModelProto,

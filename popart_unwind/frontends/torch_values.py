@@ -15,10 +15,10 @@ from popart_unwind.errors import ModelImportError
 from popart_unwind.ir import Graph, OpSettings, OpType, Tensor
 from popart_unwind.ir.dtypes import ONNX_DTYPES
 from popart_unwind.ir.names import CONSTANT_PREFIX, reserved_id
+from popart_unwind.ir.op import DEFAULT_ONNX_OPSET, ONNX_DOMAIN
 from popart_unwind.ir.serialize import array_digest
 from popart_unwind.ops import REGISTRY
 
-ONNX_OPSET = 18
 ATEN_DOMAIN = "aten"
 
 
@@ -85,7 +85,7 @@ class TorchContext:
     # -- emitting ------------------------------------------------------------------------
     def op(self, node: Any, onnx_name: str, inputs: list[Any],
            attributes: dict[str, Any] | None = None, num_outputs: int = 1,
-           domain: str = "ai.onnx") -> Any:
+           domain: str = ONNX_DOMAIN) -> Any:
         """Create one op. With ``node`` its outputs take the node's name and traced
         dtype/shape; without, they are named after the op and shaped by its rule."""
         tensors = [None if v is None else self.tensor(v) for v in inputs]
@@ -93,7 +93,7 @@ class TorchContext:
         settings = OpSettings(name=stem)
         ids = ([self.graph.unique_id(stem)] if num_outputs == 1 else
                [self.graph.unique_id(f"{stem}:{i}") for i in range(num_outputs)])
-        op_type = OpType(domain, onnx_name, ONNX_OPSET if domain == "ai.onnx" else 1)
+        op_type = OpType(domain, onnx_name, DEFAULT_ONNX_OPSET if domain == ONNX_DOMAIN else 1)
         op = self.graph.create_op(op_type, tensors, ids, attributes, settings)
         if node is not None:
             value = self._meta(node)

@@ -8,7 +8,7 @@ are deterministic whatever the hash seed.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -251,6 +251,3 @@ class Graph:
                               f"not {self.id!r}")
             return tensor
         return self.tensor(tensor)
-
-    def resolve_all(self, tensors: Iterable[TensorLike]) -> list[Tensor]:
-        return [self._resolve(t) for t in tensors]

@@ -10,10 +10,11 @@ Two orders exist, because two kinds of analysis exist:
 
 - ``CALLEES_FIRST``: each graph after every graph it calls (``Ir.callees_first``), so a call
   op finds its callees' results (the planner, the cost model);
-- ``AT_FIRST_CALL``: the main graph first; a callee is walked when its first call site is
-  reached, just before that op, after ``enter_call`` has let the call site prepare it; then
-  any graph not reached, in ``Ir.graphs`` order (shape inference types a callee's inputs from
-  its call site; PopART's schedule places a callee's ops at its first call).
+- ``AT_FIRST_CALL``: the main graph first; before each call site runs, ``enter_call`` hears
+  of every graph it calls (at every call site, so each can prepare its callee), and a callee
+  not walked yet is walked then, before the op; then any graph not reached, in ``Ir.graphs``
+  order (shape inference types a callee's inputs from its call sites; PopART's schedule
+  places a callee's ops at its first call).
 """
 
 from __future__ import annotations
@@ -63,10 +64,8 @@ class Interpreter:
         raise NotImplementedError(f"{type(self).__name__} does not interpret ops")
 
     def enter_call(self, op: Op, callee: Graph) -> None:
-        """``AT_FIRST_CALL`` only: call site ``op`` is about to reach ``callee``."""
-
-    def finish_graph(self, graph: Graph) -> None:
-        """Every op of ``graph`` has run."""
+        """``AT_FIRST_CALL`` only: call site ``op``, which calls ``callee``, is about to run
+        (called at every call site; the callee is walked after the first)."""
 
     def released(self, key: Key) -> None:
         """``release_dead`` only: the result of ``key`` was dropped."""
@@ -113,7 +112,6 @@ class Interpreter:
             self.run_op(op)
             if self.release_dead:
                 self._release(op, uses, outputs)
-        self.finish_graph(graph)
 
     def _release(self, op: Op, uses: dict[str, int], outputs: set[str]) -> None:
         for tensor in op.inputs:

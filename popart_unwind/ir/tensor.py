@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 
 
+def qualified_id(graph_id: str, tensor_id: str) -> str:
+    """A tensor's name across graphs: ``graph/tensor``, the bare id in the main graph."""
+    return f"{graph_id}/{tensor_id}" if graph_id else tensor_id
+
+
 class TensorType(enum.Enum):
     """PopART's tensor kinds: computed (ActGrad), constant, streamed from host, or variable."""
 
@@ -72,8 +77,8 @@ class Tensor:
 
     @property
     def qualified_id(self) -> str:
-        """The tensor's name across graphs: ``graph/tensor``, the bare id in the main graph."""
-        return f"{self.graph.id}/{self.id}" if self.graph.id else self.id
+        """The tensor's name across graphs (``qualified_id``)."""
+        return qualified_id(self.graph.id, self.id)
 
     def describe(self) -> str:
         """``tensor 'x'``, naming the graph outside the main graph: for messages."""

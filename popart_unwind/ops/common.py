@@ -10,7 +10,10 @@ from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 
-#: Folding stays cheap: no fold makes a constant of more elements than this.
+#: Folds that compute (matmuls, reductions, gathers, tiling, random values) give up above
+#: this many elements, so canonicalizing stays cheap. Folds that only fill, copy or map values
+#: (ConstantOfShape, Range, Expand, Concat, elementwise ops) have no cap: their result is as
+#: large as the constant the model itself states.
 FOLD_MAX_ELEMENTS = 1 << 16
 
 

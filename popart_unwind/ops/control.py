@@ -32,11 +32,9 @@ from popart_unwind.machine.exchange import read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import constant_value, normalize_axis
 from popart_unwind.ops.layout_rule import CalleeLayouts, InputTiles, LayoutRule, UnwindEmitter
-from popart_unwind.ops.registry import REGISTRY, OpDef, register
+from popart_unwind.ops.registry import REGISTRY, OpDef, OutputType, register
 from popart_unwind.ops.views import passed_on
 from popart_unwind.rewrite import Rewriter
-
-Typed = tuple[str, tuple[int, ...] | None]
 
 
 def body_has_side_effects(op: Op) -> bool:
@@ -60,7 +58,7 @@ def _explicit(op: Op, leading: int) -> int:
     return count
 
 
-def _typed(tensor: Tensor) -> Typed:
+def _typed(tensor: Tensor) -> OutputType:
     return tensor.dtype, tensor.shape
 
 
@@ -73,7 +71,7 @@ def _body_outputs(op: Op, body: Graph, at_least: int) -> list[Tensor]:
 
 
 # -- Call ---------------------------------------------------------------------------------
-def _infer_call(op: Op) -> list[Typed]:
+def _infer_call(op: Op) -> list[OutputType]:
     callee = op.called_graphs()[0]
     for index, tensor in op.input_map().items():
         if index >= len(callee.input_ids):
@@ -108,11 +106,11 @@ def loop_trip_count(op: Op) -> int | None:
     return int(np.asarray(m).reshape(-1)[0])
 
 
-def _infer_loop(op: Op) -> list[Typed]:
+def _infer_loop(op: Op) -> list[OutputType]:
     body = op.called_graphs()[0]
     carried = _explicit(op, 2)
     outputs = _body_outputs(op, body, 1 + carried)
-    results: list[Typed] = []
+    results: list[OutputType] = []
     for j in range(carried):
         outer, inner = op.input(2 + j), outputs[1 + j]
         varies = inner.shape is not None and inner.shape != outer.shape
@@ -125,13 +123,13 @@ def _infer_loop(op: Op) -> list[Typed]:
 
 
 # -- If -----------------------------------------------------------------------------------
-def _infer_if(op: Op) -> list[Typed]:
+def _infer_if(op: Op) -> list[OutputType]:
     cond = op.input(0)
     if cond.shape is not None and int(np.prod(cond.shape)) != 1:
         raise ShapeError(f"op {op.debug_name()}: the condition must hold one element, got "
                          f"shape {cond.shape}")
     then_graph, else_graph = op.called_graphs()
-    results: list[Typed] = []
+    results: list[OutputType] = []
     for index in range(max(op.output_map(), default=-1) + 1):
         sides = []
         for graph in (then_graph, else_graph):
@@ -162,7 +160,7 @@ def _scan_layout(op: Op) -> tuple[int, int, list[int]]:
     return states, scans, axes
 
 
-def _infer_scan(op: Op) -> list[Typed]:
+def _infer_scan(op: Op) -> list[OutputType]:
     body = op.called_graphs()[0]
     states, _scans, in_axes = _scan_layout(op)
     trips = set()
@@ -173,7 +171,7 @@ def _infer_scan(op: Op) -> list[Typed]:
         raise ShapeError(f"op {op.debug_name()}: scan inputs scan different lengths "
                          f"{sorted(trips)}")
     outputs = _body_outputs(op, body, states)
-    results: list[Typed] = [_typed(op.input(j)) for j in range(states)]
+    results: list[OutputType] = [_typed(op.input(j)) for j in range(states)]
     scan_outputs = outputs[states:]
     out_axes = list(op.attributes.get("scan_output_axes", [0] * len(scan_outputs)))
     if len(out_axes) != len(scan_outputs):
@@ -195,7 +193,7 @@ class CallSite(SubgraphOp):
     step when a subgraph loses an input or an output, and how its inputs type the
     subgraph's inputs before the subgraph is inferred."""
 
-    def callee_input_type(self, graph: Graph, graph_in: int) -> Typed | None:
+    def callee_input_type(self, graph: Graph, graph_in: int) -> OutputType | None:
         """The (dtype, shape) the op gives subgraph input ``graph_in``, or None."""
         op_in = self.subgraph_in_to_op_in_index(graph, graph_in)
         return None if op_in is None else _typed(self.input(op_in))
@@ -241,7 +239,7 @@ class LoopOp(CallSite):
     def fixed_subgraph_output(self, graph: Graph, graph_out: int) -> bool:
         return graph_out < self.OUTPUT_OFFSET
 
-    def callee_input_type(self, graph: Graph, graph_in: int) -> Typed | None:
+    def callee_input_type(self, graph: Graph, graph_in: int) -> OutputType | None:
         """The iteration number (int64) and the condition (bool) are scalars."""
         if graph_in == 0:
             return "int64", ()
@@ -341,7 +339,7 @@ class ScanOp(CallSite):
     def stacked_output(self, op_out: int) -> bool:
         return op_out >= self._num_states()
 
-    def callee_input_type(self, graph: Graph, graph_in: int) -> Typed | None:
+    def callee_input_type(self, graph: Graph, graph_in: int) -> OutputType | None:
         """A scan input's body counterpart is one slice: the scanned axis removed."""
         op_in = self.subgraph_in_to_op_in_index(graph, graph_in)
         if op_in is not None and self.input(op_in).shape is not None:
@@ -440,7 +438,7 @@ def loop_feedback(op: Op) -> list[tuple[Tensor, Tensor]]:
 
 
 class SubgraphRule(LayoutRule):
-    """Call, Loop, If: copies in and out tied by ValuedPairs; outputs are new Sinks."""
+    """Call, Loop, If, Scan: copies in and out tied by ValuedPairs; outputs are new Sinks."""
 
     kind = "subgraph"
     runs_subgraphs = True

@@ -26,7 +26,7 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
@@ -462,7 +462,7 @@ _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 
 
 def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
-            domain: str = "ai.onnx") -> None:
+            domain: str = ONNX_DOMAIN) -> None:
     infer = _INFER.setdefault(name, _infer_rule(kind, arity, broadcast))
     layout = FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add" else ELEMENTWISE
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
@@ -483,5 +483,5 @@ _define("Cast", _cast, "cast", 1, broadcast=False)
 _define("CastLike", lambda op, v: None if op.input(1).dtype == "bfloat16" else v[0], "like", 2,
         broadcast=False)
 _define("Where", _where, "where", 3, broadcast=True)
-for _domain in ("ai.onnx", MICROSOFT_DOMAIN):
+for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):
     _define("Gelu", lambda op, v: _gelu(op, v[0]), "same", 1, broadcast=False, domain=_domain)

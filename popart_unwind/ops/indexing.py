@@ -1,5 +1,5 @@
 """Op family: indexing and data movement by index (Gather*, Scatter*, Tile, Pad, Trilu,
-CumSum, OneHot, TopK, NonZero, Resize), with ONNX semantics.
+CumSum, OneHot, TopK, NonZero, Resize, Upsample), with ONNX semantics.
 
 Where a shape depends on an input's values (Tile's repeats, Pad's pads, TopK's k), the rule
 needs that input to be a constant and otherwise cannot decide; NonZero's output length

@@ -19,8 +19,11 @@ from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ops.layout_rule import BARRIER, LayoutRule
 
-#: (dtype, shape) of each output, in output-index order.
-InferredOutputs = list[tuple[str, tuple[int, ...]]]
+#: One output's type as a shape rule gives it: the dtype, and the shape, or None where the
+#: rule cannot decide it (a subgraph output its body has not typed yet).
+OutputType = tuple[str, tuple[int, ...] | None]
+#: The type of each output, in output-index order.
+InferredOutputs = list[OutputType]
 #: A shape rule. It reads input dtypes/shapes (and constant input data where the op's
 #: meaning needs it, e.g. Reshape's target shape) and raises ShapeError on a mismatch.
 InferRule = Callable[[Op], InferredOutputs]

@@ -18,14 +18,11 @@ from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ops.control import CallSite, seed_callee_inputs
-from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.ops.registry import REGISTRY, OpRegistry, OutputType
 from popart_unwind.rewrite import Rewriter
 
-#: What a rule gives per output: the dtype, and the shape or None where it cannot decide.
-Inferred = tuple[str, tuple[int, ...] | None]
 
-
-def run_rule(op: Op, registry: OpRegistry = REGISTRY) -> list[Inferred] | None:
+def run_rule(op: Op, registry: OpRegistry = REGISTRY) -> list[OutputType] | None:
     """The rule's (dtype, shape) per output index, or None if the op is opaque or the rule
     cannot decide (an input's shape is unknown, or it raised ShapeUndecided)."""
     opdef = registry.lookup(op)
@@ -73,7 +70,7 @@ def infer_op(op: Op, registry: OpRegistry = REGISTRY, trust_seeded: bool = False
     return rewriter.changes != before
 
 
-class ShapeInference(Interpreter):
+class _InferenceWalk(Interpreter):
     """Types every op's outputs with its shape rule, entering each callee at its first call
     site after the call site has typed the callee's inputs (``seed_callee_inputs``)."""
 
@@ -91,7 +88,7 @@ class ShapeInference(Interpreter):
         infer_op(op, self.registry, self.trust_seeded, self.rewriter)
 
 
-class ShapeCheck(Interpreter):
+class _CheckWalk(Interpreter):
     """Holds every op's outputs to its shape rule (after inference)."""
 
     order = AT_FIRST_CALL
@@ -129,7 +126,7 @@ def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
     registry = registry or REGISTRY
     rewriter = rewriter if rewriter is not None else Rewriter(registry)
     before = rewriter.changes
-    walk = ShapeInference(registry, trust_seeded, rewriter)
+    walk = _InferenceWalk(registry, trust_seeded, rewriter)
     if isinstance(graph_or_ir, Ir):
         walk.run(graph_or_ir)
     else:
@@ -140,4 +137,4 @@ def infer_shapes(graph_or_ir: Graph | Ir, registry: OpRegistry | None = None,
 def check_shapes(ir: Ir, registry: OpRegistry | None = None) -> None:
     """Raise ShapeError at the first op whose outputs disagree with its shape rule, or whose
     output lacks a shape the rule can give (run ``infer_shapes`` first)."""
-    ShapeCheck(registry or REGISTRY).run(ir)
+    _CheckWalk(registry or REGISTRY).run(ir)

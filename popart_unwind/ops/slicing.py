@@ -2,7 +2,7 @@
 where steps are negative), Split (slabs along one axis) and Concat (slabs joined), with ONNX
 semantics and clamping. Each OpDef states its shape rule, its fold and its layout rule; the
 layout rules are element maps like the other views' (``ops/views.py``), Concat's input i
-being the slab ``concat_slab(op, i)`` of its output.
+being the slab ``input_slab(op, i)`` of its output.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class SplitRule(ViewRule):
 
 
 class ConcatRule(LayoutRule):
-    """Concat: input i is the slab ``concat_slab(op, i)`` of the output (a Poplar view)."""
+    """Concat: input i is the slab ``input_slab(op, i)`` of the output (a Poplar view)."""
 
     kind = "view"
 
@@ -216,7 +216,7 @@ class ConcatRule(LayoutRule):
                             f"{rank}")
         return axis % rank
 
-    def concat_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
+    def input_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
         """(axis, begin, end): where input ``in_index`` lies along the output's axis."""
         axis = self._axis(op)
         begin = 0
@@ -245,7 +245,7 @@ class ConcatRule(LayoutRule):
         """Input ``in_index`` is its slab of the output (``ConcatOpx::unwindTensorLayout``)."""
         if out_index != 0 or not op.has_input(in_index):
             return None
-        axis, begin, end = self.concat_slab(op, in_index)
+        axis, begin, end = self.input_slab(op, in_index)
         out_shape = known_shape(op, op.output(0))
         return Chain(known_shape(op, op.input(in_index))).sett_fill_into(
             concat_slab(out_shape, axis, begin, end - begin))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from popart_unwind.ir.tensor import qualified_id
 from popart_unwind.report import pictures
 from popart_unwind.report.progress import ProgressCallback
 from popart_unwind.report.session import PlanRun, largest_tensors
@@ -174,8 +175,7 @@ def _heatmaps(run: PlanRun, images: dict[str, bytes],
             progress("tile maps", index, len(largest))
         key = (decision.graph_id, decision.tensor_id)
         name = f"tensor_{index:02d}.png"
-        label = decision.tensor_id if not decision.graph_id else \
-            f"{decision.graph_id}/{decision.tensor_id}"
+        label = qualified_id(decision.graph_id, decision.tensor_id)
         images[name] = pictures.tensor_heatmap(
             label, decision.shape, {plan: run.layouts[plan][key] for plan in shown
                                     if key in run.layouts[plan]}, run.model.tiles_per_ipu)

@@ -8,9 +8,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-#: The stages of ``popart-unwind plan`` in the order they run.
-STAGES = ("import", "transforms", "plan", "baseline", "evaluate", "report")
-
 ProgressCallback = Callable[[str, int, int], None]
 
 

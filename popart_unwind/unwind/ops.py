@@ -40,10 +40,6 @@ class Node:
     axis: int = 0  # concat
     unwind_indices: tuple[int, ...] = ()  # sum_like
 
-    @property
-    def is_root(self) -> bool:
-        return self.kind in ROOT_KINDS
-
 
 @dataclass(frozen=True)
 class Edge:

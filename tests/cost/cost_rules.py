@@ -59,7 +59,7 @@ class ViewRule(LayoutRule):
 class ConcatRule(LayoutRule):
     kind = "view"
 
-    def concat_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
+    def input_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
         axis = op.attributes["axis"] % len(op.output(0).shape)
         begin = sum(op.input(i).shape[axis] for i in range(in_index))
         return axis, begin, begin + op.input(in_index).shape[axis]
@@ -69,7 +69,7 @@ class ConcatRule(LayoutRule):
 
     def popart_view(self, op, in_index, out_index):
         """Input ``in_index`` fills its slab of the output."""
-        axis, begin, end = self.concat_slab(op, in_index)
+        axis, begin, end = self.input_slab(op, in_index)
         shape = op.output(0).shape
         lower, upper = [0] * len(shape), list(shape)
         lower[axis], upper[axis] = begin, end

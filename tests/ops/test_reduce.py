@@ -1,5 +1,6 @@
-"""Reductions: shapes and folded values equal numpy's, with axes as an attribute before the
-opset that made them an input, keepdims, and noop_with_empty_axes."""
+"""Reductions and normalisations: reductions' shapes and folded values equal numpy's, with
+axes as an attribute before the opset that made them an input, keepdims and
+noop_with_empty_axes; softmax, layer and batch normalisation follow their opsets' rules."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from op_building import build, shapes_of
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpType
@@ -112,3 +114,52 @@ def test_arg_reductions_equal_numpy(shape, data, keepdims, last, name):
     assert (op.output(0).dtype, op.output(0).shape) == ("int64", expected.shape)
     [value] = REGISTRY.lookup(op).fold(op, [x])
     assert np.array_equal(value, expected)
+
+
+# -- softmax and normalisations ------------------------------------------------------------
+@pytest.mark.parametrize(("version", "axis", "ok"), [(13, -1, True), (11, 3, False),
+                                                      (11, 1, True), (13, -3, True)])
+def test_softmax_checks_its_axis_per_opset(version, axis, ok):
+    if ok:
+        assert shapes_of("Softmax", [(2, 3, 4)], {"axis": axis}, version=version) == \
+            [("float32", (2, 3, 4))]
+    else:
+        with pytest.raises(ShapeError, match="out of range"):
+            shapes_of("Softmax", [(2, 3, 4)], {"axis": axis}, version=version)
+
+
+@pytest.mark.parametrize("version", [11, 13])
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+def test_softmax_folds_with_the_opsets_meaning(version, op_type):
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    op = build(op_type, [x], {"axis": 1}, version=version)
+    infer_op(op)
+    [value] = REGISTRY.lookup(op).fold(op, [x])
+    flat = x.reshape(2, 12) if version < 13 else x
+    axis = 1
+    expected = np.exp(flat - flat.max(axis, keepdims=True))
+    expected /= expected.sum(axis, keepdims=True)
+    if op_type == "LogSoftmax":
+        expected = np.log(expected)
+    np.testing.assert_allclose(value, expected.reshape(x.shape), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_normalization_outputs_and_scale_check():
+    result = shapes_of("LayerNormalization", [(2, 5, 8), (8,), (8,)], {"axis": -1}, outputs=3,
+                       version=17)
+    assert result == [("float32", (2, 5, 8)), ("float32", (2, 5, 1)), ("float32", (2, 5, 1))]
+    result = shapes_of("LayerNormalization", [(2, 5, 8), (5, 8)], {"axis": 1}, outputs=3,
+                       version=17)
+    assert [s for _, s in result] == [(2, 5, 8), (2, 1, 1), (2, 1, 1)]
+    with pytest.raises(ShapeError, match="Scale"):
+        shapes_of("LayerNormalization", [(2, 5, 8), (5,)], version=17)
+
+
+def test_batch_normalization_outputs_per_opset():
+    specs = [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
+    assert [s for _, s in shapes_of("BatchNormalization", specs, {"training_mode": 1},
+                                    outputs=3, version=15)] == [(4, 3, 5, 5), (3,), (3,)]
+    assert [s for _, s in shapes_of("BatchNormalization", specs, outputs=5, version=9)] == \
+        [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
+    with pytest.raises(ShapeError, match="scale must have shape"):
+        shapes_of("BatchNormalization", [(4, 3, 5, 5), (4,), (3,), (3,), (3,)], version=15)

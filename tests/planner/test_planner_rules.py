@@ -73,7 +73,7 @@ def test_transpose_reshape_expand_split_concat_map_like_numpy():
     op, rule = single_op("Concat", [0, 1], {"axis": 1}, shapes=[(2, 3), (2, 5)])
     a, b = arange((2, 3)), arange((2, 5)) + 100
     assert np.array_equal(applied(op, rule, [a, b])[0], np.concatenate([a, b], axis=1))
-    assert rule.concat_slab(op, 1) == (1, 3, 8)
+    assert rule.input_slab(op, 1) == (1, 3, 8)
     slab = rule.popart_view(op, 1, 0).apply(b)  # input 1 fills columns 3..7 of the output
     assert np.array_equal(slab[:, 3:], b) and not slab[:, :3].any()
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
-from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tensor import Tensor, qualified_id
 from popart_unwind.ir.tile_mapping import TileIntervals, tile_dtype, tile_mapping
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops import REGISTRY
@@ -99,8 +99,8 @@ class Plan:
             "objective": self.objective, "upper_bound": self.upper_bound,
             "solver": self.solver, "proven_optimal": self.proven_optimal,
             "num_tiles": self.num_tiles, "timings": dict(self.timings),
-            "tensors": {(f"{p.graph_id}/{p.tensor_id}" if p.graph_id else p.tensor_id):
-                        p.to_dict() for p in self.tensors},
+            "tensors": {qualified_id(p.graph_id, p.tensor_id): p.to_dict()
+                        for p in self.tensors},
         }
 
 

@@ -11,9 +11,10 @@ only when some element takes its origin there:
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
 - a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order.
 
-Sinks are realized in ``Solution.dependency_order``, so every origin a sink takes lies in
-something already realized; each sink's tiles come from its paths (``Solution.paths``:
-root, canonical chain, covered region), applying the chain to the root's tiles.
+Sinks are realized in dependency order (``unwind.solution.dependency_order``), so every
+origin a sink takes lies in something already realized; each sink's tiles come from its
+paths (``Solution.paths``: root, canonical chain, covered region), applying the chain to the
+root's tiles.
 """
 
 from __future__ import annotations

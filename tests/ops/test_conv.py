@@ -1,0 +1,117 @@
+"""Sliding windows: convolution, transposed convolution and pooling shapes agree with ONNX's
+own shape inference on random geometries; bad geometries name the op."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto
+from onnx import helper as oh
+from op_building import shapes_of
+
+from popart_unwind.errors import ShapeError
+
+SETTINGS = settings(max_examples=120, deadline=None)
+
+
+def onnx_shapes(op_type, specs, attributes, outputs, version):
+    """Output shapes by onnx.shape_inference (strict), or ShapeError if it refuses."""
+    names = [f"x{i}" for i in range(len(specs))]
+    outs = [f"y{i}" for i in range(outputs)]
+    node = oh.make_node(op_type, names, outs, **attributes)
+    inputs = [oh.make_tensor_value_info(n, TensorProto.FLOAT, s)
+              for n, s in zip(names, specs, strict=True)]
+    graph = oh.make_graph([node], "g", inputs, [onnx.ValueInfoProto(name=o) for o in outs])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", version)])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception:
+        return ShapeError
+    found = {v.name: v for v in [*inferred.graph.output, *inferred.graph.value_info]}
+    return [tuple(d.dim_value for d in found[o].type.tensor_type.shape.dim) for o in outs]
+
+
+def ours(op_type, specs, attributes, outputs, version):
+    try:
+        return [shape for _, shape in shapes_of(op_type, specs, attributes, outputs, version)]
+    except ShapeError:
+        return ShapeError
+
+
+@st.composite
+def conv_case(draw):
+    spatial = draw(st.integers(1, 2))
+    group = draw(st.sampled_from([1, 2]))
+    channels, maps = group * draw(st.integers(1, 2)), group * draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    sizes = [draw(st.integers(5, 9)) for _ in range(spatial)]  # the window always fits
+    attributes = {"group": group, "strides": [draw(st.integers(1, 3)) for _ in kernel],
+                  "dilations": [draw(st.integers(1, 2)) for _ in kernel]}
+    auto_pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad == "NOTSET":
+        attributes["pads"] = [draw(st.integers(0, 2)) for _ in range(2 * spatial)]
+    else:
+        attributes["auto_pad"] = auto_pad
+    if draw(st.booleans()):
+        attributes["kernel_shape"] = kernel
+    x = (2, channels, *sizes)
+    w = (maps, channels // group, *kernel)
+    return [x, w] + ([(maps,)] if draw(st.booleans()) else []), attributes
+
+
+@SETTINGS
+@given(conv_case())
+def test_conv_shape_agrees_with_onnx_inference(case):
+    specs, attributes = case
+    assert ours("Conv", specs, attributes, 1, 18) == onnx_shapes("Conv", specs, attributes,
+                                                                 1, 18)
+
+
+@st.composite
+def pool_case(draw):
+    spatial = draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    attributes = {"kernel_shape": kernel, "strides": [draw(st.integers(1, 3)) for _ in kernel],
+                  "ceil_mode": int(draw(st.booleans()))}
+    if draw(st.booleans()):
+        attributes["pads"] = [draw(st.integers(0, k - 1)) for k in kernel * 2]
+    op_type = draw(st.sampled_from(["MaxPool", "AveragePool"]))
+    if op_type == "MaxPool" and draw(st.booleans()):
+        attributes["dilations"] = [draw(st.integers(1, 2)) for _ in kernel]
+    x = (1, 3, *(draw(st.integers(5, 9)) for _ in kernel))  # the window always fits
+    return op_type, [x], attributes
+
+
+@SETTINGS
+@given(pool_case())
+def test_pool_shape_agrees_with_onnx_inference(case):
+    op_type, specs, attributes = case
+    assert ours(op_type, specs, attributes, 1, 19) == onnx_shapes(op_type, specs, attributes,
+                                                                  1, 19)
+
+
+@SETTINGS
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 3), st.integers(0, 1),
+       st.booleans())
+def test_conv_transpose_agrees_with_onnx_inference(spatial, stride, kernel, pad, extra):
+    x, w = (1, 2, *[4] * spatial), (2, 3, *[kernel] * spatial)
+    attributes = {"strides": [stride] * spatial, "pads": [pad] * 2 * spatial}
+    if extra and stride > 1:
+        attributes["output_padding"] = [1] * spatial
+    expected = onnx_shapes("ConvTranspose", [x, w], attributes, 1, 18)
+    assert ours("ConvTranspose", [x, w], attributes, 1, 18) == expected
+
+
+def test_max_pool_indices_are_int64_and_global_pool_keeps_rank():
+    assert shapes_of("MaxPool", [(1, 2, 6, 6)], {"kernel_shape": [2, 2], "strides": [2, 2]},
+                     outputs=2) == [("float32", (1, 2, 3, 3)), ("int64", (1, 2, 3, 3))]
+    assert shapes_of("GlobalAveragePool", [(2, 5, 7, 3)]) == [("float32", (2, 5, 1, 1))]
+
+
+def test_conv_with_mismatched_channels_or_oversized_window_names_the_op():
+    with pytest.raises(ShapeError, match=r"Conv#0.*do not fit"):
+        shapes_of("Conv", [(1, 3, 8, 8), (4, 2, 3, 3)])
+    with pytest.raises(ShapeError, match="window 5 is larger"):
+        shapes_of("Conv", [(1, 1, 3, 3), (1, 1, 3, 1)], {"dilations": [2, 1]})
