@@ -18,6 +18,18 @@ namespace {
 
 template <typename T> using Tiles = py::array_t<T, py::array::c_style>;
 
+// Element e's tile id, refused unless it lies in [0, numTiles).
+template <typename T>
+std::size_t checkedTile(const T *ids, std::size_t e, std::size_t numTiles) {
+  const auto id = static_cast<std::int64_t>(ids[e]);
+  if (id < 0 || static_cast<std::size_t>(id) >= numTiles) {
+    throw std::invalid_argument("tile id " + std::to_string(id) + " of element " +
+                                std::to_string(e) + " is not in [0, " +
+                                std::to_string(numTiles) + ")");
+  }
+  return static_cast<std::size_t>(id);
+}
+
 // Elements on each tile (numpy's bincount without widening the ids to 64 bits first).
 template <typename T>
 py::array_t<std::int64_t> tileCounts(const Tiles<T> &tiles, std::size_t numTiles) {
@@ -27,13 +39,7 @@ py::array_t<std::int64_t> tileCounts(const Tiles<T> &tiles, std::size_t numTiles
   const T *ids = tiles.data();
   const auto n = static_cast<std::size_t>(tiles.size());
   for (std::size_t e = 0; e < n; ++e) {
-    const auto id = static_cast<std::int64_t>(ids[e]);
-    if (id < 0 || static_cast<std::size_t>(id) >= numTiles) {
-      throw std::invalid_argument("tile id " + std::to_string(id) + " of element " +
-                                  std::to_string(e) + " is not in [0, " +
-                                  std::to_string(numTiles) + ")");
-    }
-    ++c[id];
+    ++c[checkedTile(ids, e, numTiles)];
   }
   return counts;
 }
@@ -66,12 +72,7 @@ py::tuple blockReaderCounts(const Tiles<T> &tiles, const Tiles<std::int32_t> &bl
   const bool *bs = blockStarts.data();
   const std::int64_t *tb = tileBlock.data();
   for (std::size_t e = 0; e < n; ++e) {
-    const auto tile = static_cast<std::int64_t>(ids[e]);
-    if (tile < 0 || static_cast<std::size_t>(tile) >= numTiles) {
-      throw std::invalid_argument("tile id " + std::to_string(tile) + " of element " +
-                                  std::to_string(e) + " is not in [0, " +
-                                  std::to_string(numTiles) + ")");
-    }
+    const auto tile = checkedTile(ids, e, numTiles);
     if (b[e] < 0 || static_cast<std::size_t>(b[e]) >= numBlocks) {
       throw std::invalid_argument("block " + std::to_string(b[e]) + " is out of range");
     }

@@ -45,5 +45,5 @@ def entry_point(name: str) -> Any:
     try:
         return _ENTRY_POINTS[name]
     except KeyError:
-        raise IrError(f"no front end provides {name!r}: import popart_unwind (the package) "
-                      f"to load the front ends") from None
+        raise IrError(f"no front end provides {name!r} (known: "
+                      f"{sorted(_ENTRY_POINTS)})") from None
