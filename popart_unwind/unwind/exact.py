@@ -1,8 +1,11 @@
 """The exact solver: an integer program over sink-element labels, solved with HiGHS.
 
-It is the optimality oracle of the tests and benchmarks, meant for graphs with up to a few
-thousand sink elements (``max_sink_elements``, 4000 by default) whose elements are tied in
-small groups. The problem it solves is set out in :mod:`exact_problem`; the program is
+It is the optimality oracle of the tests and benchmarks, and the finishing step of the
+default solver on small graphs (``hybrid.py``). It refuses graphs of more than
+``max_sink_elements`` sink elements (1,000,000 by default, a guard on memory: a block chain
+of 528,128 sink elements took 2.5 GB, HiGHS included). How long a proof takes depends on how
+the elements are tied more than on their number (benchmarks/unwind_exact_reach.py). The
+problem it solves is set out in :mod:`exact_problem`; the program is
 
 * ``x[s, L]`` binary: sink element ``s`` takes label ``L`` (one of its candidates), with
   ``sum_L x[s, L] = 1``. Taking the own origin of another sink element ``s'`` needs ``s'``
@@ -18,9 +21,11 @@ small groups. The problem it solves is set out in :mod:`exact_problem`; the prog
   ``M`` the number of ordered sinks. A solution is valid exactly when such an order exists.
 
 HiGHS runs with a relative gap of 0 (and its absolute gap of 1e-6). The program starts
-from Greedy0's solution (moved onto the candidate labels), so a time-limited run is never
-worse than Greedy0. The labels are turned into sink paths (:func:`paths_for_labels`), and
-the result's exact score must equal the program's objective.
+from Greedy0's solution, or a given ``start`` solution (moved onto the candidate labels), so
+a run stopped by its time or node limit is never worse than that start. A node limit
+(``max_nodes``) stops at the same point on every run; a time limit does not. The labels are
+turned into sink paths (:func:`paths_for_labels`), and the result's exact score must equal
+the program's objective.
 """
 
 from __future__ import annotations
@@ -59,33 +64,40 @@ _STOPPED = {
 }
 
 
-def solve_exact(graph: Graph, time_limit: float = 60.0, max_sink_elements: int = 4000) -> Solution:
-    """The best valid solution, proven optimal unless ``time_limit`` (seconds) stopped it.
+def solve_exact(
+    graph: Graph,
+    time_limit: float = 60.0,
+    max_sink_elements: int = 1_000_000,
+    start: Solution | None = None,
+    max_nodes: int | None = None,
+) -> Solution:
+    """The best valid solution, proven optimal unless ``time_limit`` (seconds) or
+    ``max_nodes`` (branch-and-bound nodes) stopped it.
 
-    Meant for graphs with at most ``max_sink_elements`` sink elements (larger ones raise
-    SolverError) whose sink elements meet few labels each. When stopped early, the best
-    solution found (never worse than Greedy0's) is returned with ``proven_optimal=False``.
+    Graphs with more than ``max_sink_elements`` sink elements raise SolverError. When
+    stopped early, the best solution found is returned with ``proven_optimal=False``; it is
+    never worse than ``start`` (a solution of ``graph``), or Greedy0's when none is given.
     """
     total = sum(graph.numel(t) for t in graph.sinks())
     if total > max_sink_elements:
         raise SolverError(
             f"exact solver: the graph has {total} sink elements in {len(graph.sinks())} "
             f"sinks, more than max_sink_elements={max_sink_elements}; it is meant for small "
-            "graphs (use a heuristic, or raise the limit)"
+            "graphs (use a heuristic, or pass a larger max_sink_elements)"
         )
     began = time.perf_counter()
     origins = Origins(graph)
     terms = objective_terms(graph, origins)
     candidates = candidate_labels(graph, origins, terms)
     program = LabelProgram(graph, origins, terms, candidates)
-    start = _greedy_start(graph, origins, candidates)
+    start_labels = _start_labels(graph, origins, candidates, start)
     stats = {
         "sink_elements": total,
         "active_sink_elements": len(candidates.labels),
         "label_choices": sum(len(v) for v in candidates.labels.values()),
-        "start_objective": terms.value(candidates.resolve(origins, start)),
+        "start_objective": terms.value(candidates.resolve(origins, start_labels)),
     }
-    chosen, proven, solver_stats = program.solve(start, time_limit)
+    chosen, proven, solver_stats = program.solve(start_labels, time_limit, max_nodes)
     stats.update(solver_stats)
     label = candidates.resolve(origins, chosen)
     objective = terms.value(label)
@@ -257,7 +269,9 @@ class LabelProgram:
                     math.inf,
                 )
 
-    def solve(self, start: dict[int, int], time_limit: float) -> tuple[dict[int, int], bool, dict]:
+    def solve(
+        self, start: dict[int, int], time_limit: float, max_nodes: int | None = None
+    ) -> tuple[dict[int, int], bool, dict]:
         """The labels HiGHS finds from ``start`` (every element's own if ``start`` does not
         fit), whether they are proven optimal, and statistics."""
         if not self.x:
@@ -268,6 +282,8 @@ class LabelProgram:
             values = self.start_values(start)
         solver = self.program.highs(self.terms.constant)
         solver.setOptionValue("time_limit", max(0.0, float(time_limit)))
+        if max_nodes is not None:
+            solver.setOptionValue("mip_max_nodes", max(0, int(max_nodes)))
         solution = highspy.HighsSolution()
         solution.col_value = values
         solution.value_valid = True
@@ -360,10 +376,15 @@ def _ranks(edges: dict[TensorId, set[TensorId]]) -> dict[TensorId, int] | None:
     return ranks if len(ranks) == len(nodes) else None
 
 
-def _greedy_start(graph: Graph, origins: Origins, candidates: Candidates) -> dict[int, int]:
-    """Greedy0's labels moved onto the candidates (no loss), or every element's own."""
+def _start_labels(
+    graph: Graph, origins: Origins, candidates: Candidates, start: Solution | None
+) -> dict[int, int]:
+    """``start``'s labels (Greedy0's when None) moved onto the candidates (no loss), or
+    every element's own when Greedy0 fails."""
+    if start is not None and start.graph is not graph:
+        raise SolverError("exact solver: the start solution belongs to another graph")
     try:
-        layouts = solve_greedy0(graph).layouts()
+        layouts = (start if start is not None else solve_greedy0(graph)).layouts()
     except PopartUnwindError:
         return {s: s for s in candidates.labels}
     found = {s: int(layouts[origins.owner(s)].ravel()[origins.flat(s)]) for s in candidates.labels}

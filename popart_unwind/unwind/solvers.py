@@ -10,6 +10,7 @@ from popart_unwind.errors import SolverError
 from popart_unwind.unwind.deferral import solve_deferral
 from popart_unwind.unwind.graph import Graph
 from popart_unwind.unwind.greedy0 import solve_greedy0
+from popart_unwind.unwind.hybrid import solve_hybrid
 from popart_unwind.unwind.solution import Solution
 
 
@@ -23,10 +24,11 @@ def _solve_exact(graph: Graph, **options) -> Solution:
 SOLVERS: dict[str, Callable[..., Solution]] = {
     "greedy0": solve_greedy0,
     "deferral": solve_deferral,
+    "hybrid": solve_hybrid,
     "exact": _solve_exact,
 }
 
-DEFAULT = "deferral"
+DEFAULT = "hybrid"
 
 
 def solve(graph: Graph, algo: str = "default", **options) -> Solution:

@@ -111,7 +111,7 @@ def test_fixed_point_example_reproduces_the_seed_scores(v_target, v_chain, v_cop
 
 @pytest.mark.parametrize(("v_bias", "v_table", "best"), [(0.7, 0.5, 151.2), (0.5, 0.7, 171.2)])
 def test_default_solver_defers_the_pair_that_blocked_the_reduce_pair(v_bias, v_table, best):
-    solution = bias_and_table(v_bias, v_table).solve()
+    solution = bias_and_table(v_bias, v_table).solve("deferral")
     assert solution.algo == "deferral"
     assert solution.score() == pytest.approx(best)
 

@@ -11,7 +11,7 @@ from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import origin_blocks
 
 SEEDS = st.integers(0, 2**32 - 1)
-SOLVERS = ("greedy0", "deferral")
+SOLVERS = ("greedy0", "deferral", "hybrid")
 
 
 def graph_for(seed: int, size: int):
@@ -97,9 +97,9 @@ def test_polish_leaves_graphs_above_its_limit_alone():
     sink = g.sink((3, 4), "sink")
     g.source((1,), "spare")
     g.valued_pair(g.reverse(sink, (0,)), sink, 1.0)
-    small = g.solve()
+    small = g.solve("deferral")
     assert small.stats.get("polish_moves", 0) > 0
     assert small.score() == 12.0
-    skipped = g.solve(polish_up_to=11)
+    skipped = g.solve("deferral", polish_up_to=11)
     assert "polish_moves" not in skipped.stats
     assert skipped.score() == 4.0
