@@ -5,7 +5,7 @@
 // or int32 numpy array the caller made (the planner's tile dtype), never a converted copy: a
 // dtype mismatch is a TypeError; plan_matmul returns the matmul's splits. Bad arguments raise ValueError; the Python face
 // (popart_unwind.machine.hooks) turns these into TargetError. counting_bindings.cpp adds the
-// counting kernels the cost model runs over such arrays.
+// counting kernels the cost model runs over such arrays, and the runs of Poplar's format.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -27,7 +27,7 @@
 namespace py = pybind11;
 
 namespace popart_unwind {
-// counting_bindings.cpp: tile counts and the matmul readers' counts.
+// counting_bindings.cpp: tile counts, the matmul readers' counts and each tile's runs.
 void bindCounting(py::module_ &m);
 } // namespace popart_unwind
 

@@ -1,15 +1,18 @@
 // Counting kernels over per-element tile arrays (part of module popart_unwind._hooks): how
-// many elements lie on each tile, and what a matmul's reading tiles already hold of the
-// blocks they read. Both run once per op on real model sizes, so they widen nothing and make
-// one pass.
+// many elements lie on each tile, what a matmul's reading tiles already hold of the blocks
+// they read, and each tile's runs (Poplar's interval format). They run on real model sizes
+// (an embedding table has tens of millions of elements and runs), so they widen nothing,
+// make no temporary per-element or per-run arrays, and make one or two passes.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -86,6 +89,51 @@ py::tuple blockReaderCounts(const Tiles<T> &tiles, const Tiles<std::int32_t> &bl
   return py::make_tuple(runs, heldElements, heldRuns);
 }
 
+// Each tile's maximal runs of equal ids, in flat order (Poplar's interval format): returns
+// (bounds, begins, ends) where tile t's runs are begins[bounds[t]:bounds[t+1]] and the same
+// slice of ends. bounds is int64 (numTiles + 1 entries); begins and ends are int32 when every
+// offset fits, else int64. Two passes: count each tile's runs, then place them (a counting
+// sort, so runs keep their flat order within a tile).
+template <typename T, typename I>
+py::tuple runsAs(const T *ids, std::size_t n, std::size_t numTiles) {
+  py::array_t<std::int64_t> bounds(static_cast<py::ssize_t>(numTiles + 1));
+  std::int64_t *b = bounds.mutable_data();
+  std::fill(b, b + numTiles + 1, 0);
+  for (std::size_t e = 0; e < n; ++e) {
+    if (e == 0 || ids[e] != ids[e - 1]) {
+      ++b[checkedTile(ids, e, numTiles) + 1];
+    }
+  }
+  for (std::size_t t = 0; t < numTiles; ++t) {
+    b[t + 1] += b[t];
+  }
+  const auto numRuns = static_cast<py::ssize_t>(b[numTiles]);
+  py::array_t<I> begins(numRuns);
+  py::array_t<I> ends(numRuns);
+  I *begin = begins.mutable_data();
+  I *end = ends.mutable_data();
+  std::vector<std::int64_t> next(b, b + numTiles);
+  for (std::size_t e = 0; e < n;) {
+    std::size_t stop = e + 1;
+    while (stop < n && ids[stop] == ids[e]) {
+      ++stop;
+    }
+    const auto slot = next[static_cast<std::size_t>(ids[e])]++;
+    begin[slot] = static_cast<I>(e);
+    end[slot] = static_cast<I>(stop);
+    e = stop;
+  }
+  return py::make_tuple(bounds, begins, ends);
+}
+
+template <typename T> py::tuple tileRuns(const Tiles<T> &tiles, std::size_t numTiles) {
+  const auto n = static_cast<std::size_t>(tiles.size());
+  if (n <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    return runsAs<T, std::int32_t>(tiles.data(), n, numTiles);
+  }
+  return runsAs<T, std::int64_t>(tiles.data(), n, numTiles);
+}
+
 template <typename T> void bindFor(py::module_ &m) {
   m.def("block_reader_counts", &blockReaderCounts<T>, py::arg("tiles").noconvert(),
         py::arg("blocks").noconvert(), py::arg("block_starts").noconvert(),
@@ -93,6 +141,8 @@ template <typename T> void bindFor(py::module_ &m) {
         "Runs per block, and elements and runs each tile holds of the block it reads.");
   m.def("tile_counts", &tileCounts<T>, py::arg("tiles").noconvert(), py::arg("num_tiles"),
         "How many elements of a tile-id array lie on each tile (int64, num_tiles long).");
+  m.def("tile_runs", &tileRuns<T>, py::arg("tiles").noconvert(), py::arg("num_tiles"),
+        "Each tile's runs in flat order: (bounds, begins, ends), Poplar's interval format.");
 }
 
 } // namespace

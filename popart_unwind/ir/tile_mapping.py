@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from popart_unwind import _hooks
 from popart_unwind.errors import PlanError
 
 TileMapping = list[list[tuple[int, int]]]
@@ -91,17 +92,19 @@ class TileIntervals(Sequence):
 
     @classmethod
     def from_tiles(cls, tiles: np.ndarray, num_tiles: int) -> TileIntervals:
-        flat = np.asarray(tiles).reshape(-1)
+        """Each tile's maximal runs, counted and placed in C++ (``_hooks.tile_runs``): an
+        embedding table has tens of millions of runs, and numpy's way (run starts, a stable
+        argsort by tile, gathers) made several 64-bit arrays of that length."""
+        flat = np.ascontiguousarray(np.asarray(tiles).reshape(-1))
+        if flat.dtype.kind not in "iu":
+            raise PlanError(f"tile ids must be integers, got an array of {flat.dtype}")
         if flat.size and (flat.min() < 0 or flat.max() >= num_tiles):
             raise PlanError(f"tile ids must lie in [0, {num_tiles}); got "
                             f"[{int(flat.min())}, {int(flat.max())}]")
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(flat)) + 1)) if flat.size \
-            else np.zeros(0, np.int64)
-        ends = np.append(starts[1:], flat.size) if flat.size else starts
-        run_tiles = flat[starts]
-        order = np.argsort(run_tiles, kind="stable")
-        bounds = np.searchsorted(run_tiles[order], np.arange(num_tiles + 1))
-        return cls(bounds, starts[order], ends[order])
+        if flat.dtype not in (np.int16, np.int32):
+            flat = flat.astype(tile_dtype(num_tiles))
+        bounds, begins, ends = _hooks.tile_runs(flat, num_tiles)
+        return cls(bounds, begins, ends)
 
     def __len__(self) -> int:
         return self._bounds.size - 1

@@ -44,6 +44,15 @@ def test_tile_intervals_are_the_runs_per_tile(case):
     assert np.array_equal(tile_array(compact, len(tiles), num_tiles), tiles)
     assert json.loads(json.dumps(compact.to_lists())) == [[list(r) for r in runs]
                                                           for runs in expected]
+    for dtype in (np.int16, np.int32, np.uint8):  # the C++ kernel reads int16 and int32
+        assert tile_mapping(np.array(tiles, dtype=dtype), num_tiles) == compact
+
+
+def test_runs_are_kept_in_32_bits():
+    compact = tile_mapping(np.array([3, 3, 0, 3], dtype=np.int16), 4)
+    assert compact._begins.dtype == compact._ends.dtype == np.int32
+    assert compact._bounds.dtype == np.int64
+    assert compact.to_lists() == [[(2, 3)], [], [], [(0, 2), (3, 4)]]
 
 
 def test_indexing_and_equality_behave_like_lists():
@@ -68,5 +77,9 @@ def test_tile_intervals_are_immutable_and_checked():
         compact._begins[0] = 5
     with pytest.raises(PlanError, match=r"\[0, 2\)"):
         tile_mapping(np.array([0, 2]), 2)
+    with pytest.raises(PlanError, match=r"\[0, 2\)"):
+        tile_mapping(np.array([0, -1], dtype=np.int16), 2)
+    with pytest.raises(PlanError, match="integers"):
+        tile_mapping(np.array([0.0, 1.0]), 2)
     with pytest.raises(PlanError, match=r"cover \[0, 3\) exactly once"):
         tile_array(compact, 3, 2)
