@@ -172,9 +172,13 @@ def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorI
     numel = tensor.nelms()
     linear = realizer.linear_count(sink)
     method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY
+    # the realizer's own array when its dtype is already the narrowest (no second copy of
+    # each element), as a read-only view: the plan and the realizer share it
+    shared = tiles.astype(tile_dtype(int(tiles.max()) + 1 if tiles.size else 1),
+                          copy=False).view()
+    shared.flags.writeable = False
     return PlannedTensor(tensor.graph.id, tensor.id, tuple(tensor.shape), tensor.dtype,
-                         mapping, method, explain(emitter, realizer, sink, numel),
-                         tiles.astype(tile_dtype(int(tiles.max()) + 1 if tiles.size else 1)))
+                         mapping, method, explain(emitter, realizer, sink, numel), shared)
 
 
 def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.ir.tile_mapping import tile_dtype
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
 from popart_unwind.unwind.solution import Path, dependency_order
@@ -145,28 +146,60 @@ class Realizer:
         if (len(paths) == 1 and paths[0].src != tensor
                 and paths[0].regions.total_elms() == numel):
             return self._moved(paths[0])  # the usual case: no masks over millions of elements
-        result = np.full(numel, -1, dtype=np.int64)
+        if (len(paths) == 1 and paths[0].src == tensor and numel
+                and paths[0].regions.total_elms() == numel):
+            # wholly linear (a gradient accumulator as large as GPT-2's embedding): the
+            # mapper's answer is the layout, with no mask and no second array
+            self._check_own(tensor)
+            self._own[tensor] = numel
+            return self._linear(tensor, numel)
+        result = _Filling(numel, tile_dtype(self.target.num_tiles))
         own = None
         for path in paths:
             if path.src == tensor:
                 own = path.regions
                 continue
             mask = path.regions.mask().reshape(-1)
-            result[mask] = self._moved(path)[mask]
+            result.put(mask, self._moved(path)[mask])
         if own is not None:
-            if self.graph.kind(tensor) != "sink":
-                raise PlanError(f"{tensor!r} has elements of its own but is not a sink")
-            where = np.flatnonzero(own.mask().reshape(-1))
-            if where.size:
-                owner = self.emitter.owner(tensor)
-                dtype = owner.dtype if owner is not None else "float32"
-                result[where] = self.target.linear_tiles((int(where.size),), dtype)
-            self._own[tensor] = int(where.size)
+            self._check_own(tensor)
+            where = own.mask().reshape(-1)  # a boolean mask: no 64-bit index per element
+            count = int(np.count_nonzero(where))
+            if count:
+                result.put(where, self._linear(tensor, count))
+            self._own[tensor] = count
+        result = result.array
         missing = np.flatnonzero(result < 0)
         if missing.size:
             raise PlanError(f"element {int(missing[0])} of {self._name(tensor)} (shape "
                             f"{shape}) is on no tile: no path of the solution covers it")
         return result
+
+    def _check_own(self, tensor: TensorId) -> None:
+        if self.graph.kind(tensor) != "sink":
+            raise PlanError(f"{tensor!r} has elements of its own but is not a sink")
+
+    def _linear(self, tensor: TensorId, count: int) -> np.ndarray:
+        """The rotating linear mapper's tiles for ``count`` of a sink's own elements."""
+        owner = self.emitter.owner(tensor)
+        dtype = owner.dtype if owner is not None else "float32"
+        return self.target.linear_tiles((count,), dtype)
+
+
+class _Filling:
+    """A flat tile array filled path by path, -1 where nothing is yet. It starts in the
+    target's tile dtype (int16 for an IPU: a quarter of int64's bytes, and a tensor may have
+    tens of millions of elements) and widens only if a layout hands it wider ids, so every
+    id is stored exactly as given."""
+
+    def __init__(self, numel: int, dtype: np.dtype) -> None:
+        self.array = np.full(numel, -1, dtype=dtype)
+
+    def put(self, where: np.ndarray, tiles: np.ndarray) -> None:
+        wider = np.promote_types(self.array.dtype, np.asarray(tiles).dtype)
+        if wider != self.array.dtype:
+            self.array = self.array.astype(wider)
+        self.array[where] = tiles
 
 
 def validate(tiles: np.ndarray, numel: int, num_tiles: int, what: str) -> None:
