@@ -126,6 +126,18 @@ py::tuple runsAs(const T *ids, std::size_t n, std::size_t numTiles) {
   return py::make_tuple(bounds, begins, ends);
 }
 
+// How many maximal runs of equal ids a tile-id array has (what tileRuns would return),
+// without building them: the caller keeps whichever form of a layout is smaller.
+template <typename T> std::size_t runCount(const Tiles<T> &tiles) {
+  const T *ids = tiles.data();
+  const auto n = static_cast<std::size_t>(tiles.size());
+  std::size_t runs = n ? 1 : 0;
+  for (std::size_t e = 1; e < n; ++e) {
+    runs += ids[e] != ids[e - 1] ? 1 : 0;
+  }
+  return runs;
+}
+
 template <typename T> py::tuple tileRuns(const Tiles<T> &tiles, std::size_t numTiles) {
   const auto n = static_cast<std::size_t>(tiles.size());
   if (n <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
@@ -141,6 +153,8 @@ template <typename T> void bindFor(py::module_ &m) {
         "Runs per block, and elements and runs each tile holds of the block it reads.");
   m.def("tile_counts", &tileCounts<T>, py::arg("tiles").noconvert(), py::arg("num_tiles"),
         "How many elements of a tile-id array lie on each tile (int64, num_tiles long).");
+  m.def("run_count", &runCount<T>, py::arg("tiles").noconvert(),
+        "How many maximal runs of equal ids a tile-id array has.");
   m.def("tile_runs", &tileRuns<T>, py::arg("tiles").noconvert(), py::arg("num_tiles"),
         "Each tile's runs in flat order: (bounds, begins, ends), Poplar's interval format.");
 }

@@ -26,10 +26,16 @@ def tile_dtype(num_tiles: int) -> np.dtype:
 def tile_array(mapping: TileMapping | TileIntervals, num_elements: int, num_tiles: int,
                what: str = "tensor") -> np.ndarray:
     """Each element's tile, from a Poplar-format mapping; PlanError naming ``what`` unless
-    the mapping has at most ``num_tiles`` tiles and covers each element exactly once."""
+    the mapping has at most ``num_tiles`` tiles and covers each element exactly once. A
+    ``TileIntervals`` that keeps its tile array gives that array (read-only), not a copy."""
     if len(mapping) > num_tiles:
         raise PlanError(f"{what}: mapping has {len(mapping)} tiles, the target {num_tiles}")
     if isinstance(mapping, TileIntervals):
+        if mapping.tiles is not None:  # kept as a tile array: checked when it was made
+            if mapping.tiles.size != num_elements:
+                raise PlanError(f"{what}: the mapping covers {mapping.tiles.size} elements "
+                                f"(intervals must cover [0, {num_elements}) exactly once)")
+            return mapping.tiles.astype(tile_dtype(num_tiles), copy=False)
         pairs, owners = mapping.owners()
         return tiles_from_intervals(pairs, owners, num_elements, num_tiles, what)
     counts = [len(intervals) for intervals in mapping]
@@ -74,27 +80,40 @@ class TileIntervals(Sequence):
     """Poplar's format — per tile, the ``(begin, end)`` runs it holds, in order — kept in
     three integer arrays instead of one Python tuple per run: the layouts of a real model
     have tens of millions of runs, gigabytes as tuples. Immutable; indexing a tile gives its
-    runs as a list of tuples, and it compares equal to the same mapping as nested lists."""
+    runs as a list of tuples, and it compares equal to the same mapping as nested lists.
 
-    __slots__ = ("_begins", "_bounds", "_ends")
+    ``from_tiles`` keeps whichever form is smaller: the runs (8 bytes each), or, when a
+    layout has more runs than a quarter of its elements (an embedding table split by
+    columns: about one run per two elements), the read-only tile array itself (2 bytes an
+    element), from which the runs are built on first use and then kept."""
+
+    __slots__ = ("_begins_", "_bounds_", "_ends_", "_num_runs", "_num_tiles", "_tiles")
 
     def __init__(self, bounds: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> None:
         """``begins[bounds[t]:bounds[t + 1]]`` and the same slice of ``ends`` are tile t's
         runs."""
-        self._bounds = np.asarray(bounds, dtype=np.int64)
+        self._tiles: np.ndarray | None = None
+        self._set_runs(bounds, begins, ends)
+        self._num_tiles = self._bounds_.size - 1
+        self._num_runs = int(self._begins_.size)
+
+    def _set_runs(self, bounds: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> None:
+        self._bounds_ = np.asarray(bounds, dtype=np.int64)
         ends = np.asarray(ends)
         narrow = np.int32 if not ends.size or int(ends.max()) <= np.iinfo(np.int32).max \
             else np.int64  # half the memory for any tensor under 2**31 elements
-        self._begins = np.asarray(begins, dtype=narrow)
-        self._ends = np.asarray(ends, dtype=narrow)
-        for array in (self._bounds, self._begins, self._ends):
+        self._begins_ = np.asarray(begins, dtype=narrow)
+        self._ends_ = np.asarray(ends, dtype=narrow)
+        for array in (self._bounds_, self._begins_, self._ends_):
             array.flags.writeable = False
 
     @classmethod
     def from_tiles(cls, tiles: np.ndarray, num_tiles: int) -> TileIntervals:
         """Each tile's maximal runs, counted and placed in C++ (``_hooks.tile_runs``): an
         embedding table has tens of millions of runs, and numpy's way (run starts, a stable
-        argsort by tile, gathers) made several 64-bit arrays of that length."""
+        argsort by tile, gathers) made several 64-bit arrays of that length. A layout whose
+        runs would take more bytes than its tile array keeps the array instead (not copied
+        when it is read-only already)."""
         flat = np.ascontiguousarray(np.asarray(tiles).reshape(-1))
         if flat.dtype.kind not in "iu":
             raise PlanError(f"tile ids must be integers, got an array of {flat.dtype}")
@@ -103,11 +122,47 @@ class TileIntervals(Sequence):
                             f"[{int(flat.min())}, {int(flat.max())}]")
         if flat.dtype not in (np.int16, np.int32):
             flat = flat.astype(tile_dtype(num_tiles))
-        bounds, begins, ends = _hooks.tile_runs(flat, num_tiles)
-        return cls(bounds, begins, ends)
+        num_runs = _hooks.run_count(flat)
+        offset_bytes = 4 if flat.size <= np.iinfo(np.int32).max else 8
+        if 2 * offset_bytes * num_runs <= flat.nbytes:
+            return cls(*_hooks.tile_runs(flat, num_tiles))
+        made = cls.__new__(cls)
+        made._bounds_ = made._begins_ = made._ends_ = None
+        if flat.flags.writeable:
+            flat = flat.copy()  # the caller may change its own array later
+        flat.flags.writeable = False
+        made._tiles, made._num_tiles, made._num_runs = flat, num_tiles, num_runs
+        return made
+
+    @property
+    def _bounds(self) -> np.ndarray:
+        if self._bounds_ is None:
+            self._runs()
+        return self._bounds_
+
+    @property
+    def _begins(self) -> np.ndarray:
+        if self._begins_ is None:
+            self._runs()
+        return self._begins_
+
+    @property
+    def _ends(self) -> np.ndarray:
+        if self._ends_ is None:
+            self._runs()
+        return self._ends_
+
+    def _runs(self) -> None:
+        """Build the runs from the kept tile array, once (same runs as ``from_tiles``)."""
+        self._set_runs(*_hooks.tile_runs(self._tiles, self._num_tiles))
+
+    @property
+    def tiles(self) -> np.ndarray | None:
+        """The read-only tile array kept instead of the runs, or None if the runs are kept."""
+        return self._tiles
 
     def __len__(self) -> int:
-        return self._bounds.size - 1
+        return self._num_tiles
 
     def __getitem__(self, tile: int | slice) -> list:
         """Tile ``tile``'s runs (a list of lists for a slice), indexed as a list is."""
@@ -120,6 +175,12 @@ class TileIntervals(Sequence):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TileIntervals):
+            if self._tiles is not None and other._tiles is not None:
+                # one tile array gives one set of runs: compare without building them
+                return (self._num_tiles == other._num_tiles
+                        and np.array_equal(self._tiles, other._tiles))
+            if len(self) != len(other) or self._num_runs != other._num_runs:
+                return False
             return (np.array_equal(self._bounds, other._bounds)
                     and np.array_equal(self._begins, other._begins)
                     and np.array_equal(self._ends, other._ends))
@@ -135,11 +196,11 @@ class TileIntervals(Sequence):
     __hash__ = None  # type: ignore[assignment]  # equal to lists, which are unhashable
 
     def __repr__(self) -> str:
-        return f"TileIntervals({len(self)} tiles, {self._begins.size} runs)"
+        return f"TileIntervals({len(self)} tiles, {self._num_runs} runs)"
 
     @property
     def num_runs(self) -> int:
-        return int(self._begins.size)
+        return self._num_runs
 
     def to_lists(self) -> TileMapping:
         """The same mapping as nested Python lists (for JSON)."""

@@ -48,6 +48,32 @@ def test_tile_intervals_are_the_runs_per_tile(case):
         assert tile_mapping(np.array(tiles, dtype=dtype), num_tiles) == compact
 
 
+def test_the_smaller_form_is_kept():
+    """Few runs: the runs (8 bytes each). More runs than a quarter of the elements (a table
+    split by columns): the tile array (2 bytes an element), the runs built on first use."""
+    few = tile_mapping(np.repeat(np.arange(4, dtype=np.int16), 8), 4)
+    assert few.tiles is None and few.num_runs == 4
+    alternating = np.tile(np.array([0, 0, 1, 1], dtype=np.int16), 4)
+    table = tile_mapping(alternating, 3)
+    assert table.tiles is not None and not table.tiles.flags.writeable
+    assert not np.shares_memory(table.tiles, alternating)  # a writeable array is copied
+    held = alternating.copy()
+    held.flags.writeable = False
+    assert np.shares_memory(tile_mapping(held, 3).tiles, held)  # a read-only one is not
+    assert table.num_runs == 8 and repr(table) == "TileIntervals(3 tiles, 8 runs)"
+    expected = runs_oracle(alternating.tolist(), 3)
+    eager = TileIntervals(*[np.asarray(a) for a in (
+        [0, 4, 8, 8], [0, 4, 8, 12, 2, 6, 10, 14], [2, 6, 10, 14, 4, 8, 12, 16])])
+    assert eager.tiles is None and eager.to_lists() == expected
+    assert tile_mapping(alternating, 3) == table  # both kept as arrays
+    assert table == eager and eager == table and table == expected
+    assert table != tile_mapping(alternating[::-1].copy(), 3)
+    assert table != tile_mapping(alternating, 4)
+    assert np.array_equal(tile_array(table, 16, 3), alternating)
+    with pytest.raises(ValueError):
+        table._begins[0] = 1
+
+
 def test_runs_are_kept_in_32_bits():
     compact = tile_mapping(np.array([3, 3, 0, 3], dtype=np.int16), 4)
     assert compact._begins.dtype == compact._ends.dtype == np.int32

@@ -141,8 +141,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
         tiles = sink_tiles[sink]
         what = f"tensor {tensor.qualified_id!r}"
         validate(tiles, tensor.nelms(), target.num_tiles, what)
-        planned.append(_planned(emitter, realizer, tensor, sink, tiles,
-                                tile_mapping(tiles, target.num_tiles)))
+        planned.append(_planned(emitter, realizer, tensor, sink, tiles, target.num_tiles))
     timings["realize"] = _lap(began, timings)
 
     changed = False
@@ -168,17 +167,18 @@ def _report(progress: Progress | None, stage: str, done: int, total: int) -> Non
 
 
 def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorId,
-             tiles: np.ndarray, mapping: TileIntervals) -> PlannedTensor:
+             tiles: np.ndarray, num_tiles: int) -> PlannedTensor:
     numel = tensor.nelms()
     linear = realizer.linear_count(sink)
     method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY
-    # the realizer's own array when its dtype is already the narrowest (no second copy of
-    # each element), as a read-only view: the plan and the realizer share it
+    # the realizer's own (read-only) array when its dtype is already the narrowest: the
+    # plan, the realizer and a mapping that keeps its tile array share one copy of it
     shared = tiles.astype(tile_dtype(int(tiles.max()) + 1 if tiles.size else 1),
                           copy=False).view()
     shared.flags.writeable = False
     return PlannedTensor(tensor.graph.id, tensor.id, tuple(tensor.shape), tensor.dtype,
-                         mapping, method, explain(emitter, realizer, sink, numel), shared)
+                         tile_mapping(shared, num_tiles), method,
+                         explain(emitter, realizer, sink, numel), shared)
 
 
 def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) -> str:

@@ -107,6 +107,7 @@ class Realizer:
                                 f"elements, not {self.graph.numel(tensor)}")
         finally:
             self._busy.discard(tensor)
+        tiles.flags.writeable = False  # shared with the plan and its mappings
         self._tiles[tensor] = tiles
         return tiles
 
