@@ -19,11 +19,10 @@ building the program.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 
 import numpy as np
+from models import machine
 from unwind_blocks import build
 
 from popart_unwind.unwind.random_graphs import random_graph
@@ -36,8 +35,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; budget {args.seconds:g} s per graph")
+    print(f"machine: {machine()}; budget {args.seconds:g} s per graph")
     print(f"{'family':<10} {'size':>6} {'tensors':>8} {'sink elms':>10} {'seconds':>8} "
           f"{'proven':>6}")
     largest: dict[str, int] = {}

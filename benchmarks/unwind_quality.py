@@ -16,12 +16,11 @@ on larger graphs, and the hybrid row what the node limit leaves).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
 import numpy as np
+from models import machine
 
 from popart_unwind.unwind.random_graphs import random_graph
 
@@ -34,13 +33,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 3, 4, 6])
     parser.add_argument("--time-limit", type=float, default=20.0)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}")
+    print(f"machine: {machine()}")
     print(f"{'size':>4} {'solver':>9} {'graphs':>6} {'mean':>8} {'min':>8} {'= opt':>6} "
-          f"{'skipped':>7} {'seconds':>8}")
+          f"{'skipped':>7} {'seconds':>8} {'max s':>6}")
     for size in args.sizes:
         ratios: dict[str, list[float]] = {name: [] for name in HEURISTICS}
         seconds = dict.fromkeys(HEURISTICS, 0.0)
+        slowest = dict.fromkeys(HEURISTICS, 0.0)
         skipped = 0
         for seed in range(args.graphs):
             graph = random_graph(np.random.default_rng(seed), size)
@@ -52,14 +51,16 @@ def main() -> None:
             for name in HEURISTICS:
                 start = time.perf_counter()
                 solution = graph.solve(name)
-                seconds[name] += time.perf_counter() - start
+                took = time.perf_counter() - start
+                seconds[name] += took
+                slowest[name] = max(slowest[name], took)
                 ratios[name].append(solution.score() / optimum)
         for name in HEURISTICS:
             values = ratios[name]
             at_optimum = sum(1 for r in values if r >= 1 - 1e-9)
             print(f"{size:>4} {name:>9} {len(values):>6} {statistics.fmean(values):>8.4f} "
-                  f"{min(values):>8.4f} {at_optimum:>6} {skipped:>7} {seconds[name]:>8.1f}",
-                  flush=True)
+                  f"{min(values):>8.4f} {at_optimum:>6} {skipped:>7} {seconds[name]:>8.1f} "
+                  f"{slowest[name]:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

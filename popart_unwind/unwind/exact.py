@@ -3,9 +3,10 @@
 It is the optimality oracle of the tests and benchmarks, and the finishing step of the
 default solver on small graphs (``hybrid.py``). It refuses graphs of more than
 ``max_sink_elements`` sink elements (1,000,000 by default, a guard on memory: a block chain
-of 528,128 sink elements took 2.5 GB, HiGHS included). How long a proof takes depends on how
-the elements are tied more than on their number (benchmarks/unwind_exact_reach.py). The
-problem it solves is set out in :mod:`exact_problem`; the program is
+of 528,128 sink elements took a process peak of 2.5 GB, HiGHS included). How long a proof
+takes depends on how the elements are tied more than on their number
+(benchmarks/unwind_exact_reach.py). The problem it solves is set out in
+:mod:`exact_problem`; the program is
 
 * ``x[s, L]`` binary: sink element ``s`` takes label ``L`` (one of its candidates), with
   ``sum_L x[s, L] = 1``. Taking the own origin of another sink element ``s'`` needs ``s'``
