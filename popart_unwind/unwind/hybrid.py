@@ -38,6 +38,8 @@ def solve_hybrid(
     exact_nodes: int = 2_000,
     exact_seconds: float = EXACT_SECONDS,
 ) -> Solution:
+    """Deferral's solution, improved by a node-limited exact search on small graphs; never
+    below deferral's, and ``proven_optimal`` when the search ended with a proof."""
     heuristic = solve_deferral(graph, max_rounds=max_rounds, polish_up_to=polish_up_to)
     stats = {f"deferral_{key}": value for key, value in heuristic.stats.items()}
     elements = sum(graph.numel(sink) for sink in graph.sinks())
