@@ -125,14 +125,16 @@ def _range_operands(op: Op) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def range_length(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> int:
-    """ONNX Range: max(ceil((limit - start) / delta), 0), exactly for integers and in
-    double precision for floats, as numpy.arange computes its length (and onnxruntime its
-    quotient): in float32 a tiny positive quotient underflows to 0 and loses an element."""
+    """ONNX Range: max(ceil((limit - start) / delta), 0), exactly for integers and, for
+    floats, as numpy.arange computes its length: the difference in the operands' own
+    precision, the quotient in double (in float32 a tiny positive quotient underflows to 0
+    and loses an element; a difference taken in double can gain one, e.g. from 2 down to
+    -1.19e-7 by 1 is 2 elements, not 3)."""
     if start.dtype.kind in "iu":
         first, last, step = int(start), int(limit), int(delta)
         return max(-((first - last) // step), 0)
     with np.errstate(all="ignore"):
-        count = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
+        count = np.ceil(np.float64(limit - start) / np.float64(delta))
     if not np.isfinite(count):
         raise ShapeError(f"a range from {start} to {limit} by {delta} has no finite length")
     return max(int(count), 0)

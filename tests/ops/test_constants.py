@@ -107,7 +107,7 @@ def test_integer_range_matches_numpy_arange(start, limit, delta, dtype):
 @given(st.floats(-10, 10, width=32), st.floats(-10, 10, width=32),
        st.floats(0.25, 3, width=32), st.booleans())
 def test_float_range_matches_numpy_arange(start, limit, delta, down):
-    # the length is numpy's (computed in double precision); the values are ONNX's
+    # the length is numpy's (difference in float32, quotient in double); the values are ONNX's
     # start + i * delta (numpy extrapolates from its first two values instead)
     delta = -delta if down else delta
     graph = Ir().main_graph
@@ -126,6 +126,14 @@ def test_float_range_length_is_taken_in_double_precision():
     inputs = [graph.add_constant(n, np.array(v, np.float32))
               for n, v in (("start", 0.0), ("limit", -1.401298464324817e-45), ("delta", -2.0))]
     assert fold(make(graph, "Range", inputs, version=11)).tolist() == [0.0]
+
+
+def test_float_range_takes_the_difference_in_float32_as_numpy_does():
+    # -1.19e-7 - 2 is -2 in float32 (in double 2.00000012, which would count 3 elements)
+    graph = Ir().main_graph
+    inputs = [graph.add_constant(n, np.array(v, np.float32))
+              for n, v in (("start", 2.0), ("limit", -1.1920929e-07), ("delta", -1.0))]
+    assert fold(make(graph, "Range", inputs, version=11)).tolist() == [2.0, 1.0]
 
 
 def test_range_with_a_zero_delta_names_the_op():
