@@ -108,6 +108,22 @@ class Graph:
             suffix += 1
         return f"{stem}__{suffix}"
 
+    def rename_tensor(self, tensor: TensorLike, tensor_id: str) -> None:
+        """Give ``tensor`` the free id ``tensor_id``. It keeps its place in the creation
+        order, and the graph's input and output lists follow it."""
+        tensor = self._resolve(tensor)
+        if not isinstance(tensor_id, str) or not tensor_id:
+            raise IrError(f"tensor ids must be non-empty strings, got {tensor_id!r}")
+        if tensor_id in self._tensors:
+            raise IrError(f"cannot rename {tensor.id!r}: tensor {tensor_id!r} already exists "
+                          f"in graph {self.id!r}")
+        old_id = tensor.id
+        self._tensors = {(tensor_id if key == old_id else key): value
+                         for key, value in self._tensors.items()}
+        tensor.id = tensor_id
+        self.input_ids = [tensor_id if t == old_id else t for t in self.input_ids]
+        self.output_ids = [tensor_id if t == old_id else t for t in self.output_ids]
+
     def remove_tensor(self, tensor: TensorLike) -> None:
         tensor = self._resolve(tensor)
         if tensor.producer is not None or tensor.num_uses():

@@ -2,6 +2,8 @@
 
 Const tensors play the part of MLIR's constant ops; the rewriter keeps one pool per graph
 so that a constant it creates reuses an equal one, and the canonicalizer can find spares.
+Graph inputs and outputs stay out of the pool: their ids are interfaces, so an equal
+constant elsewhere is never merged into them, nor they into it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class ConstantPool:
         self.graph = graph
         self._by_key: dict[tuple[str, tuple[int, ...], str], list[Tensor]] = {}
         for tensor in graph.tensors:
-            if is_constant(tensor) and not tensor.is_graph_input():
+            if is_constant(tensor) and not tensor.is_graph_input() \
+                    and not tensor.is_graph_output():
                 self.add(tensor)
 
     @staticmethod
@@ -56,7 +59,7 @@ class ConstantPool:
     def _live(self, tensor: Tensor) -> bool:
         graph = self.graph
         return (graph.has_tensor(tensor.id) and graph.tensor(tensor.id) is tensor
-                and is_constant(tensor))
+                and is_constant(tensor) and not tensor.is_graph_output())
 
 
 def _same_data(a: np.ndarray, b: np.ndarray) -> bool:

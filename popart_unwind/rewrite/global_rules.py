@@ -59,8 +59,7 @@ def apply_fold(op: Op, opdef: Any, rewriter: Rewriter) -> bool:
     values = opdef.fold(op, constant_operands(op))
     if values is None:
         return False
-    rewriter.replace_op(op, list(values))
-    return True
+    return rewriter.replace_op(op, list(values))
 
 
 def move_constant_right(op: Op, opdef: Any, rewriter: Rewriter) -> bool:

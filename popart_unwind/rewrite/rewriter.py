@@ -6,7 +6,8 @@ transform registry makes one per application, the canonicalizer's driver one per
 also notes which ops a change touched (so the driver can revisit them) and which ops were
 changed in place (so the driver can check their shapes still hold). Constants it creates
 are uniqued per graph (``constant_pool``): equal dtype, shape and bytes give one Const
-tensor. Setting what is already there is not a change.
+tensor. Setting what is already there is not a change. The main graph's output ids never
+change: a replaced output's id passes to its replacement (docs/canonicalizer.md).
 """
 
 from __future__ import annotations
@@ -150,25 +151,86 @@ class Rewriter:
 
     # -- replacing and erasing -----------------------------------------------------------
     def replace_all_uses(self, old: Tensor, new: Tensor) -> None:
-        """Every reader of ``old`` (ops and graph outputs) reads ``new`` instead."""
+        """Every reader of ``old`` (ops and graph outputs) reads ``new`` instead.
+
+        The main graph's outputs keep their ids (the model's interface, PopART's anchors;
+        docs/canonicalizer.md): an output ``old`` that will go (it has a producer) passes
+        its id on to ``new`` if that is an ordinary intermediate, else to a copy of ``new``
+        if it is a constant, else to one ``Identity`` of ``new``. An output that stays (no
+        producer), or an ``Identity`` that already holds the name for ``new``, keeps it.
+        """
         if old is new:
             return
+        graph = old.graph
         readers = old.consumers
-        if not readers and not old.is_graph_output():
+        if not _keeps_output_ids(graph) or not old.is_graph_output():
+            if not readers and not old.is_graph_output():
+                return
+            graph.replace_all_uses(old, new)
+            self._record(f"uses of {old.id!r} now read {new.id!r}",
+                         [*readers, new.producer, *self._lost_use(old)])
             return
-        old.graph.replace_all_uses(old, new)
-        self._record(f"uses of {old.id!r} now read {new.id!r}",
-                     [*readers, new.producer, *self._lost_use(old)])
+        outputs = list(graph.output_ids)
+        if old.producer is None or holds_output_name(old.producer, new):
+            if not readers:
+                return
+            graph.replace_all_uses(old, new)
+            graph.output_ids = outputs
+            self._record(f"op readers of {old.id!r} now read {new.id!r} (the graph output "
+                         f"stays)", [*readers, new.producer])
+            return
+        name, lost, renamable = old.id, self._lost_use(old), can_take_name(new)
+        graph.replace_all_uses(old, new)
+        graph.output_ids = outputs
+        graph.rename_tensor(old, reserved_id(graph, TRANSFORM_PREFIX,
+                                             f"replaced_{_plain_stem(name)}"))
+        holder = self._output_holder(graph, name, new, renamable, like=lost[0])
+        graph.output_ids = outputs
+        self._record(f"uses of {name!r} now read {new.id!r}; graph output {name!r} is "
+                     f"{holder}", [*readers, new.producer, *lost])
 
-    def replace_op(self, op: Op, values: Sequence[Tensor | np.ndarray]) -> None:
+    def _output_holder(self, graph: Graph, name: str, new: Tensor, renamable: bool,
+                       like: Op) -> str:
+        """Give the graph output id ``name`` (free again) to ``new`` or to a tensor equal
+        to it; says which."""
+        if renamable:
+            old_id = new.id
+            graph.rename_tensor(new, name)
+            return f"{old_id!r} renamed"
+        if is_constant(new):
+            graph.add_tensor(name, new.dtype, new.shape, TensorType.CONST,
+                             np.array(new.data, order="C"))
+            return "a copy of the constant"
+        identity = self.create_op(graph, "Identity", [new], like=like)
+        graph.rename_tensor(identity.output(0), name)
+        return f"produced by {identity.debug_name()}"
+
+    def _fold_graph_output(self, old: Tensor, array: np.ndarray, dtype: str) -> None:
+        """A main-graph output folded to ``array`` becomes a Const tensor under its own id,
+        outside the constant pool (an equal constant elsewhere is another tensor: sharing
+        one would merge two outputs, or rename a weight); its readers read it too."""
+        graph, name = old.graph, old.id
+        readers, outputs, lost = old.consumers, list(graph.output_ids), self._lost_use(old)
+        graph.rename_tensor(old, reserved_id(graph, TRANSFORM_PREFIX,
+                                             f"replaced_{_plain_stem(name)}"))
+        tensor = graph.add_tensor(name, dtype, array.shape, TensorType.CONST,
+                                  np.array(array, order="C"))
+        graph.replace_all_uses(old, tensor)
+        graph.output_ids = outputs
+        self._record(f"graph output {name!r} folded to a constant", [*readers, *lost])
+
+    def replace_op(self, op: Op, values: Sequence[Tensor | np.ndarray]) -> bool:
         """Replace each output of ``op`` by an existing tensor or a numpy value (a uniqued
         Const tensor), then erase ``op``. Replacements must keep each output's dtype and
-        shape."""
+        shape. True iff the IR changed: an ``Identity`` that holds a graph output's id for
+        its input (:func:`holds_output_name`) stays, and is no change."""
         outputs = list(op.output_map().values())
         if len(values) != len(outputs):
             raise CanonicalizationError(f"op {op.debug_name()} has {len(outputs)} outputs but "
                                         f"{len(values)} replacements were given")
-        replacements = []
+        before = self.changes
+        replacements: list[tuple[Tensor, Tensor]] = []
+        folded: list[tuple[Tensor, np.ndarray, str]] = []
         for old, value in zip(outputs, values, strict=True):
             if isinstance(value, Tensor):
                 if value is old or value.graph is not op.graph:
@@ -186,13 +248,19 @@ class Rewriter:
                 raise CanonicalizationError(
                     f"op {op.debug_name()}: folded value for output {old.id!r} has dtype "
                     f"{array.dtype}, expected {numpy_dtype(dtype)}")
-            if old.num_uses() or old.is_graph_output():
+            if old.is_graph_output() and _keeps_output_ids(op.graph):
+                folded.append((old, array, dtype))
+            elif old.num_uses() or old.is_graph_output():
                 new = self.constant(op.graph, array, dtype=dtype, prefix=FOLDED_PREFIX,
                                     stem=_plain_stem(old.id))
                 replacements.append((old, new))
         for old, new in replacements:
             self.replace_all_uses(old, new)
-        self.erase_op(op)
+        for old, array, dtype in folded:
+            self._fold_graph_output(old, array, dtype)
+        if not any(t.is_graph_output() for t in op.outputs):
+            self.erase_op(op)
+        return self.changes != before
 
     def erase_op(self, op: Op) -> None:
         """Erase ``op``; its outputs must be unused (IrError otherwise)."""
@@ -333,6 +401,29 @@ class Rewriter:
         """Remove a subgraph that no op calls any more."""
         graph.ir.remove_graph(graph.id)
         self._record(f"removed graph {graph.id!r}")
+
+
+def _keeps_output_ids(graph: Graph) -> bool:
+    """Only the main graph's output ids are an interface; a subgraph's outputs are
+    positional (call sites map them by index), so their slots may name other tensors."""
+    return graph is graph.ir.main_graph
+
+
+def can_take_name(tensor: Tensor) -> bool:
+    """An ordinary intermediate: computed by an op, no graph input or output, so its id
+    names nothing outside (a graph output's id can pass to it)."""
+    return (tensor.tensor_type is TensorType.ACT_GRAD and tensor.producer is not None
+            and not tensor.is_graph_input() and not tensor.is_graph_output())
+
+
+def holds_output_name(op: Op, source: Tensor) -> bool:
+    """``op`` is the ``Identity`` the rewriter would make to keep a graph output's id for
+    ``source`` (a tensor with its own identity: input, weight, other output), so
+    replacing it by ``source`` would only make it again."""
+    return (op.is_type("Identity", ONNX_DOMAIN) and op.input_map() == {0: source}
+            and len(op.outputs) == 1 and op.output(0).is_graph_output()
+            and _keeps_output_ids(op.graph) and not can_take_name(source)
+            and not is_constant(source))
 
 
 def _readers(op: Op) -> list[Op]:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
+from op_building import computing_ops, folded_to, passed_on_ids
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpType, TensorType
@@ -191,7 +192,7 @@ def canonical(name, x_shape, const_value, const_shape=(), const_left=False, dtyp
 @pytest.mark.parametrize("const_shape", [(), (3,), (1, 3)])
 def test_identities_fold_to_x(name, unit, left, const_shape):
     graph = canonical(name, (2, 3), unit, const_shape, const_left=left)
-    assert not graph.ops and graph.output_ids == ["x"]
+    assert folded_to(graph, ["x"])
 
 
 @pytest.mark.parametrize("name", ["Add", "Mul"])
@@ -210,7 +211,7 @@ def test_left_units_of_non_commutative_ops_stay(name, unit):
 
 def test_integer_identities_fold_too():
     graph = canonical("Add", (4,), 0, dtype="int32")
-    assert not graph.ops
+    assert folded_to(graph, ["x"])
 
 
 def test_double_negation_and_double_not_vanish():
@@ -223,7 +224,7 @@ def test_double_negation_and_double_not_vanish():
     graph.mark_output(neg.output(0))
     graph.mark_output(nots.output(0))
     canonicalize(ir, REGISTRY, test_convergence=True)
-    assert not graph.ops and graph.output_ids == ["x", "b"]
+    assert folded_to(graph, ["x", "b"])
 
 
 def test_where_on_a_constant_condition_picks_a_branch_of_the_full_shape():
@@ -236,7 +237,7 @@ def test_where_on_a_constant_condition_picks_a_branch_of_the_full_shape():
     kept = make(graph, "Where", [never, x, y])  # y is narrower than the result
     graph.mark_output(kept.output(0))
     canonicalize(ir, REGISTRY, test_convergence=True)
-    assert graph.output_ids[0] == "x" and graph.ops == [kept]
+    assert passed_on_ids(graph)[0] == "x" and computing_ops(graph) == [kept]
 
 
 def test_cast_to_the_same_dtype_is_dropped():
@@ -245,7 +246,7 @@ def test_cast_to_the_same_dtype_is_dropped():
     graph.add_input("x", "int64", (2,))
     graph.mark_output(make(graph, "Cast", ["x"], {"to": 7}).output(0))
     canonicalize(ir, REGISTRY)
-    assert not graph.ops
+    assert folded_to(graph, ["x"])
 
 
 def test_commutative_flags():

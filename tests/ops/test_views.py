@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from op_building import computing_ops, folded_to, passed_on_ids
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpSettings, OpType, Tensor, TensorType
@@ -273,11 +274,13 @@ def test_transpose_of_transpose_composes_in_numpy_order(shape, data):
     inner = make(graph, "Transpose", [x], {"perm": list(first)})
     outer = make(graph, "Transpose", [inner.output(0)], {"perm": list(second)})
     graph.mark_output(outer.output(0))
+    output_ids = list(graph.output_ids)
     canonicalize(ir, REGISTRY, test_convergence=True)
+    assert graph.output_ids == output_ids
     array = np.arange(int(np.prod(shape))).reshape(shape)
     expected = np.transpose(np.transpose(array, first), second)
-    if not graph.ops:  # the composition moved no data
-        assert graph.output_ids == ["x"] and np.array_equal(array.reshape(expected.shape),
+    if not computing_ops(graph):  # the composition moved no data
+        assert folded_to(graph, ["x"]) and np.array_equal(array.reshape(expected.shape),
                                                             expected)
         return
     [op] = graph.ops
@@ -289,7 +292,7 @@ def test_transpose_moving_only_unit_axes_is_dropped():
     ir, graph, x = graph_input((2, 1, 1))
     graph.mark_output(make(graph, "Transpose", [x], {"perm": [0, 2, 1]}).output(0))
     canonicalize(ir, REGISTRY)
-    assert not graph.ops and graph.output_ids == ["x"]
+    assert folded_to(graph, ["x"])
 
 
 def test_reshape_of_reshape_is_one_reshape_with_the_copy_dims_spelled_out():
@@ -323,7 +326,7 @@ def test_squeeze_of_unsqueeze_on_the_same_axes_is_the_input():
     down = make(graph, "Squeeze", [up.output(0), axes])
     graph.mark_output(down.output(0))
     canonicalize(ir, REGISTRY, test_convergence=True)
-    assert not graph.ops and graph.output_ids == ["x"]
+    assert folded_to(graph, ["x"])
 
 
 def test_unsqueeze_of_squeeze_is_the_input_only_when_it_restores_the_shape():
@@ -334,8 +337,8 @@ def test_unsqueeze_of_squeeze_is_the_input_only_when_it_restores_the_shape():
     graph.mark_output(back.output(0))
     graph.mark_output(moved.output(0))
     canonicalize(ir, REGISTRY, test_convergence=True)
-    assert graph.output_ids[0] == "x"
-    [op] = graph.ops
+    assert passed_on_ids(graph)[0] == "x"
+    [op] = computing_ops(graph)
     assert op.type.name == "Reshape" and op.input(0) is x and op.output(0).shape == (3, 1)
 
 
@@ -352,7 +355,7 @@ def test_views_that_change_nothing_fold_to_their_input(build):
     ir, graph, x = graph_input((2, 3))
     graph.mark_output(build(graph, x).output(0))
     canonicalize(ir, REGISTRY, test_convergence=True)
-    assert not graph.ops and graph.output_ids == ["x"]
+    assert folded_to(graph, ["x"])
 
 
 def test_reversing_slice_is_not_an_identity():

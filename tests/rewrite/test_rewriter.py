@@ -57,8 +57,18 @@ def test_replace_op_with_a_value_makes_a_folded_constant(graph):
     rewriter = Rewriter(REGISTRY)
     rewriter.replace_op(neg, [np.zeros((2, 3), np.float32)])
     [out] = graph.outputs
-    assert out.id == FOLDED_PREFIX + "Neg0:0"
+    assert out.id == "Neg0:0"  # a main-graph output keeps its id, outside the pool
     assert out.tensor_type is TensorType.CONST and not graph.ops
+    graph.ir.verify()
+
+
+def test_replace_op_with_a_value_read_by_an_op_makes_a_folded_constant(graph):
+    neg = make(graph, "Neg", ["x"])
+    relu = make(graph, "Relu", [neg.output(0)])
+    graph.mark_output(relu.output(0))
+    rewriter = Rewriter(REGISTRY)
+    assert rewriter.replace_op(neg, [np.zeros((2, 3), np.float32)])
+    assert relu.input(0).id == FOLDED_PREFIX + "Neg0:0" and graph.ops == [relu]
     graph.ir.verify()
 
 
@@ -78,11 +88,15 @@ def test_replace_op_redirects_readers_and_graph_outputs(graph):
     ident = make(graph, "Identity", ["x"])
     relu = make(graph, "Relu", [ident.output(0)])
     graph.mark_output(ident.output(0))
+    out_id = ident.output(0).id
     rewriter = Rewriter(REGISTRY)
-    rewriter.replace_op(ident, [graph.tensor("x")])
-    assert relu.input(0).id == "x" and graph.output_ids == ["x"]
+    assert rewriter.replace_op(ident, [graph.tensor("x")])
+    # readers move to x; the Identity stays, holding the output's id for the graph input
+    assert relu.input(0).id == "x" and graph.output_ids == [out_id]
+    assert graph.tensor(out_id).producer is ident
     touched, _, _ = rewriter.take_record()
     assert relu in touched
+    assert not rewriter.replace_op(ident, [graph.tensor("x")]) and rewriter.changes == 1
 
 
 def test_create_op_inherits_placement_and_scope_and_infers_shapes(graph):

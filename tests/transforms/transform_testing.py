@@ -29,6 +29,7 @@ NUMPY_MEANING = {
     "Mul": lambda a, b: a * b,
     "Relu": lambda a: np.maximum(a, 0),
     "Neg": lambda a: -a,
+    "Identity": lambda a: a,
 }
 
 TEST_OPS = OpRegistry()
