@@ -147,9 +147,11 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise UsageError("--onnx-out needs an ONNX model; MODEL is module:factory")
     run, title = _plan(args, model, onnx_out, stderr)
     if not args.quiet:
-        from popart_unwind.report.summary import print_summary
+        from popart_unwind.report.summary import ops_without_rule_line, print_summary
 
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
+        if run.ops_without_rule:
+            stdout.write(ops_without_rule_line(run.ops_without_rule) + "\n")
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
         stdout.write(f"{len(run.decisions)} tensors planned in "
                      f"{time.perf_counter() - started:.1f} s"
@@ -180,7 +182,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: T
             transform(ir)
         run = plan_session(ir, model, args.algo, args.baseline, progress)
         document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
-                                       run.planner())
+                                       run.planner(), run.ops_without_rule)
         files: list[tuple[Path, bytes]] = []
         if args.out is not None:
             files.append((args.out, dumps_plan(document)))

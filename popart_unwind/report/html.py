@@ -1,7 +1,8 @@
 """The HTML report: one self-contained ``index.html`` (pictures as base64 PNG data URIs,
 CSS inline, no scripts, no network) with the PNGs also saved beside it.
 
-Sections: the summary table; per-tile memory and exchange bars; the ops that move the most
+Sections: the model, target and solver (with any ops no layout rule models); the summary
+table; per-tile memory and exchange bars; the ops that move the most
 data; tiles × elements maps of the largest tensors (ours beside PopART's); for small
 problems the unwinding diagram; and every tensor's method and explanation.
 """
@@ -18,7 +19,7 @@ from popart_unwind.ir.tensor import qualified_id
 from popart_unwind.report import pictures
 from popart_unwind.report.progress import ProgressCallback
 from popart_unwind.report.session import PlanRun, largest_tensors
-from popart_unwind.report.summary import PLAN_TITLES, summary_rows
+from popart_unwind.report.summary import PLAN_TITLES, ops_without_rule_order, summary_rows
 from popart_unwind.version import __version__
 
 HEATMAP_TENSORS = 12
@@ -99,7 +100,19 @@ def _meta(run: PlanRun) -> str:
             f"{run.model.tiles_per_ipu:,} tiles of {run.model.bytes_per_tile:,} bytes · "
             f"solver <code>{_e(run.algorithm)}</code>: objective {objective:,g} of "
             f"{bound:,g}{share} on the unwinding graph · {len(run.decisions)} tensors "
-            f"({_e(methods)}) · popart-unwind {_e(__version__)}</p>")
+            f"({_e(methods)}) · popart-unwind {_e(__version__)}</p>\n"
+            + _ops_without_rule(run))
+
+
+def _ops_without_rule(run: PlanRun) -> str:
+    """The planner's caveat: ops no layout rule models are barriers, their exchange not
+    counted; named so that none goes unnoticed."""
+    if not run.ops_without_rule:
+        return '<p class="meta">Every op has a layout rule.</p>'
+    names = ", ".join(f"<code>{_e(name)}</code> ×{count}"
+                      for name, count in ops_without_rule_order(run.ops_without_rule))
+    return (f'<p class="meta">Ops without a layout rule (barriers: outputs mapped linearly, '
+            f"no exchange counted): {names}</p>")
 
 
 def _summary(run: PlanRun) -> str:

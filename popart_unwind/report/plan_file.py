@@ -65,10 +65,11 @@ def summary_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                         summaries: Mapping[str, Mapping[str, Any]],
-                        source: Mapping[str, str], planner: Mapping[str, Any]
-                        ) -> dict[str, Any]:
+                        source: Mapping[str, str], planner: Mapping[str, Any],
+                        ops_without_rule: Mapping[str, int]) -> dict[str, Any]:
     """The plan file's content (a JSON-ready dict). ``planner``: the solver's name and its
-    own figures (objective and upper bound on the unwinding graph)."""
+    own figures (objective and upper bound on the unwinding graph); ``ops_without_rule``:
+    per op type, how many ops no layout rule models (barriers, no exchange counted)."""
     tensors: dict[str, Any] = {}
     for decision in decisions:
         key = tensor_key(decision.graph_id, decision.tensor_id)
@@ -90,6 +91,8 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
         "planner": {key: _plain(value) for key, value in planner.items()},
         "target": target_entry(model),
         "tensors": tensors,
+        "ops_without_rule": {str(name): int(count)
+                             for name, count in sorted(ops_without_rule.items())},
         "summary": {name: summary_entry(values) for name, values in summaries.items()},
     }
 
@@ -123,7 +126,8 @@ def _plain(value: Any) -> Any:
 
 def validate_plan(document: Mapping[str, Any]) -> None:
     """Raise PlanError unless ``document`` is a version-1 plan whose every tensor's intervals
-    cover each element exactly once, on tiles of the target."""
+    cover each element exactly once, on tiles of the target, and whose ``ops_without_rule``
+    maps op types to positive counts."""
     if document.get("version") != PLAN_VERSION:
         raise PlanError(f"plan version {document.get('version')!r}; expected {PLAN_VERSION}")
     for part in ("target", "tensors", "summary"):
@@ -141,6 +145,19 @@ def validate_plan(document: Mapping[str, Any]) -> None:
         missing = [k for k in SUMMARY_KEYS if k not in summary]
         if missing:
             raise PlanError(f"summary {name!r} lacks {missing}")
+    _check_ops_without_rule(document.get("ops_without_rule"))
+
+
+def _check_ops_without_rule(counts: Any) -> None:
+    """Op type names to positive counts (a bool is not a count)."""
+    if not isinstance(counts, Mapping):
+        raise PlanError(f"the plan's 'ops_without_rule' is not an object: {counts!r}")
+    for name, count in counts.items():
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"'ops_without_rule' has a key that is no op type: {name!r}")
+        if type(count) is not int or count < 1:
+            raise PlanError(f"'ops_without_rule' counts {count!r} ops of {name!r}; expected "
+                            f"a positive integer")
 
 
 def _check_cover(key: str, mapping: list, numel: int, tiles: int) -> None:

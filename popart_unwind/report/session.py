@@ -17,6 +17,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
 from popart_unwind.target.cost import evaluate
@@ -42,6 +43,8 @@ class PlanRun:
     methods: dict[str, dict[TensorKey, tuple[str, str]]]
     #: plan name -> cost report (target.cost.CostReport)
     costs: dict[str, Any]
+    #: op type -> how many ops of the planned IR have no layout rule (barriers)
+    ops_without_rule: dict[str, int]
 
     def summaries(self) -> dict[str, dict[str, Any]]:
         return {name: dict(report.summary()) for name, report in self.costs.items()}
@@ -92,7 +95,7 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
             progress.update(name, step, len(layouts))
             costs[name] = evaluate(ir, TileTarget(model), mappings=mappings)
     return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
-                   costs)
+                   costs, ops_without_rule(ir))
 
 
 def _baseline(name: str, ir: Ir, model: IpuModel

@@ -49,6 +49,24 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
     return header, rows
 
 
+def ops_without_rule_order(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(op type, count), most frequent first, ties by name: the summary's and the
+    report's order."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def ops_without_rule_text(counts: Mapping[str, int]) -> str:
+    """``Foo ×3, Bar ×1`` (empty for none)."""
+    return ", ".join(f"{name} ×{count}" for name, count in ops_without_rule_order(counts))
+
+
+def ops_without_rule_line(counts: Mapping[str, int]) -> str:
+    """The summary's line naming the ops no layout rule models (a user must never get a
+    silent barrier)."""
+    return ("ops without a layout rule (barriers, no exchange counted): "
+            + ops_without_rule_text(counts))
+
+
 def plain_table(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int) -> str:
     """The table as aligned text (first column left, numbers right)."""
     header, rows = summary_rows(summaries, bytes_per_tile)

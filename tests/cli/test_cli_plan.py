@@ -65,6 +65,7 @@ def test_plan_file_covers_every_producerless_tensor_exactly_once(model_path, out
         assert entry["explanation"]
     assert document["tensors"]["w"]["shape"] == [16, 8]
     assert set(document["summary"]) == {"ours", "popart", "linear"}
+    assert document["ops_without_rule"] == {}  # every op of the linear layer is modelled
     for summary in document["summary"].values():
         assert set(SUMMARY_KEYS) <= set(summary)
 

@@ -35,7 +35,7 @@ def document(mapping=None):
     inner = TensorDecision("body", "x", (2,), "float16", [[], [], [(0, 2)]], "linear", "-")
     return build_plan_document(IpuModel(tiles_per_ipu=3), [inner, decision],
                                {"popart": SUMMARY, "ours": SUMMARY}, {"source": "m.onnx"},
-                               {"algorithm": "deferral"})
+                               {"algorithm": "deferral"}, {"Softmax": 2, "com.example::Foo": 1})
 
 
 def test_plan_text_is_sorted_and_stable():
@@ -44,6 +44,7 @@ def test_plan_text_is_sorted_and_stable():
     parsed = json.loads(text)
     assert list(parsed) == sorted(parsed)
     assert list(parsed["tensors"]) == ["body::x", "w"]
+    assert list(parsed["ops_without_rule"].items()) == [("Softmax", 2), ("com.example::Foo", 1)]
     assert '"tile_mapping": [[[0,4]],[[4,6]],[]]' in text.decode()
     assert json.loads(compact_plan(document())) == parsed
     validate_plan(parsed)
