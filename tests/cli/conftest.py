@@ -32,14 +32,18 @@ def linear_layer_model() -> onnx.ModelProto:
     return model
 
 
+def save_alone(model: onnx.ModelProto, folder: Path, name: str) -> Path:
+    """``model`` saved as ``folder/name`` in a new folder of its own (outputs go elsewhere)."""
+    folder.mkdir()
+    path = folder / name
+    onnx.save(model, str(path))
+    return path
+
+
 @pytest.fixture
 def model_path(tmp_path: Path) -> Path:
-    """The linear-layer model saved in a folder of its own (outputs go elsewhere)."""
-    folder = tmp_path / "model"
-    folder.mkdir()
-    path = folder / "linear.onnx"
-    onnx.save(linear_layer_model(), str(path))
-    return path
+    """The linear-layer model saved in a folder of its own."""
+    return save_alone(linear_layer_model(), tmp_path / "model", "linear.onnx")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
+from conftest import save_alone
 from onnx import TensorProto, helper, numpy_helper
 
 from popart_unwind.cli import main
@@ -54,11 +55,7 @@ EXPECTED = {"Softmax": 2, "com.example::Foo": 2}
 
 @pytest.fixture
 def gaps_path(tmp_path: Path) -> Path:
-    folder = tmp_path / "gaps"
-    folder.mkdir()
-    path = folder / "gaps.onnx"
-    onnx.save(gaps_model(), str(path))
-    return path
+    return save_alone(gaps_model(), tmp_path / "gaps", "gaps.onnx")
 
 
 def run(*argv: str) -> tuple[int, str, str]:
