@@ -29,6 +29,8 @@ namespace py = pybind11;
 namespace popart_unwind {
 // counting_bindings.cpp: tile counts, the matmul readers' counts and each tile's runs.
 void bindCounting(py::module_ &m);
+// unwind_core/bindings.cpp: the unwinding solver's C++ core.
+void bindUnwindCore(py::module_ &m);
 } // namespace popart_unwind
 
 using namespace popart_unwind;
@@ -139,4 +141,5 @@ PYBIND11_MODULE(_hooks, m) {
   bindFills<std::int16_t>(m);
   bindFills<std::int32_t>(m);
   bindCounting(m);
+  bindUnwindCore(m);
 }
