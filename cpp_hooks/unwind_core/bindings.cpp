@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "unwind_core/greedy.hpp"
 #include "unwind_core/region.hpp"
 
 namespace py = pybind11;
@@ -43,6 +44,87 @@ py::tuple fromRegions(const Regions &rs) {
   return py::make_tuple(rs.shape(), members);
 }
 
+
+// A chain op from its Python description: (type name, input shape, attribute), the
+// attribute a shape (Reshape, Expand, Reduce), axes (DimShuffle, Reverse) or a region
+// value (SettSample, SettFillInto).
+core::Op toOp(const py::tuple &desc) {
+  const core::OpType type = core::opTypeFromName(desc[0].cast<std::string>());
+  const auto in = desc[1].cast<Shape>();
+  switch (type) {
+  case core::OpType::DimShuffle:
+    return core::dimShuffleOp(in, desc[2].cast<std::vector<int>>());
+  case core::OpType::Reverse:
+    return core::reverseOp(in, desc[2].cast<std::vector<int>>());
+  case core::OpType::SettSample:
+  case core::OpType::SettFillInto: {
+    const auto value = desc[2].cast<py::tuple>();
+    const Region region =
+        toRegion(value[0].cast<Shape>(), value[1].cast<RunsList>(), value[2].cast<bool>());
+    return type == core::OpType::SettSample ? core::sampleOp(region) : core::fillOp(region);
+  }
+  default:
+    return core::shapeOp(type, in, desc[2].cast<Shape>());
+  }
+}
+
+core::Chain toChain(const Shape &in, const py::list &ops) {
+  core::Chain chain(in);
+  for (const auto &op : ops)
+    chain.append(toOp(op.cast<py::tuple>()));
+  return chain;
+}
+
+py::tuple fromOp(const core::Op &op) {
+  py::object attr;
+  switch (op.type) {
+  case core::OpType::DimShuffle:
+  case core::OpType::Reverse:
+    attr = py::cast(op.axes);
+    break;
+  case core::OpType::SettSample:
+  case core::OpType::SettFillInto:
+    attr = fromRegion(op.region);
+    break;
+  default:
+    attr = py::cast(op.out);
+  }
+  return py::make_tuple(core::opTypeName(op.type), op.in, attr);
+}
+
+py::tuple fromChain(const core::Chain &chain) {
+  py::list ops;
+  for (const core::Op &op : chain.ops())
+    ops.append(fromOp(op));
+  return py::make_tuple(chain.inShape(), ops);
+}
+
+void addTensor(core::Graph &graph, const std::string &kind, const Shape &shape,
+               const std::vector<int> &inputs, const py::object &chain, int axis,
+               const std::vector<int> &unwindIndices) {
+  core::Tensor tensor{core::kindFromName(kind), shape, inputs, core::Chain(), axis,
+                      unwindIndices};
+  if (!chain.is_none()) {
+    const auto value = chain.cast<py::tuple>();
+    tensor.chain = toChain(value[0].cast<Shape>(), value[1].cast<py::list>());
+  }
+  graph.add(std::move(tensor));
+}
+
+py::tuple runGreedy(const core::Analysis &analysis, const std::set<int> &deferred,
+                    const std::set<int> &late) {
+  core::RunResult result;
+  {
+    py::gil_scoped_release released;
+    result = core::greedyRun(analysis, deferred, late);
+  }
+  py::list paths;
+  for (const core::Path &path : result.sinkPaths)
+    paths.append(py::make_tuple(path.src, path.dst, fromChain(path.chain),
+                                fromRegions(path.regions)));
+  return py::make_tuple(paths, result.blockers, result.lateSinks);
+}
+
 } // namespace
 
 void bindUnwindCore(py::module_ &parent) {
@@ -70,6 +152,32 @@ void bindUnwindCore(py::module_ &parent) {
       .def("reverse", &Regions::reverse)
       .def("expand", &Regions::expand)
       .def("reduce", &Regions::reduce);
+
+  py::class_<core::Graph>(m, "Graph")
+      .def(py::init<>())
+      .def("add", &addTensor, py::arg("kind"), py::arg("shape"), py::arg("inputs"),
+           py::arg("chain"), py::arg("axis"), py::arg("unwind_indices"))
+      .def("add_pair", &core::Graph::addPair)
+      .def("__len__", &core::Graph::size);
+  py::class_<core::Analysis>(m, "Analysis")
+      .def(py::init([](const core::Graph &graph) {
+             py::gil_scoped_release released;
+             return new core::Analysis(graph);
+           }),
+           py::keep_alive<1, 2>());
+  m.def("greedy_run", &runGreedy, py::arg("analysis"), py::arg("deferred"), py::arg("late"),
+        "One greedy run: (sink paths as (src, dst, chain, regions), blockers, late sinks).");
+  m.def(
+      "canonicalized",
+      [](const Shape &in, const py::list &ops) { return fromChain(toChain(in, ops).canonicalized()); },
+      "A chain (input shape, op descriptions) in canonical form.");
+  m.def(
+      "apply_chain",
+      [](const Shape &in, const py::list &ops, const Regions &regions) {
+        return toChain(in, ops).apply(regions);
+      },
+      "The regions a chain's output gets from the given input regions.");
 }
+
 
 } // namespace popart_unwind

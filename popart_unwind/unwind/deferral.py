@@ -14,23 +14,25 @@ an element-level local search (``polish.py``) then improves it further, never wo
 from __future__ import annotations
 
 from popart_unwind.unwind.graph import Graph
-from popart_unwind.unwind.greedy0 import GraphAnalysis, GreedyRun
+from popart_unwind.unwind.greedy0 import greedy_runner
 from popart_unwind.unwind.polish import polish
 from popart_unwind.unwind.solution import Solution
 
 
-def solve_deferral(graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000) -> Solution:
-    analysis = GraphAnalysis(graph)
+def solve_deferral(
+    graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000, engine: str = "native"
+) -> Solution:
+    run = greedy_runner(graph, engine)
     deferred: frozenset[int] = frozenset()
     late: frozenset = frozenset()
-    run = GreedyRun(analysis, deferred, late)
-    best = run.run()
+    paths, blockers, late_sinks = run(deferred, late)
+    best = Solution(graph, paths, algo="greedy0")
     rounds = 1
-    while rounds < max_rounds and not (run.blockers <= deferred and run.late_sinks <= late):
-        deferred = deferred | frozenset(run.blockers)
-        late = late | frozenset(run.late_sinks)
-        run = GreedyRun(analysis, deferred, late)
-        candidate = run.run()
+    while rounds < max_rounds and not (blockers <= deferred and late_sinks <= late):
+        deferred = deferred | frozenset(blockers)
+        late = late | frozenset(late_sinks)
+        paths, blockers, late_sinks = run(deferred, late)
+        candidate = Solution(graph, paths, algo="greedy0")
         rounds += 1
         if candidate.symbolic_score() > best.symbolic_score():
             best = candidate

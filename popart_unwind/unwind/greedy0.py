@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 
+from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
@@ -308,6 +310,33 @@ class GreedyRun:
                     self.blockers.add(planter)
 
 
-def solve_greedy0(graph: Graph) -> Solution:
+#: Where greedy runs execute: the C++ core (``native.py``), or this module, the reference
+#: the core is tested against (same sink paths in the same order).
+ENGINES = ("native", "python")
+
+#: One greedy run with deferred pairs (by index) and late sinks: (sink paths, blockers,
+#: late sinks).
+GreedyRunner = Callable[[frozenset, frozenset], tuple[list[Path], set[int], set[TensorId]]]
+
+
+def greedy_runner(graph: Graph, engine: str = "native") -> GreedyRunner:
+    """Greedy runs on ``graph``, sharing one analysis of it."""
+    if engine == "native":
+        from popart_unwind.unwind.native import NativeAnalysis
+
+        return NativeAnalysis(graph).run
+    if engine != "python":
+        raise SolverError(f"unknown solver engine {engine!r}; choose from {list(ENGINES)}")
+    analysis = GraphAnalysis(graph)
+
+    def run(deferred: frozenset = frozenset(), late: frozenset = frozenset()):
+        greedy = GreedyRun(analysis, deferred, late)
+        return greedy.run().sink_paths(), greedy.blockers, greedy.late_sinks
+
+    return run
+
+
+def solve_greedy0(graph: Graph, engine: str = "native") -> Solution:
     """poprithms' Greedy0 (see the module docstring)."""
-    return GreedyRun(GraphAnalysis(graph)).run()
+    paths, _, _ = greedy_runner(graph, engine)(frozenset(), frozenset())
+    return Solution(graph, paths, algo="greedy0")

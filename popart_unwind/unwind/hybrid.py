@@ -37,10 +37,12 @@ def solve_hybrid(
     exact_up_to: int = 4_000,
     exact_nodes: int = 2_000,
     exact_seconds: float = EXACT_SECONDS,
+    engine: str = "native",
 ) -> Solution:
     """Deferral's solution, improved by a node-limited exact search on small graphs; never
     below deferral's, and ``proven_optimal`` when the search ended with a proof."""
-    heuristic = solve_deferral(graph, max_rounds=max_rounds, polish_up_to=polish_up_to)
+    heuristic = solve_deferral(
+        graph, max_rounds=max_rounds, polish_up_to=polish_up_to, engine=engine)
     stats = {f"deferral_{key}": value for key, value in heuristic.stats.items()}
     elements = sum(graph.numel(sink) for sink in graph.sinks())
     stats["sink_elements"] = elements

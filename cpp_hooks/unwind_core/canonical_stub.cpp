@@ -1,0 +1,2 @@
+#include "unwind_core/chain.hpp"
+namespace popart_unwind::core { Chain Chain::canonicalized() const { return *this; } }

@@ -1,0 +1,132 @@
+"""The bridge to the solver's C++ core (``popart_unwind._hooks.unwind_core``).
+
+The core keeps its own copy of the Graph (tensors, op attributes, ValuedPairs) and runs
+Greedy0 and the deferral heuristic's greedy runs on it; the Python modules ``greedy0.py``
+and ``deferral.py`` stay the reference it is tested against (same sink paths, same order).
+Only descriptions cross the boundary: a chain as its input shape and ``(op type, input
+shape, attribute)`` per op, a region as its shape, per-dimension ``[first, last)`` runs and
+an empty flag.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from popart_unwind._hooks import unwind_core as core
+from popart_unwind.memory import Chain, DisjointRegions, Region
+from popart_unwind.memory import sett_bounded as sb
+from popart_unwind.memory.chain_ops import ChainOp
+from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.solution import Path
+
+_SHAPE_ATTR = frozenset({"Reshape", "Expand", "Reduce"})
+_REGION_ATTR = frozenset({"SettSample", "SettFillInto"})
+
+
+# ----- Python -> core ------------------------------------------------------------------------
+def _runs(ons: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for i in ons:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def region_value(region: Region) -> tuple:
+    """A Region as the core takes it."""
+    return (region.shape, [_runs(ons) for ons in region.get_ons()], region.is_empty())
+
+
+def chain_value(chain: Chain) -> tuple:
+    """A Chain as the core takes it."""
+    ops = []
+    for op in chain.ops:
+        attr = region_value(op.attr) if op.type in _REGION_ATTR else tuple(op.attr)
+        ops.append((op.type, op.in_shape, attr))
+    return (chain.in_shape, ops)
+
+
+def native_graph(graph: Graph) -> core.Graph:
+    """The core's copy of ``graph``."""
+    out = core.Graph()
+    for tensor in graph.tensors():
+        node = graph.node(tensor)
+        chain = chain_value(node.chain) if node.chain is not None else None
+        out.add(node.kind, graph.shape(tensor), [t.index for t in node.inputs], chain,
+                node.axis, list(node.unwind_indices))
+    for pair in graph.valued_pairs():
+        out.add_pair(pair.a.index, pair.b.index, pair.value)
+    return out
+
+
+# ----- core -> Python ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1 << 14)
+def _dim(runs: tuple[tuple[int, int], ...], size: int):
+    if not runs:
+        return sb.EMPTY
+    if len(runs) == 1 and runs[0] == (0, size):
+        return sb.FULL
+    return sb.from_sorted(np.concatenate([np.arange(a, b) for a, b in runs]), size)
+
+
+def region_from_value(value: tuple) -> Region:
+    shape, dims, empty = value
+    shape = tuple(shape)
+    setts = tuple(_dim(tuple(map(tuple, runs)), n) for runs, n in zip(dims, shape, strict=True))
+    return Region._make(shape, setts, empty)
+
+
+def regions_from_value(value: tuple) -> DisjointRegions:
+    shape, members = value
+    return DisjointRegions(tuple(shape), [region_from_value(m) for m in members])
+
+
+def chain_from_value(value: tuple) -> Chain:
+    in_shape, ops = value
+    shape = tuple(in_shape)
+    built = []
+    for op_type, op_in, attr in ops:
+        op_in = tuple(op_in)
+        if op_type in _REGION_ATTR:
+            region = region_from_value(attr)
+            out = tuple(region.nelms()) if op_type == "SettSample" else region.shape
+            built.append(ChainOp(op_type, op_in, out, region))
+        elif op_type in _SHAPE_ATTR:
+            built.append(ChainOp(op_type, op_in, tuple(attr), tuple(attr)))
+        elif op_type == "DimShuffle":
+            perm = tuple(attr)
+            built.append(ChainOp(op_type, op_in, tuple(op_in[p] for p in perm), perm))
+        else:
+            built.append(ChainOp(op_type, op_in, op_in, tuple(attr)))
+    return Chain(shape, built)
+
+
+def paths_from_values(graph: Graph, values: list) -> list[Path]:
+    tensor = graph.tensor
+    return [
+        Path(tensor(src), tensor(dst), chain_from_value(chain), regions_from_value(regions))
+        for src, dst, chain, regions in values
+    ]
+
+
+class NativeAnalysis:
+    """The core's graph and analysis, computed once for every greedy run on it."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._graph = native_graph(graph)
+        self._analysis = core.Analysis(self._graph)
+
+    def run(
+        self, deferred: frozenset[int] = frozenset(), late: frozenset = frozenset()
+    ) -> tuple[list[Path], set[int], set]:
+        """One greedy run: (sink paths, blockers, late sinks), as ``GreedyRun`` gives them."""
+        values, blockers, late_sinks = core.greedy_run(
+            self._analysis, set(deferred), {t.index for t in late})
+        tensor = self.graph.tensor
+        return (paths_from_values(self.graph, values), set(blockers),
+                {tensor(t) for t in late_sinks})

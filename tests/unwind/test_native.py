@@ -1,0 +1,124 @@
+"""The solver's C++ core against its Python reference: the same runs, path for path.
+
+Greedy0 and every run of the deferral heuristic execute in the C++ core by default
+(``engine="native"``); ``greedy0.py`` is the reference (``engine="python"``). On random
+graphs of every op kind (views, concats, sum_likes with broadcasts, barriers, fixed points,
+calls), each run must plant the same sink paths in the same order (same source, sink,
+canonical chain and region pieces) and report the same blockers and late sinks, so that
+every solver built on the runs gives the same solution whichever engine runs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.errors import SolverError
+from popart_unwind.unwind import Graph
+from popart_unwind.unwind import examples
+from popart_unwind.unwind.greedy0 import greedy_runner
+from popart_unwind.unwind.random_graphs import random_graph
+from popart_unwind.unwind.solution import Solution
+
+SETTINGS = settings(max_examples=150, deadline=None)
+
+
+def path_key(path) -> tuple:
+    return (path.src, path.dst, path.chain, tuple(
+        (r.shape, tuple(map(tuple, r.get_ons()))) for r in path.regions.regions))
+
+
+def assert_same_runs(graph: Graph) -> None:
+    """Deferral's sequence of runs, taken with both engines, agrees run by run."""
+    native, python = greedy_runner(graph, "native"), greedy_runner(graph, "python")
+    deferred: frozenset[int] = frozenset()
+    late: frozenset = frozenset()
+    for _ in range(4):
+        got, want = native(deferred, late), python(deferred, late)
+        assert [path_key(p) for p in got[0]] == [path_key(p) for p in want[0]]
+        assert got[1:] == want[1:]
+        if got[1] <= deferred and got[2] <= late:
+            return
+        deferred, late = deferred | frozenset(got[1]), late | frozenset(got[2])
+
+
+@SETTINGS
+@given(st.integers(0, 2**32 - 1), st.integers(1, 8))
+def test_runs_match_the_reference_on_random_graphs(seed: int, size: int) -> None:
+    assert_same_runs(random_graph(np.random.default_rng(seed), size))
+
+
+EXAMPLES = {
+    "basic": lambda: examples.basic(),
+    "dim_shuffle": lambda: examples.dim_shuffle(),
+    "matmul": lambda: examples.matmul(),
+    "unbroadcast_add": lambda: examples.unbroadcast_add(),
+    "broadcast_add": lambda: examples.broadcast_add(),
+    "call_copies": lambda: examples.call_copies(),
+    "fixed_point_calls": lambda: examples.fixed_point_calls(1.0, 2.0, 3.0),
+    "fixed_point_calls_barrier": lambda: examples.fixed_point_calls(3.0, 2.0, 1.0, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_runs_match_the_reference_on_the_examples(name: str) -> None:
+    graph, _ = EXAMPLES[name]()
+    assert_same_runs(graph)
+
+
+@SETTINGS
+@given(st.integers(0, 2**32 - 1), st.integers(1, 8))
+def test_solvers_agree_across_engines(seed: int, size: int) -> None:
+    graph = random_graph(np.random.default_rng(seed), size)
+    for algo in ("greedy0", "deferral"):
+        native = graph.solve(algo, engine="native")
+        python = graph.solve(algo, engine="python")
+        assert [path_key(p) for p in native.sink_paths()] == [
+            path_key(p) for p in python.sink_paths()]
+        assert native.score() == python.score()
+
+
+def block_chain(blocks: int, variant: int) -> Graph:
+    """The block chain poprithms' Greedy0 is timed on (benchmarks/unwind_blocks.py)."""
+    g = Graph()
+    previous = g.sink((8, 16))
+    g.valued_pair(previous, g.source((8, 16)), 1.0)
+    for _ in range(blocks):
+        if variant == 0:
+            x = g.sink((8, 16))
+        else:
+            tall = g.sink((16, 16))
+            x = g.slice(tall, (0, 0), (8, 16))
+            g.valued_pair(g.reverse(g.slice(tall, (8, 0), (16, 16)), (1,)), previous, 2.0)
+        u = g.sum_like([previous, x], [1], 3.0).out
+        lhs = g.dim_shuffle(g.reshape(u, (16, 8)), (1, 0))
+        g.valued_pair(lhs, g.source((8, 16)), 9.0)
+        w = g.sink((16, 16))
+        g.valued_pair(w, g.source((16, 16)), 10.0)
+        (mm,) = g.barrier([lhs, w], [(8, 16)])
+        previous = g.sum_like([mm, g.sink((16,))], 0, 20.0).out
+    return g
+
+
+@pytest.mark.parametrize(("variant", "score"), [(0, 40_704.0), (1, 43_264.0)])
+def test_block_chain_scores_as_poprithms(variant: int, score: float) -> None:
+    """poprithms' Greedy0 scores N = 10 blocks 40,704 (variant 0) and 43,264 (variant 1)."""
+    graph = block_chain(10, variant)
+    assert_same_runs(graph)
+    assert graph.solve("greedy0").symbolic_score() == score
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    graph = Graph()
+    graph.sink((2,))
+    with pytest.raises(SolverError, match="engine 'fast'"):
+        graph.solve("greedy0", engine="fast")
+
+
+def test_native_solution_is_a_solution() -> None:
+    graph = random_graph(np.random.default_rng(7), 4)
+    solution = graph.solve("greedy0")
+    assert isinstance(solution, Solution)
+    assert solution.symbolic_score() == solution.score()
