@@ -29,6 +29,7 @@ hooks = Pybind11Extension(
         "cpp_hooks/unwind_core/greedy.cpp",
         "cpp_hooks/unwind_core/dim_set.cpp",
         "cpp_hooks/unwind_core/region.cpp",
+        "cpp_hooks/unwind_core/score.cpp",
     ],
     include_dirs=["cpp_hooks"],
     cxx_std=17,

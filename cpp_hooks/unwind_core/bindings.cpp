@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "unwind_core/greedy.hpp"
+#include "unwind_core/score.hpp"
 #include "unwind_core/region.hpp"
 
 namespace py = pybind11;
@@ -111,20 +112,41 @@ void addTensor(core::Graph &graph, const std::string &kind, const Shape &shape,
   graph.add(std::move(tensor));
 }
 
-py::tuple runGreedy(const core::Analysis &analysis, const std::set<int> &deferred,
-                    const std::set<int> &late) {
+// The result of one greedy run, kept in C++: the sink paths become Python objects only
+// when asked for, and the score is computed here.
+struct NativeRun {
+  const core::Graph *graph;
   core::RunResult result;
-  {
-    py::gil_scoped_release released;
-    result = core::greedyRun(analysis, deferred, late);
-  }
-  py::list paths;
-  for (const core::Path &path : result.sinkPaths)
-    paths.append(py::make_tuple(path.src, path.dst, fromChain(path.chain),
-                                fromRegions(path.regions)));
-  return py::make_tuple(paths, result.blockers, result.lateSinks);
-}
 
+  py::list paths() const {
+    py::list out;
+    for (const core::Path &path : result.sinkPaths)
+      out.append(py::make_tuple(path.src, path.dst, fromChain(path.chain),
+                                fromRegions(path.regions)));
+    return out;
+  }
+
+  double symbolicScore() const {
+    py::gil_scoped_release released;
+    return core::symbolicScore(*graph, core::inwardPaths(*graph, result.sinkPaths));
+  }
+
+  void check() const {
+    try {
+      core::dependencyOrder(*graph, result.sinkPaths);
+    } catch (const std::domain_error &error) {
+      throw py::value_error(error.what());
+    }
+  }
+};
+
+NativeRun runGreedy(const core::Analysis &analysis, const std::set<int> &deferred,
+                    const std::set<int> &late) {
+  NativeRun run{&analysis.graph, {}};
+  py::gil_scoped_release released;
+  run.result = core::greedyRun(analysis, deferred, late);
+  return run;
+}
 } // namespace
 
 void bindUnwindCore(py::module_ &parent) {
@@ -165,8 +187,16 @@ void bindUnwindCore(py::module_ &parent) {
              return new core::Analysis(graph);
            }),
            py::keep_alive<1, 2>());
+  py::class_<NativeRun>(m, "NativeRun")
+      .def("paths", &NativeRun::paths, "The sink paths as (src, dst, chain, regions).")
+      .def("__len__", [](const NativeRun &run) { return run.result.sinkPaths.size(); })
+      .def_property_readonly("blockers", [](const NativeRun &run) { return run.result.blockers; })
+      .def_property_readonly("late_sinks",
+                             [](const NativeRun &run) { return run.result.lateSinks; })
+      .def("symbolic_score", &NativeRun::symbolicScore)
+      .def("check", &NativeRun::check, "ValueError when the layouts depend on themselves.");
   m.def("greedy_run", &runGreedy, py::arg("analysis"), py::arg("deferred"), py::arg("late"),
-        "One greedy run: (sink paths as (src, dst, chain, regions), blockers, late sinks).");
+        py::keep_alive<0, 1>(), "One greedy run with deferred pairs and late sinks.");
   m.def(
       "canonicalized",
       [](const Shape &in, const py::list &ops) { return fromChain(toChain(in, ops).canonicalized()); },

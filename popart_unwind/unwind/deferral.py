@@ -25,21 +25,17 @@ def solve_deferral(
     run = greedy_runner(graph, engine)
     deferred: frozenset[int] = frozenset()
     late: frozenset = frozenset()
-    paths, blockers, late_sinks = run(deferred, late)
-    best = Solution(graph, paths, algo="greedy0")
+    best, blockers, late_sinks = run(deferred, late)
     rounds = 1
     while rounds < max_rounds and not (blockers <= deferred and late_sinks <= late):
         deferred = deferred | frozenset(blockers)
         late = late | frozenset(late_sinks)
-        paths, blockers, late_sinks = run(deferred, late)
-        candidate = Solution(graph, paths, algo="greedy0")
+        candidate, blockers, late_sinks = run(deferred, late)
         rounds += 1
         if candidate.symbolic_score() > best.symbolic_score():
             best = candidate
-    found = Solution(
-        graph,
-        best.sink_paths(),
-        algo="deferral",
-        stats={"rounds": rounds, "deferred_pairs": len(deferred), "late_sinks": len(late)},
+    found = best.relabelled(
+        "deferral",
+        {"rounds": rounds, "deferred_pairs": len(deferred), "late_sinks": len(late)},
     )
     return polish(found, max_sink_elements=polish_up_to)

@@ -314,9 +314,9 @@ class GreedyRun:
 #: the core is tested against (same sink paths in the same order).
 ENGINES = ("native", "python")
 
-#: One greedy run with deferred pairs (by index) and late sinks: (sink paths, blockers,
+#: One greedy run with deferred pairs (by index) and late sinks: (its solution, blockers,
 #: late sinks).
-GreedyRunner = Callable[[frozenset, frozenset], tuple[list[Path], set[int], set[TensorId]]]
+GreedyRunner = Callable[[frozenset, frozenset], tuple[Solution, set[int], set[TensorId]]]
 
 
 def greedy_runner(graph: Graph, engine: str = "native") -> GreedyRunner:
@@ -331,12 +331,12 @@ def greedy_runner(graph: Graph, engine: str = "native") -> GreedyRunner:
 
     def run(deferred: frozenset = frozenset(), late: frozenset = frozenset()):
         greedy = GreedyRun(analysis, deferred, late)
-        return greedy.run().sink_paths(), greedy.blockers, greedy.late_sinks
+        return greedy.run(), greedy.blockers, greedy.late_sinks
 
     return run
 
 
 def solve_greedy0(graph: Graph, engine: str = "native") -> Solution:
     """poprithms' Greedy0 (see the module docstring)."""
-    paths, _, _ = greedy_runner(graph, engine)(frozenset(), frozenset())
-    return Solution(graph, paths, algo="greedy0")
+    solution, _, _ = greedy_runner(graph, engine)(frozenset(), frozenset())
+    return solution

@@ -48,7 +48,7 @@ def solve_hybrid(
     stats["sink_elements"] = elements
     if elements > exact_up_to or not graph.valued_pairs():
         stats["finish"] = "none"
-        return Solution(graph, heuristic.sink_paths(), algo="hybrid", stats=stats)
+        return heuristic.relabelled("hybrid", stats)
 
     from popart_unwind.unwind.exact import solve_exact  # loads HiGHS only when needed
 
@@ -60,8 +60,7 @@ def solve_hybrid(
     stats["exact_nodes"] = exact.stats.get("nodes", 0)
     if exact.stats.get("status") == TIME_LIMIT:
         stats["finish"] = "time limit: deferral kept"
-        return Solution(graph, heuristic.sink_paths(), algo="hybrid", stats=stats)
+        return heuristic.relabelled("hybrid", stats)
     stats["finish"] = "exact"
     best = exact if exact.score() > heuristic.score() else heuristic
-    return Solution(graph, best.sink_paths(), algo="hybrid",
-                    proven_optimal=exact.proven_optimal, stats=stats)
+    return best.relabelled("hybrid", stats, exact.proven_optimal)

@@ -11,15 +11,17 @@ an empty flag.
 from __future__ import annotations
 
 import functools
+from functools import cached_property
 
 import numpy as np
 
 from popart_unwind._hooks import unwind_core as core
+from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.memory.chain_ops import ChainOp
 from popart_unwind.unwind.graph import Graph
-from popart_unwind.unwind.solution import Path
+from popart_unwind.unwind.solution import Path, Solution
 
 _SHAPE_ATTR = frozenset({"Reshape", "Expand", "Reduce"})
 _REGION_ATTR = frozenset({"SettSample", "SettFillInto"})
@@ -113,6 +115,46 @@ def paths_from_values(graph: Graph, values: list) -> list[Path]:
     ]
 
 
+class NativeSolution(Solution):
+    """A Solution whose sink paths stay in the C++ core until they are asked for.
+
+    Its symbolic score is computed in the core; ``sink_paths()``, ``layouts()`` and the rest
+    of ``Solution`` convert the paths to Python objects once, on first use.
+    """
+
+    def __init__(self, graph: Graph, run: core.NativeRun, algo: str = "",
+                 stats: dict | None = None) -> None:
+        self.graph = graph
+        self._run = run
+        self.algo = algo
+        self.proven_optimal = False
+        self.stats = dict(stats or {})
+        self._layouts = None
+        self._inward_paths = None
+        self._score: float | None = None
+        try:
+            run.check()  # reject cyclic solutions at once, as Solution does
+        except ValueError as error:
+            raise SolverError(str(error)) from None
+
+    @cached_property
+    def _sink_paths(self) -> list[Path]:  # type: ignore[override]
+        return paths_from_values(self.graph, self._run.paths())
+
+    def symbolic_score(self) -> float:
+        if self._score is None:
+            self._score = self._run.symbolic_score()
+        return self._score
+
+    def relabelled(self, algo: str, stats: dict | None = None,
+                   proven_optimal: bool = False) -> Solution:
+        if proven_optimal:
+            return super().relabelled(algo, stats, proven_optimal)
+        found = NativeSolution(self.graph, self._run, algo, stats)
+        found._score = self._score
+        return found
+
+
 class NativeAnalysis:
     """The core's graph and analysis, computed once for every greedy run on it."""
 
@@ -123,10 +165,9 @@ class NativeAnalysis:
 
     def run(
         self, deferred: frozenset[int] = frozenset(), late: frozenset = frozenset()
-    ) -> tuple[list[Path], set[int], set]:
-        """One greedy run: (sink paths, blockers, late sinks), as ``GreedyRun`` gives them."""
-        values, blockers, late_sinks = core.greedy_run(
-            self._analysis, set(deferred), {t.index for t in late})
+    ) -> tuple[Solution, set[int], set]:
+        """One greedy run: (its solution, blockers, late sinks), as ``GreedyRun`` gives them."""
+        run = core.greedy_run(self._analysis, set(deferred), {t.index for t in late})
         tensor = self.graph.tensor
-        return (paths_from_values(self.graph, values), set(blockers),
-                {tensor(t) for t in late_sinks})
+        solution = NativeSolution(self.graph, run, algo="greedy0")
+        return solution, set(run.blockers), {tensor(t) for t in run.late_sinks}

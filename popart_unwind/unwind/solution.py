@@ -227,6 +227,12 @@ class Solution:
     def sink_paths(self) -> list[Path]:
         return list(self._sink_paths)
 
+    def relabelled(
+        self, algo: str, stats: dict | None = None, proven_optimal: bool = False
+    ) -> Solution:
+        """The same sink paths under another solver's name and statistics."""
+        return Solution(self.graph, self._sink_paths, algo, proven_optimal, stats)
+
     def paths(self, tensor: TensorId) -> list[Path]:
         """Why ``tensor`` has its layout: disjoint paths covering it, each from a root (or a
         sink's own origins) through a canonical chain."""
