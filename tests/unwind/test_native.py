@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind import Graph
-from popart_unwind.unwind import examples
+from popart_unwind.unwind import Graph, examples
 from popart_unwind.unwind.greedy0 import greedy_runner
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import Solution
