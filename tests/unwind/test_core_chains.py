@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from popart_unwind._hooks import unwind_core as core
 
 from popart_unwind.errors import CanonicalizationError
-from popart_unwind.memory import Chain
+from popart_unwind.memory import Chain, Region
 from popart_unwind.memory.canonical import canonicalize
-from popart_unwind.memory.random_chains import random_chain
+from popart_unwind.memory.random_chains import random_chain, region_from_axis_sets
 from popart_unwind.unwind.ops import unwind_chain
 
 seeds = st.integers(0, 2**32 - 1)
@@ -91,3 +91,33 @@ def test_the_rewrite_cap_raises_in_both() -> None:
     assert core_ops_value(core.canonicalize(chain_to_core(chain)).ops()) == python_ops_value(
         canonicalize(chain.in_shape, chain.ops)
     )
+
+
+EDGE_CHAINS = [
+    # reaching nothing, ending at rank 0: the fixed form ends with a Reshape to ()
+    Chain((2,))
+    .sett_fill_into(Region.from_bounds((3,), (1,), (3,)))
+    .slice((0,), (1,))
+    .reshape(()),
+    # starting at rank 0
+    Chain(()).reshape((1, 1)).expand((2, 3)).reverse((1,)).slice((0, 1), (2, 3)),
+    # no elements at all
+    Chain((0, 3)).reshape((3, 0)).dim_shuffle((1, 0)),
+    # a mask cancels when everything reaching it lies inside (the diagonal {0, 4} of 3x3
+    # lies in rows and columns {0, 1}) and stays when not (the diagonal {0, 8})
+    Chain((2,))
+    .sett_fill_into(region_from_axis_sets((9,), [np.array([0, 4])]))
+    .reshape((3, 3))
+    .mask(Region.from_bounds((3, 3), (0, 0), (2, 2))),
+    Chain((2,))
+    .sett_fill_into(region_from_axis_sets((9,), [np.array([0, 8])]))
+    .reshape((3, 3))
+    .mask(Region.from_bounds((3, 3), (0, 0), (2, 2))),
+]
+
+
+@pytest.mark.parametrize("chain", EDGE_CHAINS, ids=repr)
+def test_edge_chains_match_python(chain: Chain) -> None:
+    """Law: rank-0 ends, element-free shapes and masks canonicalize as in Python."""
+    expected = python_ops_value(canonicalize(chain.in_shape, chain.ops))
+    assert core_ops_value(core.canonicalize(chain_to_core(chain)).ops()) == expected
