@@ -17,6 +17,13 @@ namespace {
 
 using Ops = std::vector<Op>;
 
+// A one-op list without the copy an initializer list would make.
+Ops single(Op op) {
+  Ops ops;
+  ops.push_back(std::move(op));
+  return ops;
+}
+
 // ----- 3. cancellations and pair normal forms --------------------------------------------
 bool containsAll(const Region &region, const Regions &regions) {
   for (const Region &member : regions.members()) {
@@ -78,7 +85,7 @@ std::optional<Ops> normalisePair(const Op &first, const Op &second, const Region
 
 std::optional<Ops> rewritePair(const Op &first, const Op &second, const Regions *reaching) {
   if (first.type == second.type)
-    return Ops{mergeOps(first, second)};
+    return single(mergeOps(first, second));
   if (auto normal = normalisePair(first, second, reaching))
     return normal;
   if (static_cast<int>(second.type) < static_cast<int>(first.type))
@@ -92,27 +99,24 @@ struct Rewrite {
   Ops replacement;
 };
 
-std::string describe(const Op &op) {
+std::string describe(const Shape &shape) {
   std::ostringstream out;
-  out << opTypeName(op.type) << "(";
-  for (std::size_t i = 0; i < op.in.size(); ++i)
-    out << (i ? "," : "") << op.in[i];
-  out << " -> ";
-  for (std::size_t i = 0; i < op.out.size(); ++i)
-    out << (i ? "," : "") << op.out[i];
+  out << "(";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    out << (i ? "," : "") << shape[i];
   out << ")";
   return out.str();
 }
 
-std::string describe(const Shape &in, const Ops &ops) {
-  std::ostringstream out;
-  out << "(";
-  for (std::size_t i = 0; i < in.size(); ++i)
-    out << (i ? "," : "") << in[i];
-  out << ")";
+std::string describe(const Op &op) {
+  return std::string(opTypeName(op.type)) + describe(op.in) + "->" + describe(op.out);
+}
+
+std::string describe(const Ops &ops) {
+  std::string out;
   for (const Op &op : ops)
-    out << " -> " << describe(op);
-  return out.str();
+    out += (out.empty() ? "" : ", ") + describe(op);
+  return "[" + out + "]";
 }
 
 // The rewrite state keeps what earlier scans proved, so that a scan only re-checks what a
@@ -152,7 +156,7 @@ public:
     const auto begin = ops_.begin() + static_cast<std::ptrdiff_t>(step.start);
     const auto end = ops_.begin() + static_cast<std::ptrdiff_t>(step.stop);
     if (sameOps(begin, end, step.replacement))
-      throw CanonicalizationError("a rewrite of " + describe(in_, Ops(begin, end)) +
+      throw CanonicalizationError("a rewrite of " + describe(Ops(begin, end)) +
                                   " reported success but changed nothing");
     const std::size_t kept = std::min(step.stop - step.start, step.replacement.size());
     // Overwrite in place where the lengths overlap, then insert or erase the rest.
@@ -244,7 +248,7 @@ std::optional<Ops> simplifyOp(const Op &op) {
     for (int d : op.axes)
       if (op.in[d] > 1)
         wide.push_back(d);
-    return Ops{reverseOp(op.in, std::move(wide))};
+    return single(reverseOp(op.in, std::move(wide)));
   }
   if (op.type == OpType::DimShuffle) {
     // Moving only size-1 axes keeps the row-major order: a Reshape.
@@ -256,7 +260,7 @@ std::optional<Ops> simplifyOp(const Op &op) {
         return std::nullopt;
       last = axis;
     }
-    return Ops{shapeOp(OpType::Reshape, op.in, op.out)};
+    return single(shapeOp(OpType::Reshape, op.in, op.out));
   }
   return std::nullopt;
 }
@@ -322,9 +326,10 @@ std::vector<Op> canonicalOps(const Shape &in, std::vector<Op> ops,
   while (auto step = rewriter.first()) {
     rewriter.apply(*step);
     if (++rewrites > limit)
-      throw CanonicalizationError("canonicalization of a chain did not reach a fixpoint within " +
-                                  std::to_string(limit) +
-                                  " rewrites; last form: " + describe(in, rewriter.ops()));
+      throw CanonicalizationError(
+          "canonicalization of a chain from " + describe(in) +
+          " did not reach a fixpoint within " + std::to_string(limit) +
+          " rewrites; last form: " + describe(rewriter.ops()));
   }
   return rewriter.take();
 }

@@ -39,6 +39,7 @@ Sources fillSampleSources(const Region &fill, const Region &sample) {
       for (Index i = run.first; i < run.second; ++i)
         inputAt[static_cast<std::size_t>(i)] = rank++;
     std::vector<Index> axis;
+    axis.reserve(static_cast<std::size_t>(sample.dims()[d].count()));
     for (const auto &run : sample.dims()[d].runs())
       for (Index i = run.first; i < run.second; ++i)
         axis.push_back(inputAt[static_cast<std::size_t>(i)]);
@@ -59,6 +60,8 @@ struct AxisLayout {
 // by laying out every input up to it, so skipped inputs sit before it.
 AxisLayout scaffoldAxis(const std::vector<Index> &sources, Index inSize) {
   AxisLayout layout;
+  layout.inputSlots.reserve(static_cast<std::size_t>(inSize));
+  layout.readSlots.reserve(sources.size());
   Index nextInput = 0;
   Index slot = 0;
   for (Index source : sources) {
