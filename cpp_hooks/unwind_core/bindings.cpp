@@ -1,13 +1,21 @@
 // Python face of the unwinding solver's C++ core: submodule popart_unwind._hooks.unwind_core.
 //
 // Regions cross as plain values (a shape, per dimension a list of [first, last) runs, and an
-// empty flag) so that tests can hold every operation against popart_unwind.memory.
+// empty flag) and chains as (input shape, [(op type, input shape, attribute)]) with the
+// attribute a shape, an axes tuple or a region value, so that tests can hold every operation
+// against popart_unwind.memory.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "unwind_core/canonical.hpp"
+#include "unwind_core/chain.hpp"
 #include "unwind_core/greedy.hpp"
-#include "unwind_core/score.hpp"
 #include "unwind_core/region.hpp"
+#include "unwind_core/score.hpp"
 
 namespace py = pybind11;
 
@@ -15,7 +23,10 @@ namespace popart_unwind {
 
 namespace {
 
+using core::Chain;
 using core::DimSet;
+using core::Op;
+using core::OpType;
 using core::Region;
 using core::Regions;
 using core::Shape;
@@ -45,36 +56,59 @@ py::tuple fromRegions(const Regions &rs) {
   return py::make_tuple(rs.shape(), members);
 }
 
+using RegionValue = std::tuple<Shape, RunsList, bool>;
 
-// A chain op from its Python description: (type name, input shape, attribute), the
-// attribute a shape (Reshape, Expand, Reduce), axes (DimShuffle, Reverse) or a region
-// value (SettSample, SettFillInto).
-core::Op toOp(const py::tuple &desc) {
-  const core::OpType type = core::opTypeFromName(desc[0].cast<std::string>());
-  const auto in = desc[1].cast<Shape>();
+Op toOp(const std::string &name, const Shape &in, const py::object &attr) {
+  const OpType type = core::opTypeFromName(name);
   switch (type) {
-  case core::OpType::DimShuffle:
-    return core::dimShuffleOp(in, desc[2].cast<std::vector<int>>());
-  case core::OpType::Reverse:
-    return core::reverseOp(in, desc[2].cast<std::vector<int>>());
-  case core::OpType::SettSample:
-  case core::OpType::SettFillInto: {
-    const auto value = desc[2].cast<py::tuple>();
-    const Region region =
-        toRegion(value[0].cast<Shape>(), value[1].cast<RunsList>(), value[2].cast<bool>());
-    return type == core::OpType::SettSample ? core::sampleOp(region) : core::fillOp(region);
+  case OpType::DimShuffle:
+    return core::dimShuffleOp(in, attr.cast<std::vector<int>>());
+  case OpType::Reverse:
+    return core::reverseOp(in, attr.cast<std::vector<int>>());
+  case OpType::SettSample:
+  case OpType::SettFillInto: {
+    const auto [shape, dims, empty] = attr.cast<RegionValue>();
+    const Region region = toRegion(shape, dims, empty);
+    const Op op = type == OpType::SettSample ? core::sampleOp(region) : core::fillOp(region);
+    if (op.in != in)
+      throw std::invalid_argument(name + ": the region does not match the input shape");
+    return op;
   }
   default:
-    return core::shapeOp(type, in, desc[2].cast<Shape>());
+    return core::shapeOp(type, in, attr.cast<Shape>());
   }
 }
 
-core::Chain toChain(const Shape &in, const py::list &ops) {
-  core::Chain chain(in);
-  for (const auto &op : ops)
-    chain.append(toOp(op.cast<py::tuple>()));
+Chain toChain(const Shape &in, const std::vector<std::tuple<std::string, Shape, py::object>> &ops) {
+  Chain chain(in);
+  for (const auto &[name, opIn, attr] : ops) {
+    if (opIn != chain.outShape())
+      throw std::invalid_argument(name + " does not start at the chain's output shape");
+    chain.append(toOp(name, opIn, attr));
+  }
   return chain;
 }
+
+// Each op as (type, input shape, output shape, attribute).
+py::list opsValue(const Chain &chain) {
+  py::list out;
+  for (const Op &op : chain.ops()) {
+    py::object attr;
+    if (op.type == OpType::DimShuffle || op.type == OpType::Reverse)
+      attr = py::cast(op.axes);
+    else if (op.type == OpType::SettSample || op.type == OpType::SettFillInto)
+      attr = fromRegion(op.region);
+    else
+      attr = py::cast(op.out);
+    out.append(py::make_tuple(core::opTypeName(op.type), op.in, op.out, attr));
+  }
+  return out;
+}
+
+Chain canonicalize(const Chain &chain, std::optional<long> maxRewrites) {
+  return Chain(chain.inShape(), core::canonicalOps(chain.inShape(), chain.ops(), maxRewrites));
+}
+
 
 py::tuple fromOp(const core::Op &op) {
   py::object attr;
@@ -107,7 +141,8 @@ void addTensor(core::Graph &graph, const std::string &kind, const Shape &shape,
                       unwindIndices};
   if (!chain.is_none()) {
     const auto value = chain.cast<py::tuple>();
-    tensor.chain = toChain(value[0].cast<Shape>(), value[1].cast<py::list>());
+    tensor.chain = toChain(value[0].cast<Shape>(),
+                           value[1].cast<std::vector<std::tuple<std::string, Shape, py::object>>>());
   }
   graph.add(std::move(tensor));
 }
@@ -147,6 +182,7 @@ NativeRun runGreedy(const core::Analysis &analysis, const std::set<int> &deferre
   run.result = core::greedyRun(analysis, deferred, late);
   return run;
 }
+
 } // namespace
 
 void bindUnwindCore(py::module_ &parent) {
@@ -174,6 +210,16 @@ void bindUnwindCore(py::module_ &parent) {
       .def("reverse", &Regions::reverse)
       .def("expand", &Regions::expand)
       .def("reduce", &Regions::reduce);
+  py::class_<Chain>(m, "Chain")
+      .def(py::init(&toChain), py::arg("in_shape"), py::arg("ops"))
+      .def("ops", &opsValue)
+      .def("canonicalized", &Chain::canonicalized)
+      .def("apply", py::overload_cast<const Regions &>(&Chain::apply, py::const_))
+      .def("unwound", &core::unwindChain);
+  m.def("canonicalize", &canonicalize, py::arg("chain"), py::arg("max_rewrites") = py::none(),
+        "Canonical form without the memo; max_rewrites overrides the rewrite cap.");
+  m.def("clear_canonical_memo", &core::clearCanonicalMemo);
+  py::register_exception<core::CanonicalizationError>(m, "CanonicalizationError");
 
   py::class_<core::Graph>(m, "Graph")
       .def(py::init<>())
@@ -197,16 +243,6 @@ void bindUnwindCore(py::module_ &parent) {
       .def("check", &NativeRun::check, "ValueError when the layouts depend on themselves.");
   m.def("greedy_run", &runGreedy, py::arg("analysis"), py::arg("deferred"), py::arg("late"),
         py::keep_alive<0, 1>(), "One greedy run with deferred pairs and late sinks.");
-  m.def(
-      "canonicalized",
-      [](const Shape &in, const py::list &ops) { return fromChain(toChain(in, ops).canonicalized()); },
-      "A chain (input shape, op descriptions) in canonical form.");
-  m.def(
-      "apply_chain",
-      [](const Shape &in, const py::list &ops, const Regions &regions) {
-        return toChain(in, ops).apply(regions);
-      },
-      "The regions a chain's output gets from the given input regions.");
 }
 
 

@@ -9,56 +9,13 @@ piece by piece (per-dimension on indices and the empty flag).
 from __future__ import annotations
 
 import numpy as np
+from core_convert import core_value, disjoint, python_value, to_core, to_core_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popart_unwind._hooks import unwind_core as core
-from popart_unwind.memory import DisjointRegions, Region
 from popart_unwind.memory.random_chains import random_region, random_reshape_target, random_shape
 
 SETTINGS = settings(max_examples=300, deadline=None)
-
-
-def runs(ons: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for i in ons:
-        if out and out[-1][1] == i:
-            out[-1] = (out[-1][0], i + 1)
-        else:
-            out.append((i, i + 1))
-    return out
-
-
-def to_core(region: Region) -> core.Region:
-    return core.Region(region.shape, [runs(o) for o in region.get_ons()], region.is_empty())
-
-
-def to_core_all(regions: DisjointRegions) -> core.Regions:
-    return core.Regions(regions.shape, [to_core(r) for r in regions.regions])
-
-
-def ons_of(dims_runs: list) -> list[list[int]]:
-    return [[i for lo, hi in d for i in range(lo, hi)] for d in dims_runs]
-
-
-def python_value(regions: DisjointRegions | Region) -> tuple:
-    members = [regions] if isinstance(regions, Region) else list(regions.regions)
-    return (regions.shape,
-            [(r.shape, r.get_ons(), r.is_empty()) for r in members if not r.is_empty()])
-
-
-def core_value(value: tuple) -> tuple:
-    shape, members = value
-    return (tuple(shape), [(tuple(s), ons_of(d), e) for s, d, e in members])
-
-
-def disjoint(rng: np.random.Generator, shape: tuple[int, ...]) -> DisjointRegions:
-    """A union of a few random disjoint regions (made disjoint by subtraction)."""
-    acc = DisjointRegions(shape)
-    for _ in range(int(rng.integers(1, 4))):
-        piece = random_region(rng, shape)
-        acc = DisjointRegions(shape, [*acc.regions, piece.subtract(acc)])
-    return acc
 
 
 seeds = st.integers(0, 2**32 - 1)
