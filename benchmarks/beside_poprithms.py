@@ -5,7 +5,11 @@ poprithms is built from its public source (Release, -O3) into ``--build-dir``, t
 with poprithms' own API and times only the solve. For each block count and variant the
 rounds alternate — poprithms, then each of our solvers — every run in a fresh process, so
 neither side profits from the other's warm caches; the table shows each side's fastest
-round and the ratio ours ÷ poprithms. The scores must be equal, or the script stops.
+round and the ratio ours ÷ poprithms. The scores must be equal, or the script stops. Both
+sides time the solve alone, with the solution left in C++: ours keeps its sink paths in
+the solver's C++ core until they are asked for (converting them to Python objects takes
+about as long again on this chain; ``benchmarks/unwind_blocks.py`` prints that time), and
+scores them there.
 
     python benchmarks/beside_poprithms.py --source PATH [--blocks 1000 10000] [--rounds 2]
 
@@ -93,8 +97,8 @@ def build_driver(tree: Path, build_dir: Path) -> Path:
     return driver
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    seconds, score = run(command).split()
+def timed(command: list[str], cwd: Path) -> tuple[float, float]:
+    seconds, score = run(command, cwd=cwd).split()
     return float(seconds), float(score)
 
 
@@ -107,7 +111,7 @@ def main() -> None:
                         default=Path("/tmp/popart-unwind-beside-poprithms"))
     parser.add_argument("--blocks", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--variants", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--solvers", nargs="+", default=["deferral", "greedy0"])
+    parser.add_argument("--solvers", nargs="+", default=["hybrid", "deferral", "greedy0"])
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     args.build_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +133,7 @@ def main() -> None:
                                        solver=solver)
                     sides[solver] = [sys.executable, "-c", code]
                 for side, command in sides.items():
-                    seconds, score = timed(command)
+                    seconds, score = timed(command, args.build_dir)
                     best[side] = min(best.get(side, seconds), seconds)
                     scores[side] = score
             if len(set(scores.values())) != 1:

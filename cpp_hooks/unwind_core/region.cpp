@@ -1,8 +1,10 @@
 #include "unwind_core/region.hpp"
 
 #include <map>
-#include <type_traits>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace popart_unwind::core {
@@ -244,6 +246,16 @@ std::vector<Dims> splitFlat(const std::vector<Index> &flat, const Shape &sizes) 
   return pieces;
 }
 
+// Reshaping one group flattens its product set: memoised, since the same patterns recur
+// across a model's repeated blocks and their cost grows with the tensor's size. Bounded:
+// cleared when full.
+struct GroupMemo {
+  std::mutex mutex;
+  std::map<std::tuple<Shape, Dims, Shape>, std::vector<Dims>> entries;
+};
+
+constexpr std::size_t kGroupMemoEntries = 4096;
+
 std::vector<Dims> groupPieces(const Shape &sizesIn, const Dims &dims, const Shape &sizesOut) {
   bool allFull = true;
   for (std::size_t d = 0; d < dims.size(); ++d)
@@ -252,7 +264,20 @@ std::vector<Dims> groupPieces(const Shape &sizesIn, const Dims &dims, const Shap
     return {fullDims(sizesOut)};
   if (sizesIn.size() == 1 && sizesOut.size() == 1)
     return {dims};
-  return splitFlat(flatten(sizesIn, dims), sizesOut);
+  static GroupMemo memo;
+  auto key = std::make_tuple(sizesIn, dims, sizesOut);
+  {
+    std::lock_guard<std::mutex> lock(memo.mutex);
+    const auto found = memo.entries.find(key);
+    if (found != memo.entries.end())
+      return found->second;
+  }
+  std::vector<Dims> pieces = splitFlat(flatten(sizesIn, dims), sizesOut);
+  std::lock_guard<std::mutex> lock(memo.mutex);
+  if (memo.entries.size() >= kGroupMemoEntries)
+    memo.entries.clear();
+  memo.entries.emplace(std::move(key), pieces);
+  return pieces;
 }
 
 } // namespace

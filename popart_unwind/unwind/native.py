@@ -28,19 +28,23 @@ _REGION_ATTR = frozenset({"SettSample", "SettFillInto"})
 
 
 # ----- Python -> core ------------------------------------------------------------------------
-def _runs(ons: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for i in ons:
-        if out and out[-1][1] == i:
-            out[-1] = (out[-1][0], i + 1)
-        else:
-            out.append((i, i + 1))
-    return out
+@functools.lru_cache(maxsize=1 << 14)
+def _runs(dim: object, size: int) -> tuple[tuple[int, int], ...]:
+    """One dimension's on indices as ``[first, last)`` runs (memoised: views repeat)."""
+    ons = sb.ons(dim, size)
+    if not ons.size:
+        return ()
+    breaks = np.flatnonzero(np.diff(ons) != 1)
+    firsts = np.concatenate(([ons[0]], ons[breaks + 1]))
+    lasts = np.concatenate((ons[breaks] + 1, [ons[-1] + 1]))
+    return tuple(zip(firsts.tolist(), lasts.tolist(), strict=True))
 
 
 def region_value(region: Region) -> tuple:
     """A Region as the core takes it."""
-    return (region.shape, [_runs(ons) for ons in region.get_ons()], region.is_empty())
+    return (region.shape,
+            [_runs(dim, n) for dim, n in zip(region.setts, region.shape, strict=True)],
+            region.is_empty())
 
 
 def chain_value(chain: Chain) -> tuple:
