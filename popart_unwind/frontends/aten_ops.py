@@ -196,12 +196,55 @@ def _binary(onnx_name: str) -> Converter:
 
 for _aten, _onnx in {
     "add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow",
-    "eq": "Equal", "ne": "NotEqual", "lt": "Less", "gt": "Greater", "le": "LessOrEqual",
+    "eq": "Equal", "lt": "Less", "gt": "Greater", "le": "LessOrEqual",
     "ge": "GreaterOrEqual", "bitwise_and": "And", "bitwise_or": "Or", "logical_and": "And",
     "logical_or": "Or", "maximum": "Max", "minimum": "Min", "remainder": "Mod",
 }.items():
     converts(f"{_aten}.Tensor", f"{_aten}.Scalar", f"{_aten}.Tensor_Scalar",
              f"{_aten}.Tensor_Tensor", f"{_aten}.default")(_binary(_onnx))
+
+
+@converts("ne.Tensor", "ne.Scalar")
+def _not_equal(ctx, node, args, kwargs):
+    """ONNX has no NotEqual: Not(Equal)."""
+    return ctx.op(node, "Not", [_binary("Equal")(ctx, None, args, kwargs)])
+
+
+@converts("clamp.default", "clamp.Tensor", "clamp_min.default", "clamp_max.default",
+          "clamp_min.Tensor", "clamp_max.Tensor")
+def _clamp(ctx, node, args, kwargs):
+    """Clip; a Python bound becomes a 0-d constant of the input's dtype, a missing one an
+    absent input."""
+    name = str(node.target).split(".")[1]  # "aten.clamp_min.default" -> "clamp_min"
+    x = args[0]
+    if name == "clamp":
+        low = args[1] if len(args) > 1 else kwargs.get("min")
+        high = args[2] if len(args) > 2 else kwargs.get("max")
+    elif name == "clamp_min":
+        low, high = args[1], None
+    else:
+        low, high = None, args[1]
+    bounds = [None if v is None else v if ctx.is_tensor(v) else scalar_constant(ctx, v, x)
+              for v in (low, high)]
+    return ctx.op(node, "Clip", [x, *bounds])
+
+
+@converts("bernoulli.p", "bernoulli.default")
+def _bernoulli(ctx, node, args, kwargs):
+    """1 with probability p, else 0: a uniform draw shaped like the input, compared with p
+    (``bernoulli.default`` takes p elementwise from the input) and cast back."""
+    x = args[0]
+    p = args[1] if len(args) > 1 else kwargs.get("p", x)
+    draw = ctx.op(None, "RandomUniformLike", [x])
+    bound = p if ctx.is_tensor(p) else scalar_constant(ctx, p, x)
+    below = ctx.op(None, "Less", [draw, bound])
+    return ctx.op(node, "Cast", [below], {"to": ctx.onnx_dtype(ctx.out_dtype(node))})
+
+
+@converts("rsqrt.default")
+def _rsqrt(ctx, node, args, kwargs):
+    """ONNX has no Rsqrt: Reciprocal(Sqrt)."""
+    return ctx.op(node, "Reciprocal", [ctx.op(None, "Sqrt", [args[0]])])
 
 
 @converts("rsub.Scalar", "rsub.Tensor")
@@ -217,7 +260,7 @@ def _unary(onnx_name: str) -> Converter:
 
 for _aten, _onnx in {
     "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf", "sqrt": "Sqrt",
-    "rsqrt": "Rsqrt", "exp": "Exp", "log": "Log", "neg": "Neg", "abs": "Abs",
+    "exp": "Exp", "log": "Log", "neg": "Neg", "abs": "Abs",
     "reciprocal": "Reciprocal", "bitwise_not": "Not", "logical_not": "Not", "sin": "Sin",
     "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "isnan": "IsNaN", "silu": "Silu",
 }.items():
