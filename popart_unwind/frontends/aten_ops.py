@@ -292,6 +292,72 @@ def _layer_norm(ctx, node, args, kwargs):
                   num_outputs=3)
 
 
+def _per_channel(ctx, value, x, fill: float):
+    """A batch norm's per-channel operand, or a constant ``fill`` for each channel."""
+    if value is not None:
+        return value
+    return ctx.float_constant(np.full(ctx.shape(x)[1], fill), x)
+
+
+@converts("_native_batch_norm_legit_no_training.default")
+def _batch_norm_inference(ctx, node, args, kwargs):
+    """BatchNormalization with the running statistics; the two saved statistics this ATen
+    op also returns are empty in inference and become empty constants."""
+    x, weight, bias, running_mean, running_var, _, eps = args[:7]
+    y = ctx.op(node, "BatchNormalization",
+               [x, _per_channel(ctx, weight, x, 1.0), _per_channel(ctx, bias, x, 0.0),
+                running_mean, running_var], {"epsilon": float(eps)})
+    empty = [ctx.constant(np.zeros(0, dtype=ctx.dtype(x))) for _ in range(2)]
+    return [y, *empty]
+
+
+@converts("_native_batch_norm_legit_functional.default")
+def _batch_norm_training(ctx, node, args, kwargs):
+    """A training-mode batch norm, decomposed into ops with layout rules (ONNX's
+    BatchNormalization cannot return the saved mean and inverse standard deviation the
+    backward pass reads): the batch mean and biased variance are ReduceMeans over every
+    axis but the channels, Y = (x - mean) · rsqrt(var + eps) · weight + bias, and the
+    running statistics move by ``momentum`` towards the batch's (the variance unbiased)."""
+    x, weight, bias, running_mean, running_var, training, momentum, eps = args[:8]
+    if not training:  # the running statistics normalise and stay as they are
+        y, *empty = _batch_norm_inference(ctx, node, [x, weight, bias, running_mean,
+                                                      running_var, momentum, eps], kwargs)
+        return [y, *empty, running_mean, running_var]
+    shape = ctx.shape(x)
+    channels = shape[1]
+    axes = ctx.int_constant([0, *range(2, len(shape))])
+    count = int(np.prod(shape)) // channels
+    column = ctx.int_constant([1, channels] + [1] * (len(shape) - 2))
+    flat = ctx.int_constant([channels])
+
+    def scalar(value):
+        return ctx.float_constant(np.asarray(value), x)
+
+    mean = ctx.op(None, "ReduceMean", [x, axes], {"keepdims": 1})
+    centered = ctx.op(None, "Sub", [x, mean])
+    var = ctx.op(None, "ReduceMean", [ctx.op(None, "Mul", [centered, centered]), axes],
+                 {"keepdims": 1})
+    invstd = ctx.op(None, "Reciprocal", [ctx.op(None, "Sqrt", [
+        ctx.op(None, "Add", [var, scalar(eps)])])])
+    y = ctx.op(None, "Mul", [centered, invstd])
+    if weight is not None:
+        y = ctx.op(None, "Mul", [y, ctx.op(None, "Reshape", [weight, column])])
+    if bias is not None:
+        y = ctx.op(None, "Add", [y, ctx.op(None, "Reshape", [bias, column])])
+    saved_mean = ctx.op(None, "Reshape", [mean, flat])
+    saved_invstd = ctx.op(None, "Reshape", [invstd, flat])
+    unbiased = ctx.op(None, "Mul", [ctx.op(None, "Reshape", [var, flat]),
+                                    scalar(count / max(count - 1, 1))])
+    keep, step = scalar(1.0 - momentum), scalar(momentum)
+
+    def moved(running, batch):
+        return ctx.op(None, "Add", [ctx.op(None, "Mul", [running, keep]),
+                                    ctx.op(None, "Mul", [batch, step])])
+
+    return [y, saved_mean, saved_invstd, moved(running_mean, saved_mean),
+            moved(running_var, unbiased)]
+
+
 @converts("_softmax.default", "softmax.int")
 def _softmax(ctx, node, args, kwargs):
     return ctx.op(node, "Softmax", [args[0]], {"axis": args[1] % len(ctx.shape(args[0]))})

@@ -12,8 +12,9 @@ out as Poplibs' ``popops::reduce`` lays it out, with the exchange of the partial
 counted. Softmax and LogSoftmax are elementwise on their input (Poplar clones it), plus two
 reductions along the axis whose statistics are broadcast back. LayerNormalization's result
 is laid out like X; its mean and inverse standard deviation are reductions broadcast back,
-and Scale and B are broadcast operands, tied like a bias in Add. BatchNormalization keeps
-the base rule (no model imports it).
+and Scale and B are broadcast operands, tied like a bias in Add. BatchNormalization's
+per-channel operands are read like a convolution's bias, and in training mode its batch
+statistics are reductions broadcast back.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.exchange import (
+    broadcast_index,
     read_need,
     reduction_groups,
     reduction_need,
@@ -42,6 +44,7 @@ from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
     UnwindEmitter,
+    count_equal,
     flat_tiles,
     known_shape,
 )
@@ -455,4 +458,145 @@ LAYER_NORM = LayerNormRule()
 register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
 register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
 register(OpDef("LayerNormalization", infer=_infer_layer_norm, layout=LAYER_NORM))
-register(OpDef("BatchNormalization", infer=_infer_batch_norm))
+class BatchNormRule(LayoutRule):
+    """BatchNormalization: Y is laid out like X; scale, B, mean and var hold one value per
+    channel (axis 1) and are read like a convolution's bias: in the unwinding problem each
+    is reshaped to ``[1, C, 1, ...]`` and tied (bias value) to the broadcast-operand layout
+    of X through a ``sum_like``. In training mode the batch's mean and variance are
+    reductions over every axis but the channels, broadcast back (``statistics_need``), and
+    the running statistics it outputs are laid out as those reductions' results. PopART's
+    ``BatchNormOpx`` keeps ``Opx``'s Deadend (``willow/src/popx/op/batchnormx.cpp``)."""
+
+    kind = "norm"
+
+    @staticmethod
+    def _channel_shape(op: Op) -> tuple[int, ...]:
+        shape = known_shape(op, op.input(0))
+        return (1, shape[1]) + (1,) * (len(shape) - 2)
+
+    @staticmethod
+    def training(op: Op) -> bool:
+        """Opset 14 on: the ``training_mode`` attribute; before, any output past Y."""
+        if op.type.version >= 14:
+            return bool(op.attributes.get("training_mode", 0))
+        return any(index > 0 for index in op.output_map())
+
+    @staticmethod
+    def _axes(op: Op) -> tuple[int, ...]:
+        rank = len(known_shape(op, op.input(0)))
+        return (0, *range(2, rank))
+
+    def _params(self, op: Op) -> list[int]:
+        """The input indices of the per-channel operands, each tensor once and not X."""
+        seen = {op.input(0).id}
+        found = []
+        for index, tensor in op.input_map().items():
+            if index > 0 and tensor.id not in seen:
+                seen.add(tensor.id)
+                found.append(index)
+        return found
+
+    def _modelled(self, op: Op) -> bool:
+        return len(known_shape(op, op.input(0))) >= 2
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        if not self._modelled(op):
+            emitter.barrier(op)
+            return
+        graph, channel = emitter.graph, self._channel_shape(op)
+        x, out = emitter.tensor(op.input(0)), op.output(0)
+        emitter.define(out, graph.sum_like([x], [0], emitter.valuations.elementwise,
+                                           name=out.id).out)
+        for i in self._params(op):  # one pair each with X, never between two operands
+            operand = graph.reshape(emitter.tensor(op.input(i)), channel)
+            graph.sum_like([x, operand], [0], emitter.valuations.bias)
+        statistics = [i for i in op.output_map() if i > 0]
+        if statistics:
+            emitter.barrier(op, statistics)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None or not self._modelled(op):
+            return super().output_tiles(op, input_tiles, target)
+        shape = known_shape(op, op.input(0))
+        groups = reduction_groups(shape, self._axes(op))
+        layouts = []
+        for index, tensor in op.output_map().items():
+            if index == 0:
+                layouts.append(tiles.copy())
+            else:
+                layouts.append(statistic_tiles(groups, tiles, shape[1], tensor.dtype, target))
+        return layouts
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        """Each per-channel operand read by Y's tiles, as a bias; in training, the batch
+        statistics."""
+        need = ExchangeNeed.none(target.num_tiles)
+        if not self._modelled(op):
+            return need
+        x = op.input(0)
+        shape, channel = known_shape(op, x), self._channel_shape(op)
+        readers = np.asarray(output_tiles[0]).reshape(-1)
+        index = broadcast_index(channel, shape)
+        for i in self._params(op):
+            tiles = flat_tiles(input_tiles, i)
+            if tiles is not None:
+                need = need + read_need(readers, index, tiles,
+                                        target.dtype_size(op.input(i).dtype), target.num_tiles)
+        if self.training(op) and math.prod(shape):
+            need = need + statistics_need(shape, self._axes(op), readers, x.dtype, 2, target)
+        return need
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations) -> tuple[float, float]:
+        x_tiles = flat_tiles(input_tiles, 0)
+        if not self._modelled(op):
+            return 0.0, 0.0
+        shape, channel = known_shape(op, op.input(0)), self._channel_shape(op)
+        wanted = None if x_tiles is None else \
+            target.broadcast_operand_tiles(x_tiles, shape, channel)
+        score = bound = 0.0
+        for i in self._params(op):
+            bound += valuations.bias * shape[1]
+            tiles = flat_tiles(input_tiles, i)
+            if wanted is not None and tiles is not None:
+                score += valuations.bias * count_equal(tiles, wanted)
+        return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """A per-channel operand where most of its channel lies in Y."""
+        if index not in self._params(op) or not self._modelled(op):
+            return None
+        return np.asarray(target.broadcast_operand_tiles(
+            np.asarray(output_tiles[0]).reshape(-1), known_shape(op, op.input(0)),
+            self._channel_shape(op))).reshape(-1)
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """A planned X could hold each channel on one tile with its operands: nothing."""
+        if 0 in planned:
+            return 0
+        return super().least_received(op, input_tiles, output_tiles, planned, target)
+
+
+def _fold_batch_norm(op: Op, constants) -> list | None:
+    """Inference only (the running statistics given): ``(x - mean) / sqrt(var + eps) ·
+    scale + B`` per channel (axis 1)."""
+    if BatchNormRule.training(op) or any(c is None for c in constants[:5]):
+        return None
+    x = constants[0]
+    if x.size > FOLD_MAX_ELEMENTS or x.ndim < 2 or x.dtype.kind != "f":
+        return None
+    column = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (np.asarray(c).reshape(column) for c in constants[1:5])
+    eps = op.attributes.get("epsilon", 1e-5)
+    result = (x - mean) / np.sqrt(var + eps) * scale + bias
+    return [result.astype(x.dtype)]
+
+
+BATCH_NORM = BatchNormRule()
+register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
+               layout=BATCH_NORM))

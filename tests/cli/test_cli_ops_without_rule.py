@@ -174,7 +174,7 @@ def test_validate_plan_needs_the_key():
 
 #: The registered op types with no layout rule today (docs/cli.md names them).
 REGISTERED_WITHOUT_RULE = {
-    "AveragePool", "BatchNormalization", "Constant", "ConstantOfShape",
+    "AveragePool", "Constant", "ConstantOfShape",
     "ConvTranspose", "CumSum", "Dropout", "Einsum", "GatherElements", "GatherND",
     "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool",
     "LpPool", "MatMulInteger", "MaxPool", "NonZero", "OneHot", "Pad", "Range",

@@ -10,27 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from popart_unwind.ir import Ir, Tensor  # noqa: E402
+from fold_oracle import fold_all  # noqa: E402
+
+from popart_unwind.ir import Ir  # noqa: E402
 from popart_unwind.ops.coverage import ops_without_rule  # noqa: E402
 from popart_unwind.ops.registry import REGISTRY  # noqa: E402
-
-
-def fold_all(ir: Ir, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The main graph's outputs computed with each op's numpy fold (a test oracle)."""
-    values: dict[str, np.ndarray] = dict(inputs)
-    graph = ir.main_graph
-    for tensor in graph.producerless_tensors():
-        if tensor.data is not None:
-            values[tensor.id] = np.asarray(tensor.data)
-    for op in graph.schedule():
-        constants = [values.get(t.id) if t is not None else None
-                     for t in [op.input(i) if op.has_input(i) else None
-                               for i in range(max(op.input_map(), default=-1) + 1)]]
-        result = REGISTRY.lookup(op).fold(op, constants)
-        assert result is not None, op.debug_name()
-        for tensor, value in zip(op.outputs, result, strict=True):
-            values[tensor.id] = values[value.id] if isinstance(value, Tensor) else value
-    return [values[t.id] for t in graph.outputs]
 
 
 class Bounded(torch.nn.Module):

@@ -303,3 +303,71 @@ def test_any_layout_costs_at_least_the_bound_and_no_more_than_the_oracle(shape, 
     assert report.op(reduce_op.id).exchange_bytes == expected
     for row in report.ops:
         assert 0 <= row.avoidable_bytes <= row.exchange_bytes
+
+
+# -- BatchNormalization -----------------------------------------------------------------------
+def batch_norm_ir(training: bool = False):
+    b = Builder()
+    x = b.add_input_tensor("float32", (2, 3, 8, 8), "x")
+    conv = b.op("Conv", [x, weight(b, (16, 3, 3, 3), "w")], {"pads": [1, 1, 1, 1]})
+    params = [weight(b, (16,), name) for name in ("gamma", "beta", "mean", "var")]
+    attributes = {"training_mode": 1} if training else {}
+    outs = b.op("BatchNormalization", [conv, *params], attributes,
+                num_outputs=3 if training else 1)
+    y = outs[0] if training else outs
+    b.add_output_tensor(b.op("Relu", [y]))
+    return b.ir()
+
+
+def test_batch_norm_operands_sit_with_their_channels_like_a_conv_bias():
+    ir = batch_norm_ir()
+    plan = plan_ir(ir, small_target())
+    norm = op_of(ir, "BatchNormalization")
+    fresh = small_target()
+    conv = op_of(ir, "Conv")
+    [conv_out] = REGISTRY.layout_rule(conv).output_tiles(
+        conv, [tiles_of(ir, "x"), tiles_of(ir, "w")], fresh)
+    wanted = fresh.broadcast_operand_tiles(conv_out, (2, 16, 8, 8), (1, 16, 1, 1))
+    assert len(set(wanted.tolist())) > 1  # the test means something
+    for name in ("gamma", "beta", "mean", "var"):
+        assert np.array_equal(tiles_of(ir, name), wanted), name
+    assert plan.objective == plan.upper_bound
+    report = evaluate(ir, small_target())
+    assert report.objective == plan.objective
+    # a channel spans several tiles, so some still receive its values, but no layout of
+    # the operands would receive less
+    assert report.op(norm.id).avoidable_bytes == 0 < report.op(norm.id).exchange_bytes
+    linear = evaluate(ir, small_target(), mappings=dict(linear_plan(ir, small_target())))
+    assert linear.op(norm.id).avoidable_bytes > 0
+    assert linear.op(norm.id).exchange_bytes > report.op(norm.id).exchange_bytes
+    # PopART's BatchNormOpx creates nothing and passes nothing: the operands are linear
+    baseline = popart_baseline(ir, small_target())
+    assert {baseline.decision(n).method for n in ("gamma", "beta", "mean", "var")} == \
+        {"linear"}
+
+
+def test_a_training_batch_norm_also_pays_for_its_batch_statistics():
+    inference, training = batch_norm_ir(), batch_norm_ir(training=True)
+    plan_ir(inference, small_target())
+    plan_ir(training, small_target())
+    rows = [evaluate(ir, small_target()).op(op_of(ir, "BatchNormalization").id)
+            for ir in (inference, training)]
+    norm = op_of(training, "BatchNormalization")
+    rule = REGISTRY.layout_rule(norm)
+    x_tiles = evaluate_input_tiles(training, norm)
+    outputs = rule.output_tiles(norm, [x_tiles] + [None] * 4, small_target())
+    assert np.array_equal(outputs[0], x_tiles)
+    assert outputs[1].shape == outputs[2].shape == (16,)
+    from popart_unwind.ops.reduce import statistics_need
+
+    extra = statistics_need((2, 16, 8, 8), (0, 2, 3), x_tiles, "float32", 2, small_target())
+    assert rows[1].exchange_bytes == rows[0].exchange_bytes + int(extra.received_bytes.sum())
+    assert int(extra.received_bytes.sum()) > 0
+
+
+def evaluate_input_tiles(ir, op) -> np.ndarray:
+    """The layout the cost model derives for ``op``'s input 0 (a convolution's result)."""
+    conv = op.input(0).producer
+    [tiles] = REGISTRY.layout_rule(conv).output_tiles(
+        conv, [tiles_of(ir, "x"), tiles_of(ir, "w")], small_target())
+    return tiles
