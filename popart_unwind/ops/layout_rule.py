@@ -83,7 +83,8 @@ class LayoutRule:
 
     ``input_tiles[i]`` holds input index ``i``'s layout, and ``output_tiles`` returns one flat
     array per output in index order. ``kind`` names the rule family: "view",
-    "elementwise", "matmul", "conv", "gather", "subgraph" or "barrier".
+    "elementwise", "matmul", "conv", "gather", "subgraph", "reduction", "norm", "random"
+    or "barrier".
     """
 
     kind = "barrier"

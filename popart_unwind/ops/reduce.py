@@ -20,6 +20,7 @@ statistics are reductions broadcast back.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -185,8 +186,8 @@ def statistics_need(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.nda
                     dtype: str, count: int, target: TileMachine) -> ExchangeNeed:
     """The exchange of ``count`` statistics reduced over ``axes`` of a tensor laid out as
     ``tiles`` and broadcast back to it (a softmax's max and sum, a norm's mean and inverse
-    standard deviation): per statistic, the partials to the statistic's tiles, then each
-    tile holding elements the statistics of their rows it does not hold."""
+    standard deviation): per statistic, the partials sent to the statistic's tiles, then
+    each tile receiving the statistics of its elements' rows that it does not hold."""
     groups = reduction_groups(shape, axes)
     num_groups = math.prod(1 if a in axes else d for a, d in enumerate(shape))
     stats = statistic_tiles(groups, tiles, num_groups, dtype, target)
@@ -208,7 +209,8 @@ class ReductionRule(LayoutRule):
 
     kind = "reduction"
 
-    def __init__(self, axes_of) -> None:
+    def __init__(self, axes_of: Callable[[Op, int], tuple[int, ...] | None]) -> None:
+        """``axes_of(op, rank)``: the reduced axes, or None for the identity."""
         self.axes_of = axes_of
 
     def _axes(self, op: Op) -> tuple[int, ...]:
