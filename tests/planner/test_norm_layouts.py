@@ -371,3 +371,28 @@ def evaluate_input_tiles(ir, op) -> np.ndarray:
     [tiles] = REGISTRY.layout_rule(conv).output_tiles(
         conv, [tiles_of(ir, "x"), tiles_of(ir, "w")], small_target())
     return tiles
+
+
+def small_mixed_ir():
+    """A weight through Softmax into a matmul, a bias added after a ReduceSum of the
+    product, and a layer norm whose Scale is also a weight: every rule of this family."""
+    b = Builder()
+    x = b.add_input_tensor("float32", (4, 6), "x")
+    w = weight(b, (6, 5), "w")
+    product = b.op("MatMul", [x, b.op("Softmax", [w], {"axis": 0})])
+    total = b.op("ReduceSum", [product, np.array([0], np.int64)], {"keepdims": 1})
+    shifted = b.op("Add", [b.op("Sub", [product, total]), weight(b, (5,), "bias")])
+    norm = b.op("LayerNormalization", [shifted, weight(b, (5,), "scale")], {"axis": -1},
+                num_outputs=3)[0]
+    b.add_output_tensor(norm)
+    return b.ir()
+
+
+@pytest.mark.parametrize("tiles", [4, 16])
+def test_the_default_plan_of_every_rule_here_is_the_exact_optimum(tiles):
+    ours = plan_ir(small_mixed_ir(), small_target(tiles))
+    exact = plan_ir(small_mixed_ir(), small_target(tiles),
+                    options=dataclasses.replace(SessionOptions(), unwind_algorithm="exact"))
+    assert exact.proven_optimal
+    assert ours.objective == exact.objective
+    assert 0 < ours.objective <= ours.upper_bound
