@@ -89,6 +89,9 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     row["pipeline_s"] = time.perf_counter() - began
     row["ops"] = sum(1 for _ in ir.all_ops())
     row["producerless"] = sum(len(g.producerless_tensors()) for g in ir.graphs)
+    from popart_unwind.ops.coverage import ops_without_rule
+
+    row["without_rule"] = ops_without_rule(ir)
 
     target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
     report.put(("stage", "plan"))
@@ -238,7 +241,7 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 # -- tables -----------------------------------------------------------------------------------
 TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB", "RSS MiB",
-                "baseline s", "evaluate s", "solver obj/bound")
+                "baseline s", "evaluate s", "solver obj/bound", "ops without rule")
 COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
                 "left to save MB o/P/L", "max tile KiB o/P/L", "o÷P exchange",
                 "same tiles as P")
@@ -252,7 +255,15 @@ def time_cells(row: dict[str, Any]) -> list[str]:
             f"{row['import_s'] + row['pipeline_s']:.1f}", f"{row['plan_s']:.2f}",
             "-" if peak is None else f"{peak:,.0f}", f"{row['rss_mib']:,.0f}",
             f"{row['baseline_s']:.2f}", f"{sum(row['evaluate_s'].values()):.2f}",
-            f"{row['solver_ratio']:.4f}"]
+            f"{row['solver_ratio']:.4f}", without_rule_cell(row)]
+
+
+def without_rule_cell(row: dict[str, Any]) -> str:
+    """The ops no layout rule models, by type (rows of older runs lack them: "-")."""
+    counts = row.get("without_rule")
+    if counts is None:
+        return "-"
+    return ", ".join(f"{name} ×{count}" for name, count in counts.items()) or "none"
 
 
 def cost_cells(row: dict[str, Any]) -> list[str]:

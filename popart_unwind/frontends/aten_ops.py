@@ -196,12 +196,55 @@ def _binary(onnx_name: str) -> Converter:
 
 for _aten, _onnx in {
     "add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div", "pow": "Pow",
-    "eq": "Equal", "ne": "NotEqual", "lt": "Less", "gt": "Greater", "le": "LessOrEqual",
+    "eq": "Equal", "lt": "Less", "gt": "Greater", "le": "LessOrEqual",
     "ge": "GreaterOrEqual", "bitwise_and": "And", "bitwise_or": "Or", "logical_and": "And",
     "logical_or": "Or", "maximum": "Max", "minimum": "Min", "remainder": "Mod",
 }.items():
     converts(f"{_aten}.Tensor", f"{_aten}.Scalar", f"{_aten}.Tensor_Scalar",
              f"{_aten}.Tensor_Tensor", f"{_aten}.default")(_binary(_onnx))
+
+
+@converts("ne.Tensor", "ne.Scalar")
+def _not_equal(ctx, node, args, kwargs):
+    """ONNX has no NotEqual: Not(Equal)."""
+    return ctx.op(node, "Not", [_binary("Equal")(ctx, None, args, kwargs)])
+
+
+@converts("clamp.default", "clamp.Tensor", "clamp_min.default", "clamp_max.default",
+          "clamp_min.Tensor", "clamp_max.Tensor")
+def _clamp(ctx, node, args, kwargs):
+    """Clip; a Python bound becomes a 0-d constant of the input's dtype, a missing one an
+    absent input."""
+    name = str(node.target).split(".")[1]  # "aten.clamp_min.default" -> "clamp_min"
+    x = args[0]
+    if name == "clamp":
+        low = args[1] if len(args) > 1 else kwargs.get("min")
+        high = args[2] if len(args) > 2 else kwargs.get("max")
+    elif name == "clamp_min":
+        low, high = args[1], None
+    else:
+        low, high = None, args[1]
+    bounds = [None if v is None else v if ctx.is_tensor(v) else scalar_constant(ctx, v, x)
+              for v in (low, high)]
+    return ctx.op(node, "Clip", [x, *bounds])
+
+
+@converts("bernoulli.p", "bernoulli.default")
+def _bernoulli(ctx, node, args, kwargs):
+    """1 with probability p, else 0: a uniform draw shaped like the input, compared with p
+    (``bernoulli.default`` takes p elementwise from the input) and cast back."""
+    x = args[0]
+    p = args[1] if len(args) > 1 else kwargs.get("p", x)
+    draw = ctx.op(None, "RandomUniformLike", [x])
+    bound = p if ctx.is_tensor(p) else scalar_constant(ctx, p, x)
+    below = ctx.op(None, "Less", [draw, bound])
+    return ctx.op(node, "Cast", [below], {"to": ctx.onnx_dtype(ctx.out_dtype(node))})
+
+
+@converts("rsqrt.default")
+def _rsqrt(ctx, node, args, kwargs):
+    """ONNX has no Rsqrt: Reciprocal(Sqrt)."""
+    return ctx.op(node, "Reciprocal", [ctx.op(None, "Sqrt", [args[0]])])
 
 
 @converts("rsub.Scalar", "rsub.Tensor")
@@ -217,7 +260,7 @@ def _unary(onnx_name: str) -> Converter:
 
 for _aten, _onnx in {
     "relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "erf": "Erf", "sqrt": "Sqrt",
-    "rsqrt": "Rsqrt", "exp": "Exp", "log": "Log", "neg": "Neg", "abs": "Abs",
+    "exp": "Exp", "log": "Log", "neg": "Neg", "abs": "Abs",
     "reciprocal": "Reciprocal", "bitwise_not": "Not", "logical_not": "Not", "sin": "Sin",
     "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "isnan": "IsNaN", "silu": "Silu",
 }.items():
@@ -247,6 +290,72 @@ def _layer_norm(ctx, node, args, kwargs):
         np.ones(normalized_shape), x), bias]
     return ctx.op(node, "LayerNormalization", inputs, {"axis": axis, "epsilon": float(eps)},
                   num_outputs=3)
+
+
+def _per_channel(ctx, value, x, fill: float):
+    """A batch norm's per-channel operand, or a constant ``fill`` for each channel."""
+    if value is not None:
+        return value
+    return ctx.float_constant(np.full(ctx.shape(x)[1], fill), x)
+
+
+@converts("_native_batch_norm_legit_no_training.default")
+def _batch_norm_inference(ctx, node, args, kwargs):
+    """BatchNormalization with the running statistics; the two saved statistics this ATen
+    op also returns are empty in inference and become empty constants."""
+    x, weight, bias, running_mean, running_var, _, eps = args[:7]
+    y = ctx.op(node, "BatchNormalization",
+               [x, _per_channel(ctx, weight, x, 1.0), _per_channel(ctx, bias, x, 0.0),
+                running_mean, running_var], {"epsilon": float(eps)})
+    empty = [ctx.constant(np.zeros(0, dtype=ctx.dtype(x))) for _ in range(2)]
+    return [y, *empty]
+
+
+@converts("_native_batch_norm_legit_functional.default")
+def _batch_norm_training(ctx, node, args, kwargs):
+    """A training-mode batch norm, decomposed into ops with layout rules (ONNX's
+    BatchNormalization cannot return the saved mean and inverse standard deviation the
+    backward pass reads): the batch mean and biased variance are ReduceMeans over every
+    axis but the channels, Y = (x - mean) · rsqrt(var + eps) · weight + bias, and the
+    running statistics move by ``momentum`` towards the batch's (the variance unbiased)."""
+    x, weight, bias, running_mean, running_var, training, momentum, eps = args[:8]
+    if not training:  # the running statistics normalise and stay as they are
+        y, *empty = _batch_norm_inference(ctx, node, [x, weight, bias, running_mean,
+                                                      running_var, momentum, eps], kwargs)
+        return [y, *empty, running_mean, running_var]
+    shape = ctx.shape(x)
+    channels = shape[1]
+    axes = ctx.int_constant([0, *range(2, len(shape))])
+    count = int(np.prod(shape)) // channels
+    column = ctx.int_constant([1, channels] + [1] * (len(shape) - 2))
+    flat = ctx.int_constant([channels])
+
+    def scalar(value):
+        return ctx.float_constant(np.asarray(value), x)
+
+    mean = ctx.op(None, "ReduceMean", [x, axes], {"keepdims": 1})
+    centered = ctx.op(None, "Sub", [x, mean])
+    var = ctx.op(None, "ReduceMean", [ctx.op(None, "Mul", [centered, centered]), axes],
+                 {"keepdims": 1})
+    invstd = ctx.op(None, "Reciprocal", [ctx.op(None, "Sqrt", [
+        ctx.op(None, "Add", [var, scalar(eps)])])])
+    y = ctx.op(None, "Mul", [centered, invstd])
+    if weight is not None:
+        y = ctx.op(None, "Mul", [y, ctx.op(None, "Reshape", [weight, column])])
+    if bias is not None:
+        y = ctx.op(None, "Add", [y, ctx.op(None, "Reshape", [bias, column])])
+    saved_mean = ctx.op(None, "Reshape", [mean, flat])
+    saved_invstd = ctx.op(None, "Reshape", [invstd, flat])
+    unbiased = ctx.op(None, "Mul", [ctx.op(None, "Reshape", [var, flat]),
+                                    scalar(count / max(count - 1, 1))])
+    keep, step = scalar(1.0 - momentum), scalar(momentum)
+
+    def moved(running, batch):
+        return ctx.op(None, "Add", [ctx.op(None, "Mul", [running, keep]),
+                                    ctx.op(None, "Mul", [batch, step])])
+
+    return [y, saved_mean, saved_invstd, moved(running_mean, saved_mean),
+            moved(running_var, unbiased)]
 
 
 @converts("_softmax.default", "softmax.int")

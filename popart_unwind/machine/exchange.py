@@ -208,3 +208,51 @@ def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) ->
     result = np.full(num_tiles, -1, dtype=np.int64)
     result[:used] = block
     return result
+
+
+# -- reductions (Poplibs' popops::reduce, approximated; docs/ipu-model.md) --------------------
+def reduction_groups(shape: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray:
+    """For each element of a tensor of ``shape`` (row-major), the flat index of the result
+    element it is reduced into when ``axes`` are reduced (results in row-major order of the
+    kept axes, which is the same with or without kept unit axes)."""
+    kept = tuple(1 if axis in axes else size for axis, size in enumerate(shape))
+    return broadcast_index(kept, tuple(shape))
+
+
+def reduction_partials(groups: np.ndarray, tiles: np.ndarray, num_groups: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """The partial results a reduction's first stage leaves: one per (result element, tile
+    holding some of its inputs), each tile reducing what it holds without exchange. Returns
+    (tile, result element) of each partial, sorted by tile then result element."""
+    source = _ids(tiles).astype(np.int64, copy=False)
+    group = np.asarray(groups, np.int64).reshape(-1)
+    if not group.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return _distinct_pairs(source, group, max(num_groups, 1))
+
+
+def single_partial_tiles(groups: np.ndarray, tiles: np.ndarray,
+                         num_groups: int) -> np.ndarray | None:
+    """Each result element's tile when every result element has all its inputs on one tile
+    (the reduction then needs no exchange and Poplibs computes each result there), else
+    None."""
+    tile, group = reduction_partials(groups, tiles, num_groups)
+    if group.size != num_groups:
+        return None  # some result has partials on several tiles, or no inputs at all
+    result = np.empty(num_groups, dtype=np.asarray(tiles).dtype)
+    result[group] = tile
+    return result
+
+
+def reduction_need(groups: np.ndarray, tiles: np.ndarray, result_tiles: np.ndarray,
+                   element_bytes: int, num_tiles: int) -> ExchangeNeed:
+    """What tiles receive when a reduction's partials (``reduction_partials``) travel to the
+    tiles of their result elements, ``result_tiles``: each partial not already there is
+    received once by its result's tile; a region is a run of consecutive result elements
+    whose partials come from one tile."""
+    tile, group = reduction_partials(groups, tiles, np.size(result_tiles))
+    if not tile.size:
+        return ExchangeNeed.none(num_tiles)
+    # Partials in (tile, result) order: consecutive ids from one tile are consecutive results.
+    return read_need(np.asarray(result_tiles).reshape(-1)[group], np.arange(tile.size), tile,
+                     element_bytes, num_tiles)

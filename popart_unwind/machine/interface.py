@@ -123,6 +123,11 @@ class TileMachine(abc.ABC):
         """A linear mapping starting where the previous one ended."""
 
     @abc.abstractmethod
+    def reduction_result_tiles(self, num_elements: int, dtype: str) -> np.ndarray:
+        """Where a reduction puts results whose inputs lie on several tiles (Poplibs'
+        ``popops::reduce`` maps them linearly from tile 0); no rotation."""
+
+    @abc.abstractmethod
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
                     dtype: str) -> MatmulPartition:
         """How [G,M,K] x [G,K,N] is cut over the tiles."""

@@ -12,6 +12,7 @@ from math import prod
 
 import numpy as np
 
+from popart_unwind import _hooks
 from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
 from popart_unwind.machine import hooks
@@ -91,6 +92,22 @@ class TileTarget(TileMachine):
         tiles, used = hooks.linear_tiles(self.model.tile_params(dtype), numel,
                                          self._next_start_tile)
         self._next_start_tile = (self._next_start_tile + used) % self.num_tiles
+        return tiles
+
+    def reduction_result_tiles(self, num_elements: int, dtype: str) -> np.ndarray:
+        """``popops::reduce``'s mapping of a result it creates when the partials lie on
+        several tiles: ``calcLinearTileMapping`` from tile 0 with a grain of one vector
+        width and at least four vector widths per tile (``intermediateToOutput``,
+        lib/popops/reduction/ReductionStages.cpp)."""
+        params = self.model.tile_params(dtype)
+        grain = params.grain_elements
+        reduce_params = _hooks.TileParams(
+            num_tiles=params.num_tiles, element_bytes=params.element_bytes,
+            grain_elements=grain, min_elements_per_tile=4 * grain,
+            partial_bytes_per_element=params.partial_bytes_per_element,
+            exchange_bytes_per_cycle=params.exchange_bytes_per_cycle,
+            macs_per_cycle=params.macs_per_cycle, sync_cycles=params.sync_cycles)
+        tiles, _ = hooks.linear_tiles(reduce_params, int(num_elements), 0)
         return tiles
 
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,

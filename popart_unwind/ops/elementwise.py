@@ -11,7 +11,8 @@ Layouts: the unwinding problem gets a ``sum_like``; inputs of the output's shape
 elementwise partners, each smaller (numpy-broadcast) input is tied to the Poplibs
 broadcast-operand layout of the first full one. Poplar lays the result out like the
 best-balanced full-shape input. PopART's creator search passes through a same-shape input to
-the result, except through Add (``AddOpx`` is a dead end for it by default).
+the result, except through Add (``AddOpx`` is a dead end for it by default) and Where
+(``BaseWhereOpx`` is a dead end for every input).
 """
 
 from __future__ import annotations
@@ -162,6 +163,31 @@ def _mean(op: Op, values: list[np.ndarray]) -> np.ndarray:
 
 def _where(op: Op, values: list[np.ndarray]) -> np.ndarray:
     return np.where(values[0], values[1], values[2])
+
+
+def _clip(op: Op, values: list[np.ndarray]) -> np.ndarray:
+    """ONNX Clip: the bounds are inputs 1 and 2 from opset 11 (each optional), attributes
+    before."""
+    x, rest = values[0], list(values[1:])
+    if op.type.version >= 11:
+        low = rest.pop(0) if op.has_input(1) else None
+        high = rest.pop(0) if op.has_input(2) else None
+    else:
+        low, high = op.attributes.get("min"), op.attributes.get("max")
+    if low is not None:
+        x = np.maximum(x, np.asarray(low, x.dtype))
+    if high is not None:
+        x = np.minimum(x, np.asarray(high, x.dtype))
+    return x
+
+
+def _infer_clip(op: Op) -> InferredOutputs:
+    """The input's type; each bound present must be a single value (ONNX: a scalar)."""
+    for index, what in ((1, "min"), (2, "max")):
+        if op.has_input(index) and prod(input_shape(op, index)) != 1:
+            raise ShapeError(f"op {op.debug_name()}: its {what} bound must be a scalar, got "
+                             f"shape {input_shape(op, index)}")
+    return [(op.input(0).dtype, broadcast_result(op))]
 
 
 # -- folds ------------------------------------------------------------------------------------
@@ -394,6 +420,9 @@ FIRST_INPUT_ELEMENTWISE = ElementwiseRule(data_inputs=(0,))
 #: willow/src/popx/op/addx.cpp: only with decomposeGradSum or batch serialisation does it
 #: defer to the elementwise rule).
 ADD = ElementwiseRule(popart_unwinds=False)
+#: PopART's ``BaseWhereOpx`` answers Deadend for every input (``getInputCreatorType``,
+#: willow/src/popx/op/wherex.cpp: unwinding through it is left for later there).
+WHERE = ElementwiseRule(popart_unwinds=False)
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -464,7 +493,8 @@ _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
             domain: str = ONNX_DOMAIN) -> None:
     infer = _INFER.setdefault(name, _infer_rule(kind, arity, broadcast))
-    layout = FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add" else ELEMENTWISE
+    layout = (FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add"
+              else WHERE if name == "Where" else ELEMENTWISE)
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
                    commutative=name in COMMUTATIVE, layout=layout))
 
@@ -483,5 +513,7 @@ _define("Cast", _cast, "cast", 1, broadcast=False)
 _define("CastLike", lambda op, v: None if op.input(1).dtype == "bfloat16" else v[0], "like", 2,
         broadcast=False)
 _define("Where", _where, "where", 3, broadcast=True)
+_INFER["Clip"] = _infer_clip
+_define("Clip", _clip, "same", None, broadcast=True)  # the bounds broadcast as scalars
 for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):
     _define("Gelu", lambda op, v: _gelu(op, v[0]), "same", 1, broadcast=False, domain=_domain)

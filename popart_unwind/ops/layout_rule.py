@@ -50,9 +50,10 @@ class UnwindEmitter(Protocol):
 
     ``tensor`` is the unwind tensor standing for an IR tensor (every op output must be
     ``define``d by its op's rule); ``source`` and ``fixed_point`` make roots with known
-    layouts; ``barrier`` makes the op's outputs roots laid out by the rule's
-    ``output_tiles``; ``sink`` makes an op output a tensor the solver lays out (call
-    outputs), whose mapping the planner writes back like a producer-less tensor's.
+    layouts; ``barrier`` makes the op's outputs (or those of ``outputs``, by output index)
+    roots laid out by the rule's ``output_tiles``; ``sink`` makes an op output a tensor
+    the solver lays out (call outputs), whose mapping the planner writes back like a
+    producer-less tensor's.
     """
 
     graph: Graph
@@ -64,7 +65,7 @@ class UnwindEmitter(Protocol):
     def source(self, tensor: Tensor, tiles: RootTiles, name: str) -> TensorId: ...
     def fixed_point(self, inputs: Sequence[TensorId], shapes: Sequence[tuple[int, ...]],
                     tiles: Sequence[RootTiles], name: str) -> list[TensorId]: ...
-    def barrier(self, op: Op) -> None: ...
+    def barrier(self, op: Op, outputs: Sequence[int] | None = None) -> None: ...
     def sink(self, tensor: Tensor) -> TensorId: ...
 
 
@@ -82,7 +83,8 @@ class LayoutRule:
 
     ``input_tiles[i]`` holds input index ``i``'s layout, and ``output_tiles`` returns one flat
     array per output in index order. ``kind`` names the rule family: "view",
-    "elementwise", "matmul", "conv", "gather", "subgraph" or "barrier".
+    "elementwise", "matmul", "conv", "gather", "subgraph", "reduction", "norm", "random"
+    or "barrier".
     """
 
     kind = "barrier"

@@ -4,23 +4,50 @@ Softmax, LogSoftmax, LayerNormalization, BatchNormalization), with ONNX semantic
 The reduced axes are an attribute up to a version and an optional input from then on
 (ReduceSum from opset 13, the others from 18); without axes every axis is reduced, unless
 ``noop_with_empty_axes`` makes the op the identity. The normalisations follow what changed
-between opset versions (Softmax's default axis, BatchNormalization's outputs). For layouts
-all of these are barriers.
+between opset versions (Softmax's default axis, BatchNormalization's outputs).
+
+Layouts (docs/planner.md, docs/ipu-model.md): a reduction reads its input where it lies
+and its result is small — a root of the unwinding problem that depends on the input, laid
+out as Poplibs' ``popops::reduce`` lays it out, with the exchange of the partial results
+counted. Softmax and LogSoftmax are elementwise on their input (Poplar clones it), plus two
+reductions along the axis whose statistics are broadcast back. LayerNormalization's result
+is laid out like X; its mean and inverse standard deviation are reductions broadcast back,
+and Scale and B are broadcast operands, tied like a bias in Add. BatchNormalization's
+per-channel operands are read like a convolution's bias, and in training mode its batch
+statistics are reductions broadcast back.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
+from popart_unwind.machine.exchange import (
+    broadcast_index,
+    read_need,
+    reduction_groups,
+    reduction_need,
+    single_partial_tiles,
+)
+from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import (
     FOLD_MAX_ELEMENTS,
     constant_value,
     input_shape,
     normalize_axis,
+)
+from popart_unwind.ops.elementwise import ElementwiseRule
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    UnwindEmitter,
+    count_equal,
+    flat_tiles,
+    known_shape,
 )
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.shapes import broadcast_shapes
@@ -143,10 +170,112 @@ def _fold_arg(op: Op, constants) -> list | None:
     return [np.asarray(index, dtype=np.int64)]
 
 
+# -- layouts -------------------------------------------------------------------------------
+def statistic_tiles(groups: np.ndarray, tiles: np.ndarray, num_groups: int, dtype: str,
+                    target: TileMachine) -> np.ndarray:
+    """Where ``popops::reduce`` puts a result it creates: each result element on the tile
+    holding all its inputs when every result has them on one tile (no exchange; Poplibs'
+    ``inputToOutputNoExchange``), else linearly from tile 0 (``intermediateToOutput``)."""
+    single = single_partial_tiles(groups, tiles, num_groups)
+    if single is not None:
+        return single
+    return np.asarray(target.reduction_result_tiles(num_groups, dtype)).reshape(-1)
+
+
+def statistics_need(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.ndarray,
+                    dtype: str, count: int, target: TileMachine) -> ExchangeNeed:
+    """The exchange of ``count`` statistics reduced over ``axes`` of a tensor laid out as
+    ``tiles`` and broadcast back to it (a softmax's max and sum, a norm's mean and inverse
+    standard deviation): per statistic, the partials sent to the statistic's tiles, then
+    each tile receiving the statistics of its elements' rows that it does not hold."""
+    groups = reduction_groups(shape, axes)
+    num_groups = math.prod(1 if a in axes else d for a, d in enumerate(shape))
+    stats = statistic_tiles(groups, tiles, num_groups, dtype, target)
+    size = target.dtype_size(dtype)
+    one = (reduction_need(groups, tiles, stats, size, target.num_tiles)
+           + read_need(tiles, groups, stats, size, target.num_tiles))
+    need = ExchangeNeed.none(target.num_tiles)
+    for _ in range(count):
+        need = need + one
+    return need
+
+
+class ReductionRule(LayoutRule):
+    """Reduce* (and ArgMax/ArgMin over their one axis): the input is read where it lies;
+    the result is a root of the unwinding problem that depends on it, laid out as
+    ``popops::reduce`` does. A reduction that moves no element between positions (only
+    unit axes reduced, or the identity) is a reshape of its input. PopART's ``ReduceOpx``
+    classes keep ``Opx``'s default creator type, Deadend: no creator search passes."""
+
+    kind = "reduction"
+
+    def __init__(self, axes_of: Callable[[Op, int], tuple[int, ...] | None]) -> None:
+        """``axes_of(op, rank)``: the reduced axes, or None for the identity."""
+        self.axes_of = axes_of
+
+    def _axes(self, op: Op) -> tuple[int, ...]:
+        """The reduced axes; () for the identity."""
+        shape = known_shape(op, op.input(0))
+        axes = self.axes_of(op, len(shape))
+        return () if axes is None else tuple(axes)
+
+    def _moves_nothing(self, op: Op) -> bool:
+        shape = known_shape(op, op.input(0))
+        return all(shape[a] == 1 for a in self._axes(op))
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        out = op.output(0)
+        if self._moves_nothing(op):
+            emitter.define(out, emitter.graph.reshape(emitter.tensor(op.input(0)),
+                                                      known_shape(op, out), name=out.id))
+            return
+        emitter.barrier(op)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        x, out = op.input(0), op.output(0)
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None:
+            return super().output_tiles(op, input_tiles, target)
+        if self._moves_nothing(op):
+            return [tiles.copy()]
+        shape, axes = known_shape(op, x), self._axes(op)
+        groups = reduction_groups(shape, axes)
+        return [statistic_tiles(groups, tiles, math.prod(known_shape(op, out)), x.dtype,
+                                target)]
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        """The partials each tile leaves, received by their result's tile (a reduction
+        moving nothing receives nothing)."""
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None or self._moves_nothing(op):
+            return ExchangeNeed.none(target.num_tiles)
+        x = op.input(0)
+        groups = reduction_groups(known_shape(op, x), self._axes(op))
+        return reduction_need(groups, tiles, np.asarray(output_tiles[0]).reshape(-1),
+                              target.dtype_size(x.dtype), target.num_tiles)
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """A planned input could hold each result's inputs on one tile, where the result
+        then goes: nothing to receive."""
+        if 0 in planned:
+            return 0
+        return super().least_received(op, input_tiles, output_tiles, planned, target)
+
+
+def _arg_axes(op: Op, rank: int) -> tuple[int, ...]:
+    return (_arg_axis(op, rank),) if rank else ()
+
+
+REDUCTION = ReductionRule(reduced_axes)
+ARG_REDUCTION = ReductionRule(_arg_axes)
+
 for _name in REDUCTIONS:
-    register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce))
-register(OpDef("ArgMax", infer=_infer_arg, fold=_fold_arg))
-register(OpDef("ArgMin", infer=_infer_arg, fold=_fold_arg))
+    register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce, layout=REDUCTION))
+register(OpDef("ArgMax", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
+register(OpDef("ArgMin", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
 
 
 # -- Softmax, LogSoftmax, LayerNormalization, BatchNormalization --------------------------
@@ -197,6 +326,12 @@ def _fold_softmax(op: Op, constants) -> list | None:
 
 
 # -- LayerNormalization, BatchNormalization ------------------------------------------------
+def stash_dtype(op: Op) -> str:
+    """The type LayerNormalization computes its statistics in (``stash_type``)."""
+    return {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}.get(
+        op.attributes.get("stash_type", 1), "float32")
+
+
 def _infer_layer_norm(op: Op) -> list:
     shape = input_shape(op, 0)
     axis = normalize_axis(op, op.attributes.get("axis", -1), max(len(shape), 1))
@@ -205,8 +340,7 @@ def _infer_layer_norm(op: Op) -> list:
     if op.has_input(2):
         _broadcasts_to(op, 2, normalized, "B")
     stats = shape[:axis] + (1,) * (len(shape) - axis)
-    stash = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}.get(
-        op.attributes.get("stash_type", 1), "float32")
+    stash = stash_dtype(op)
     return [(_floats(op, 0), shape), (stash, stats), (stash, stats)]
 
 
@@ -224,7 +358,247 @@ def _infer_batch_norm(op: Op) -> list:
     return [(dtype, shape)] + [stats] * count
 
 
-register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax))
-register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax))
-register(OpDef("LayerNormalization", infer=_infer_layer_norm))
-register(OpDef("BatchNormalization", infer=_infer_batch_norm))
+def _softmax_axes(op: Op, rank: int) -> tuple[int, ...]:
+    """The axes a softmax normalises over: its axis (opset 13 on), or every axis from it
+    (earlier opsets see the input as 2-D)."""
+    if not rank:
+        return ()
+    axis = _softmax_axis(op, rank)
+    return (axis,) if op.type.version >= 13 else tuple(range(axis, rank))
+
+
+class SoftmaxRule(ElementwiseRule):
+    """Softmax, LogSoftmax: elementwise on the input (PopART's ``SoftmaxOpx`` is an
+    ``ElementWiseUnaryOutplaceOpx``: the result is a clone of the input, and the creator
+    search passes through, ``willow/src/popx/op/softmaxx.cpp``), plus the max and the sum
+    along the axes, each a reduction broadcast back (``statistics_need``)."""
+
+    def __init__(self) -> None:
+        super().__init__(data_inputs=(0,))
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        need = super().exchange(op, input_tiles, output_tiles, target)
+        x = op.input(0)
+        shape = known_shape(op, x)
+        axes = _softmax_axes(op, len(shape))
+        if not axes or not math.prod(shape):
+            return need
+        return need + statistics_need(shape, axes, np.asarray(output_tiles[0]).reshape(-1),
+                                      x.dtype, 2, target)
+
+
+def _norm_axes(op: Op, rank: int) -> tuple[int, ...]:
+    axis = normalize_axis(op, op.attributes.get("axis", -1), max(rank, 1))
+    return tuple(range(axis, rank))
+
+
+class LayerNormRule(ElementwiseRule):
+    """LayerNormalization: Y is laid out like X; Scale and B are broadcast operands tied,
+    like a bias in Add, to the broadcast-operand layout of X (a ``sum_like`` with X as its
+    unwind input); Mean and InvStdDev are reductions of X (roots depending on its layout,
+    laid out as ``popops::reduce`` lays them out), broadcast back to normalise, so their
+    exchange is counted as ``statistics_need``'s. PopART has no layer-norm Opx: models
+    reach it as ``GroupNormOpx`` (one group), which keeps ``Opx``'s Deadend
+    (``willow/src/popx/op/groupnormx.cpp``)."""
+
+    def __init__(self) -> None:
+        super().__init__(data_inputs=(0, 1, 2), popart_unwinds=False)
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        operands = self.operands(op)
+        full = self._full(op)
+        if not operands or operands[0][0] != 0 or 0 not in full:
+            emitter.barrier(op)
+            return
+        values = {"default": emitter.valuations.elementwise}
+        for k in range(1, len(operands)):
+            if k not in full:
+                values[(0, k)] = emitter.valuations.bias
+        out = op.output(0)
+        result = emitter.graph.sum_like([emitter.tensor(t) for _, t in operands], [0], values,
+                                        name=out.id)
+        emitter.define(out, result.out)
+        statistics = [i for i in op.output_map() if i > 0]
+        if statistics:
+            emitter.barrier(op, statistics)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        x = op.input(0)
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None:
+            return LayoutRule.output_tiles(self, op, input_tiles, target)
+        shape = known_shape(op, x)
+        axes = _norm_axes(op, len(shape))
+        layouts = []
+        for index in op.output_map():
+            if index == 0:
+                layouts.append(tiles.copy())
+            else:
+                out = op.output(index)
+                layouts.append(statistic_tiles(reduction_groups(shape, axes), tiles,
+                                               math.prod(known_shape(op, out)),
+                                               stash_dtype(op), target))
+        return layouts
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        need = super().exchange(op, input_tiles, output_tiles[:1], target)
+        x = op.input(0)
+        shape = known_shape(op, x)
+        axes = _norm_axes(op, len(shape))
+        if not axes or not math.prod(shape):
+            return need
+        return need + statistics_need(shape, axes, np.asarray(output_tiles[0]).reshape(-1),
+                                      stash_dtype(op), 2, target)
+
+
+SOFTMAX = SoftmaxRule()
+LAYER_NORM = LayerNormRule()
+
+register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
+register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
+register(OpDef("LayerNormalization", infer=_infer_layer_norm, layout=LAYER_NORM))
+class BatchNormRule(LayoutRule):
+    """BatchNormalization: Y is laid out like X; scale, B, mean and var hold one value per
+    channel (axis 1) and are read like a convolution's bias: in the unwinding problem each
+    is reshaped to ``[1, C, 1, ...]`` and tied (bias value) to the broadcast-operand layout
+    of X through a ``sum_like``. In training mode the batch's mean and variance are
+    reductions over every axis but the channels, broadcast back (``statistics_need``), and
+    the running statistics it outputs are laid out as those reductions' results. PopART's
+    ``BatchNormOpx`` keeps ``Opx``'s Deadend (``willow/src/popx/op/batchnormx.cpp``)."""
+
+    kind = "norm"
+
+    @staticmethod
+    def _channel_shape(op: Op) -> tuple[int, ...]:
+        shape = known_shape(op, op.input(0))
+        return (1, shape[1]) + (1,) * (len(shape) - 2)
+
+    @staticmethod
+    def training(op: Op) -> bool:
+        """Opset 14 on: the ``training_mode`` attribute; before, any output past Y."""
+        if op.type.version >= 14:
+            return bool(op.attributes.get("training_mode", 0))
+        return any(index > 0 for index in op.output_map())
+
+    @staticmethod
+    def _axes(op: Op) -> tuple[int, ...]:
+        rank = len(known_shape(op, op.input(0)))
+        return (0, *range(2, rank))
+
+    def _params(self, op: Op) -> list[int]:
+        """The input indices of the per-channel operands, each tensor once and not X."""
+        seen = {op.input(0).id}
+        found = []
+        for index, tensor in op.input_map().items():
+            if index > 0 and tensor.id not in seen:
+                seen.add(tensor.id)
+                found.append(index)
+        return found
+
+    def _modelled(self, op: Op) -> bool:
+        return len(known_shape(op, op.input(0))) >= 2
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        if not self._modelled(op):
+            emitter.barrier(op)
+            return
+        graph, channel = emitter.graph, self._channel_shape(op)
+        x, out = emitter.tensor(op.input(0)), op.output(0)
+        emitter.define(out, graph.sum_like([x], [0], emitter.valuations.elementwise,
+                                           name=out.id).out)
+        for i in self._params(op):  # one pair each with X, never between two operands
+            operand = graph.reshape(emitter.tensor(op.input(i)), channel)
+            graph.sum_like([x, operand], [0], emitter.valuations.bias)
+        statistics = [i for i in op.output_map() if i > 0]
+        if statistics:
+            emitter.barrier(op, statistics)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None or not self._modelled(op):
+            return super().output_tiles(op, input_tiles, target)
+        shape = known_shape(op, op.input(0))
+        groups = reduction_groups(shape, self._axes(op))
+        layouts = []
+        for index, tensor in op.output_map().items():
+            if index == 0:
+                layouts.append(tiles.copy())
+            else:
+                layouts.append(statistic_tiles(groups, tiles, shape[1], tensor.dtype, target))
+        return layouts
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        """Each per-channel operand read by Y's tiles, as a bias; in training, the batch
+        statistics."""
+        need = ExchangeNeed.none(target.num_tiles)
+        if not self._modelled(op):
+            return need
+        x = op.input(0)
+        shape, channel = known_shape(op, x), self._channel_shape(op)
+        readers = np.asarray(output_tiles[0]).reshape(-1)
+        index = broadcast_index(channel, shape)
+        for i in self._params(op):
+            tiles = flat_tiles(input_tiles, i)
+            if tiles is not None:
+                need = need + read_need(readers, index, tiles,
+                                        target.dtype_size(op.input(i).dtype), target.num_tiles)
+        if self.training(op) and math.prod(shape):
+            need = need + statistics_need(shape, self._axes(op), readers, x.dtype, 2, target)
+        return need
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations) -> tuple[float, float]:
+        x_tiles = flat_tiles(input_tiles, 0)
+        if not self._modelled(op):
+            return 0.0, 0.0
+        shape, channel = known_shape(op, op.input(0)), self._channel_shape(op)
+        wanted = None if x_tiles is None else \
+            target.broadcast_operand_tiles(x_tiles, shape, channel)
+        score = bound = 0.0
+        for i in self._params(op):
+            bound += valuations.bias * shape[1]
+            tiles = flat_tiles(input_tiles, i)
+            if wanted is not None and tiles is not None:
+                score += valuations.bias * count_equal(tiles, wanted)
+        return score, bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """A per-channel operand where most of its channel lies in Y."""
+        if index not in self._params(op) or not self._modelled(op):
+            return None
+        return np.asarray(target.broadcast_operand_tiles(
+            np.asarray(output_tiles[0]).reshape(-1), known_shape(op, op.input(0)),
+            self._channel_shape(op))).reshape(-1)
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """A planned X could hold each channel on one tile with its operands: nothing."""
+        if 0 in planned:
+            return 0
+        return super().least_received(op, input_tiles, output_tiles, planned, target)
+
+
+def _fold_batch_norm(op: Op, constants) -> list | None:
+    """Inference only (the running statistics given): ``(x - mean) / sqrt(var + eps) ·
+    scale + B`` per channel (axis 1)."""
+    if BatchNormRule.training(op) or any(c is None for c in constants[:5]):
+        return None
+    x = constants[0]
+    if x.size > FOLD_MAX_ELEMENTS or x.ndim < 2 or x.dtype.kind != "f":
+        return None
+    column = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (np.asarray(c).reshape(column) for c in constants[1:5])
+    eps = op.attributes.get("epsilon", 1e-5)
+    result = (x - mean) / np.sqrt(var + eps) * scale + bias
+    return [result.astype(x.dtype)]
+
+
+BATCH_NORM = BatchNormRule()
+register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
+               layout=BATCH_NORM))

@@ -1,7 +1,9 @@
-"""Op family: ops that draw random numbers (Dropout), with ONNX semantics.
+"""Op family: ops that draw random numbers (Dropout, RandomUniformLike,
+RandomNormalLike), with ONNX semantics.
 
 Two such ops give different values from the same inputs, so their OpDefs say ``random``
 and they are never merged; outside training Dropout is the identity and folds away.
+RandomUniformLike and RandomNormalLike read only their input's type and shape.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import math
 
 import numpy as np
 
+from popart_unwind.errors import ShapeError
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
 from popart_unwind.ir.op import Op
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, constant_value, input_shape
+from popart_unwind.ops.layout_rule import LayoutRule
 from popart_unwind.ops.registry import OpDef, register
 
 
@@ -40,3 +45,31 @@ def _fold_dropout(op: Op, constants) -> list | None:
 
 
 register(OpDef("Dropout", infer=_infer_dropout, fold=_fold_dropout, random=True))
+
+
+def _infer_random_like(op: Op) -> list:
+    """The input's shape; the ``dtype`` attribute's type, else the input's."""
+    shape = input_shape(op, 0)
+    code = op.attributes.get("dtype")
+    if code is None:
+        return [(op.input(0).dtype, shape)]
+    if code not in DTYPE_OF_ONNX:
+        raise ShapeError(f"op {op.debug_name()}: 'dtype' is {code!r}, expected an ONNX dtype "
+                         f"number among {sorted(DTYPE_OF_ONNX)}")
+    return [(DTYPE_OF_ONNX[code], shape)]
+
+
+class RandomLikeRule(LayoutRule):
+    """RandomUniformLike, RandomNormalLike: no input value is read, so nothing is
+    exchanged and the input gets no pair; the result is mapped linearly, as PopART does
+    (its pattern turns the op into RandomUniform / RandomNormal, whose Opx draws into a
+    linearly mapped reference tensor: ``willow/src/popx/op/randomuniformx.cpp``). That is
+    the base rule's behaviour, stated here as this op's own."""
+
+    kind = "random"
+
+
+RANDOM_LIKE = RandomLikeRule()
+
+for _name in ("RandomUniformLike", "RandomNormalLike"):
+    register(OpDef(_name, infer=_infer_random_like, random=True, layout=RANDOM_LIKE))

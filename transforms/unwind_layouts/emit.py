@@ -104,14 +104,18 @@ class Emitter(Interpreter):
             self.root_names[tensor] = f"{name} (FixedPoint)"
         return made
 
-    def barrier(self, op: Op) -> None:
+    def barrier(self, op: Op, outputs: Sequence[int] | None = None) -> None:
+        """The op's outputs (all, or those whose output index ``outputs`` lists) become
+        roots that depend on every input."""
         inputs = {index: self.tensor(t) for index, t in op.input_map().items()}
-        outputs = op.output_map()
+        present = op.output_map()
+        chosen = {i: t for i, t in present.items() if outputs is None or i in outputs}
         made = self.graph.barrier(list(dict.fromkeys(inputs.values())),
-                                  [planned_shape(t) for t in outputs.values()],
+                                  [planned_shape(t) for t in chosen.values()],
                                   name=op.debug_name())
-        for position, (tensor, root) in enumerate(zip(outputs.values(), made, strict=True)):
-            self.barriers[root] = BarrierRecord(op, position, inputs)
+        positions = {i: position for position, i in enumerate(present)}
+        for (index, tensor), root in zip(chosen.items(), made, strict=True):
+            self.barriers[root] = BarrierRecord(op, positions[index], inputs)
             self.root_names[root] = f"output {tensor.qualified_id!r} of {op.debug_name()} (Barrier)"
             self.define(tensor, root)
 

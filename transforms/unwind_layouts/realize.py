@@ -6,8 +6,9 @@ only when some element takes its origin there:
 
 - Source: the layout its rule attached (a Poplibs ``create*`` hook's answer);
 - FixedPoint output: likewise (the matmul plan's output layout);
-- Barrier output: the IR op's rule's ``output_tiles`` (inputs passed lazily: the modelled
-  rules map barrier outputs linearly without reading them);
+- Barrier output: the IR op's rule's ``output_tiles`` (inputs passed lazily, computed only
+  if read: a reduction lays its result out from its input's tiles, an unmodelled op maps
+  its outputs linearly without reading them);
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
 - a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order.
 
