@@ -1,5 +1,8 @@
-"""Plan real model graphs (BERT, GPT-2, ViT, ResNet) and compare with PopART and linear.
+"""Plan real model graphs (BERT, GPT-2, T5, Llama, ViT, ResNet) and compare with PopART.
 
+The models carry their task heads (tests/models/make_models.py): BERT's masked-LM head,
+GPT-2's and Llama's LM heads (tied to the token embedding; Llama with rotary embeddings and
+grouped-query attention), T5 for conditional generation, ViT's and ResNet's classifiers.
 For each model, size (tiny, real) and kind (forward, training): import the graph (the
 PyTorch front end by default; ``--frontends onnx`` imports the ONNX export instead), run
 the transform pipeline, plan it with ``plan_ir`` (ours), lay it out as PopART's creator
@@ -18,7 +21,9 @@ process's ``ru_maxrss`` (torch, the model, import and everything else included).
 and costs; ``--check DIR`` compares them with an earlier dump (a speed-up must not change
 any plan). ``benchmarks/exchange_breakdown.py`` shows where one graph's exchange goes.
 ``--json FILE`` keeps the rows, and ``--from-json FILE --markdown`` prints them as the
-Markdown tables RESULTS.md records.
+Markdown tables RESULTS.md records. After the tables, each graph's ops without a layout
+rule (``ops_without_rule``, as the plan file lists them: barriers whose exchange is not
+counted) are listed.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("bert", "gpt2", "vit", "resnet")
+MODELS = ("bert", "gpt2", "t5", "llama", "vit", "resnet")
 SIZES = ("tiny", "real")
 KINDS = ("forward", "training")
 FRONTENDS = ("torch", "onnx")
@@ -77,6 +82,7 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.ops.coverage import ops_without_rule
     from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
 
     row: dict[str, Any] = {}
@@ -89,6 +95,7 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     row["pipeline_s"] = time.perf_counter() - began
     row["ops"] = sum(1 for _ in ir.all_ops())
     row["producerless"] = sum(len(g.producerless_tensors()) for g in ir.graphs)
+    row["ops_without_rule"] = ops_without_rule(ir)
 
     target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
     report.put(("stage", "plan"))
@@ -316,7 +323,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=[",".join(MODELS)])
     parser.add_argument("--kinds", default="forward,training")
     parser.add_argument("--frontends", default="torch",
-                        help="torch, onnx or both (ONNX training exports only BERT and GPT-2)")
+                        help="torch, onnx or both (ViT and ResNet training steps do not "
+                             "export to ONNX)")
     parser.add_argument("--tiles", type=int, default=1472)
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds one graph may take, import included")
@@ -349,6 +357,19 @@ def main() -> None:
     print_tables(rows, args)
 
 
+def ops_without_rule_lines(rows: list[dict[str, Any]], markdown: bool) -> str:
+    """Each graph's ops without a layout rule, most frequent first ("none" when every op
+    has one)."""
+    from popart_unwind.report.summary import ops_without_rule_text
+
+    lines = ["ops without a layout rule (barriers, no exchange counted):"]
+    for row in rows:
+        if "ops_without_rule" in row:
+            text = ops_without_rule_text(row["ops_without_rule"]) or "none"
+            lines.append(f"{'- ' if markdown else '  '}{job_name(row)}: {text}")
+    return "\n".join(lines) + "\n"
+
+
 def print_tables(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """Both tables, the comparison with a dump, and the planner's stage times."""
     print_table(TIME_COLUMNS, [time_cells(r) for r in rows], args.markdown)
@@ -356,6 +377,8 @@ def print_tables(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     compared = [f"{job_name(r)}: {r['compared']}" for r in rows if "compared" in r]
     if compared:
         print("plans compared with the dump in", rows[0]["check"], "\n  " + "\n  ".join(compared))
+    if any("ops_without_rule" in r for r in rows):  # rows of older runs lack it
+        print(ops_without_rule_lines(rows, args.markdown))
     stages = [f"{job_name(r)}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["plan_stages"].items())
               for r in rows if "plan_stages" in r]
     if stages:
