@@ -17,9 +17,11 @@ finish is reported and the rest go on, and peak memory is that graph's own: "pla
 tracemalloc's peak during a second, identical planning run (Python and numpy allocations
 of ``plan_ir`` alone; the run also checks that planning is deterministic), "RSS MiB" the
 process's ``ru_maxrss`` (torch, the model, import and everything else included).
-``--quick`` skips the second planning run. ``--dump DIR`` saves the three plans' mappings
-and costs; ``--check DIR`` compares them with an earlier dump (a speed-up must not change
-any plan). ``benchmarks/exchange_breakdown.py`` shows where one graph's exchange goes.
+``--quick`` skips the second planning run. ``--popart-tied-gather`` runs the baseline with
+PopART's TiedGatherPattern (docs/baseline.md): off by default, as in PopART. ``--dump DIR``
+saves the three plans' mappings and costs; ``--check DIR`` compares them with an earlier
+dump (a speed-up must not change any plan). ``benchmarks/exchange_breakdown.py`` shows
+where one graph's exchange goes.
 ``--json FILE`` keeps the rows, and ``--from-json FILE --markdown`` prints them as the
 Markdown tables RESULTS.md records. After the tables, each graph's ops without a layout
 rule (``ops_without_rule``, as the plan file lists them: barriers whose exchange is not
@@ -112,7 +114,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
                                        for p in again.tensors}, "a second planning run")
     report.put(("stage", "baseline"))
     began = time.perf_counter()
-    mappings["popart"] = dict(popart_baseline(ir, target).mappings)
+    mappings["popart"] = dict(popart_baseline(ir, target,
+                                              tied_gather=job["tied_gather"]).mappings)
     row["baseline_s"] = time.perf_counter() - began
     mappings["linear"] = dict(linear_plan(ir, target))
     row["costs"] = {}
@@ -333,11 +336,15 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--from-json", help="only print the tables of a --json file")
+    parser.add_argument("--popart-tied-gather", action="store_true",
+                        help="the PopART baseline with its TiedGatherPattern (off by default "
+                             "in PopART): a tied embedding laid out by the LM head's matmul")
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
     jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
-                 memory=not args.quick, dump=args.dump, check=args.check)
+                 memory=not args.quick, dump=args.dump, check=args.check,
+                 tied_gather=args.popart_tied_gather)
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
@@ -345,7 +352,8 @@ def main() -> None:
     if args.from_json:
         print_tables(json.loads(Path(args.from_json).read_text()), args)
         return
-    print(f"machine: {machine()}; {args.tiles} tiles", flush=True)
+    variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
+    print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)
     rows = []
     for job in jobs:
         row = run_job(job, args.timeout)

@@ -150,7 +150,8 @@ def tied_tables(ir: Ir) -> list[str]:
 
 def check_tied_lm_head(module, ir: Ir) -> None:
     """The module's LM head shares the token embedding; the graph reads that one tensor
-    both ways, and PopART's creator search lays it out for the Gather."""
+    both ways, and PopART's creator search lays it out for the Gather (for the LM head's
+    matmul with its TiedGatherPattern, off by default)."""
     embedding = module.model.get_input_embeddings().weight
     assert module.model.get_output_embeddings().weight is embedding  # tied in the module
     tables = tied_tables(ir)
@@ -164,3 +165,6 @@ def check_tied_lm_head(module, ir: Ir) -> None:
     assert decision.method.startswith("created by Gather")  # GatherOpx's top priority
     assert (decision.tiles.reshape(-1)
             == target.sliceable_tiles(*embedding.shape, table.dtype).reshape(-1)).all()
+    # with PopART's TiedGatherPattern the LM head's matmul lays the table out instead
+    tied = popart_baseline(ir, target, tied_gather=True).decision(table.id)
+    assert tied.method.startswith("created by MatMul"), tied.method
