@@ -349,7 +349,10 @@ def tied_gathers(ir: Ir) -> frozenset[int]:
                 rhs = matmul.input(1)
                 if rhs.producer is not None and rhs.producer.type.name == "Reshape":
                     rhs = rhs.producer.input(0)
-                if _by_transpose(rhs) != gathered_transposed:
+                # PopART reads a Gemm as MatMul(A', B'), B' a new Transpose when transB
+                transposed = _by_transpose(rhs) or (
+                    matmul.type.name == "Gemm" and bool(matmul.attributes.get("transB", 0)))
+                if transposed != gathered_transposed:
                     found.add(op.id)
                     break
     return frozenset(found)
@@ -371,15 +374,16 @@ def _root_variable(tensor: Tensor) -> Tensor | None:
 
 
 def _matmuls_from(variable: Tensor) -> list[Op]:
-    """MatMuls reading ``variable``, breadth first through ops with one input and one output
-    (PopART's ``tgutil::searchConsumersFor``), in the order found."""
+    """MatMuls (and Gemms, which PopART turns into MatMuls when it reads ONNX) reading
+    ``variable``, breadth first through ops with one input and one output (PopART's
+    ``tgutil::searchConsumersFor``), in the order found."""
     matmuls: dict[int, Op] = {}
     frontier, seen = [variable], {(variable.graph.id, variable.id)}
     while frontier:
         following = []
         for tensor in frontier:
             for op in tensor.consumers:
-                if op.type.name == "MatMul" and op.has_input(1):
+                if op.type.name in ("MatMul", "Gemm") and op.has_input(1):
                     matmuls.setdefault(op.id, op)
                     continue
                 if len(op.input_map()) != 1 or len(op.output_map()) != 1:

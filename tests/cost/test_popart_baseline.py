@@ -297,3 +297,18 @@ def test_the_tied_gather_pattern_needs_exactly_one_transposed_use():
     target = small_target(TILES)
     plan = popart_baseline(tied_lm_head(transposed=False), target, tied_gather=True)
     assert plan.decision("table").method.startswith("created by Gather")
+
+
+def test_the_tied_gather_pattern_reads_a_gemm_head_as_popart_does():
+    # PopART turns Gemm(h, W, transB=1) into MatMul(h, Transpose(W)): exactly one use of the
+    # table is transposed, so the pattern matches; with transB=0 on W itself it does not
+    target = small_target(TILES)
+    for trans_b, matched in ((1, True), (0, False)):
+        b = Builder()
+        table = weight(b, (40, 24), "table")
+        ids = b.add_input_tensor("int64", (2, 8), "ids")
+        hidden = b.add_input_tensor("float32", (16, 24 if trans_b else 40), "hidden")
+        b.add_output_tensor(b.ai_onnx.gather([table, ids], axis=0, name="embedding"))
+        b.add_output_tensor(b.ai_onnx.gemm([hidden, table], transB=trans_b, name="lm_head"))
+        decision = popart_baseline(b.ir(), target, tied_gather=True).decision("table")
+        assert decision.method.startswith("created by Gemm" if matched else "created by Gather")

@@ -83,6 +83,11 @@ def test_onnx_models_canonicalize_to_an_idempotent_fixpoint(onnx_case):
     # the exporter keeps a tied embedding one initializer, read by the Gather and the head
     tables = tied_tables(ir)
     assert len(tables) == (name in TIED), tables
+    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    for table in tables:  # PopART's default, then its TiedGatherPattern (MatMul or Gemm head)
+        assert popart_baseline(ir, target).decision(table).method.startswith("created by Gather")
+        tied = popart_baseline(ir, target, tied_gather=True).decision(table).method
+        assert tied.startswith(("created by MatMul", "created by Gemm")), tied
 
 
 def test_the_pipeline_is_deterministic_whatever_the_hash_seed(tmp_path):
