@@ -173,3 +173,23 @@ def check_tied_lm_head(module, ir: Ir) -> None:
     # with PopART's TiedGatherPattern the LM head's matmul lays the table out instead
     tied = popart_baseline(ir, target, tied_gather=True).decision(table.id)
     assert tied.method.startswith("created by MatMul"), tied.method
+
+
+def test_the_llama_graph_has_rotary_embeddings_and_grouped_query_attention():
+    module, args = make_models.tiny_model("llama")
+    config = module.model.config
+    assert config.num_key_value_heads < config.num_attention_heads and config.tie_word_embeddings
+    ir = Ir.from_torch(module, args, options=CHECKED)
+    transforms.run_pipeline(ir)
+    shapes = {t.id: t.shape for t in ir.main_graph.producerless_tensors()}
+    width, layers = config.hidden_size, config.num_hidden_layers
+    head = width // config.num_attention_heads
+    for layer in range(layers):
+        attention = f"model.model.layers.{layer}.self_attn."
+        assert shapes[attention + "q_proj.weight"] == (config.num_attention_heads * head, width)
+        for narrow in ("k_proj.weight", "v_proj.weight"):  # fewer key/value heads
+            assert shapes[attention + narrow] == (config.num_key_value_heads * head, width)
+    ops = collections.Counter(op.type.name for op in ir.all_ops())
+    assert ops["Cos"] >= 1 and ops["Sin"] >= 1  # the rotary embedding's angles
+    assert ops["Neg"] == 2 * layers  # rotate_half, on the queries and on the keys
+    assert ops["Expand"] >= 2 * layers  # each key and value head serves several query heads
