@@ -1,5 +1,8 @@
-"""Plan real model graphs (BERT, GPT-2, ViT, ResNet) and compare with PopART and linear.
+"""Plan real model graphs (BERT, GPT-2, T5, Llama, ViT, ResNet) and compare with PopART.
 
+The models carry their task heads (tests/models/make_models.py): BERT's masked-LM head,
+GPT-2's and Llama's LM heads (tied to the token embedding; Llama with rotary embeddings and
+grouped-query attention), T5 for conditional generation, ViT's and ResNet's classifiers.
 For each model, size (tiny, real) and kind (forward, training): import the graph (the
 PyTorch front end by default; ``--frontends onnx`` imports the ONNX export instead), run
 the transform pipeline, plan it with ``plan_ir`` (ours), lay it out as PopART's creator
@@ -14,11 +17,14 @@ finish is reported and the rest go on, and peak memory is that graph's own: "pla
 tracemalloc's peak during a second, identical planning run (Python and numpy allocations
 of ``plan_ir`` alone; the run also checks that planning is deterministic), "RSS MiB" the
 process's ``ru_maxrss`` (torch, the model, import and everything else included).
-``--quick`` skips the second planning run. ``--dump DIR`` saves the three plans' mappings
-and costs; ``--check DIR`` compares them with an earlier dump (a speed-up must not change
-any plan). ``benchmarks/exchange_breakdown.py`` shows where one graph's exchange goes.
+``--quick`` skips the second planning run. ``--popart-tied-gather`` runs the baseline with
+PopART's TiedGatherPattern (docs/baseline.md): off by default, as in PopART. ``--dump DIR``
+saves the three plans' mappings and costs; ``--check DIR`` compares them with an earlier
+dump (a speed-up must not change any plan). ``benchmarks/exchange_breakdown.py`` shows
+where one graph's exchange goes.
 ``--json FILE`` keeps the rows, and ``--from-json FILE --markdown`` prints them as the
-Markdown tables RESULTS.md records.
+Markdown tables RESULTS.md records. The first table's last column lists each graph's ops
+without a layout rule (as the plan file's ``ops_without_rule`` does).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("bert", "gpt2", "vit", "resnet")
+MODELS = ("bert", "gpt2", "t5", "llama", "vit", "resnet")
 SIZES = ("tiny", "real")
 KINDS = ("forward", "training")
 FRONTENDS = ("torch", "onnx")
@@ -77,6 +83,7 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.ops.coverage import ops_without_rule
     from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
 
     row: dict[str, Any] = {}
@@ -89,8 +96,6 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     row["pipeline_s"] = time.perf_counter() - began
     row["ops"] = sum(1 for _ in ir.all_ops())
     row["producerless"] = sum(len(g.producerless_tensors()) for g in ir.graphs)
-    from popart_unwind.ops.coverage import ops_without_rule
-
     row["without_rule"] = ops_without_rule(ir)
 
     target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
@@ -108,7 +113,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
                                        for p in again.tensors}, "a second planning run")
     report.put(("stage", "baseline"))
     began = time.perf_counter()
-    mappings["popart"] = dict(popart_baseline(ir, target).mappings)
+    mappings["popart"] = dict(popart_baseline(ir, target,
+                                              tied_gather=job["tied_gather"]).mappings)
     row["baseline_s"] = time.perf_counter() - began
     mappings["linear"] = dict(linear_plan(ir, target))
     row["costs"] = {}
@@ -327,7 +333,8 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=[",".join(MODELS)])
     parser.add_argument("--kinds", default="forward,training")
     parser.add_argument("--frontends", default="torch",
-                        help="torch, onnx or both (ONNX training exports only BERT and GPT-2)")
+                        help="torch, onnx or both (ViT and ResNet training steps do not "
+                             "export to ONNX)")
     parser.add_argument("--tiles", type=int, default=1472)
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds one graph may take, import included")
@@ -336,11 +343,15 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--from-json", help="only print the tables of a --json file")
+    parser.add_argument("--popart-tied-gather", action="store_true",
+                        help="the PopART baseline with its TiedGatherPattern (off by default "
+                             "in PopART): a tied embedding laid out by the LM head's matmul")
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
     jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
-                 memory=not args.quick, dump=args.dump, check=args.check)
+                 memory=not args.quick, dump=args.dump, check=args.check,
+                 tied_gather=args.popart_tied_gather)
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
@@ -348,7 +359,8 @@ def main() -> None:
     if args.from_json:
         print_tables(json.loads(Path(args.from_json).read_text()), args)
         return
-    print(f"machine: {machine()}; {args.tiles} tiles", flush=True)
+    variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
+    print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)
     rows = []
     for job in jobs:
         row = run_job(job, args.timeout)

@@ -7,6 +7,12 @@ elementwise ops PopART lets through); it then asks the best creator for its pref
 layout and unwinds it back along the path. Candidates that each cover part of the tensor
 are stitched; whatever no candidate covers is mapped linearly. docs/baseline.md describes
 each rule and where PopART does it.
+
+A table that is both gathered from and, transposed, multiplied by (an embedding tied to an
+LM head) is laid out for the Gather, as PopART does by default: ``GatherOpx`` creates its
+table at the highest priority. ``tied_gather=True`` models PopART's ``TiedGatherPattern``
+instead (off by default in PopART): such a Gather becomes a TiedGather whose creator
+priority is -1, so the LM head's matmul lays the table out.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
-from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
@@ -32,6 +38,8 @@ from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
 #: Chain ops that permute the elements (undone exactly by the mirror chain).
 _BIJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse"})
+#: PopART's TiedGatherOpx creator priority (below MatMulOpx's default 0).
+TIED_GATHER_PRIORITY = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,21 +83,25 @@ class Candidate:
     covered: int  # distinct tensor elements the creator's input reaches
     position: int  # the creator's place in the global schedule
     path: tuple[str, ...]  # ops passed through, for explanations
+    tied: bool = False  # a Gather that PopART's TiedGatherPattern made a TiedGather
 
     def rank(self) -> tuple:
         return (-self.priority, -self.covered, self.position, len(self.path), self.op.id,
                 self.in_index)
 
     def describe(self) -> str:
-        return f"{self.op.debug_name()} input {self.in_index}"
+        name = f"{self.op.debug_name()} input {self.in_index}"
+        return f"{name} (as a TiedGather)" if self.tied else name
 
 
 def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
-                    unwind_elementwise: bool = True) -> BaselinePlan:
+                    unwind_elementwise: bool = True, tied_gather: bool = False) -> BaselinePlan:
     """PopART's layout for every producer-less tensor (all graphs, creation order). The IR
-    is not changed. ``unwind_elementwise=False`` passes through view ops only."""
+    is not changed. ``unwind_elementwise=False`` passes through view ops only;
+    ``tied_gather=True`` applies PopART's TiedGatherPattern (see :func:`tied_gathers`)."""
     target.reset()
-    search = _CreatorSearch(ir, registry, unwind_elementwise)
+    search = _CreatorSearch(ir, registry, unwind_elementwise,
+                            tied_gathers(ir) if tied_gather else frozenset())
     decisions = []
     for graph in ir.graphs:
         for tensor in graph.producerless_tensors():
@@ -108,8 +120,11 @@ def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,
     tiles: np.ndarray | None = None  # -1 where no candidate has placed an element yet
     used: list[str] = []
     for candidate in sorted(candidates, key=Candidate.rank):
-        wanted = registry.layout_rule(candidate.op).wanted_input_tiles(
-            candidate.op, candidate.in_index, target)
+        if candidate.tied:
+            wanted = _tied_gather_tiles(candidate.op, target)
+        else:
+            wanted = registry.layout_rule(candidate.op).wanted_input_tiles(
+                candidate.op, candidate.in_index, target)
         if wanted is None:
             continue
         wanted = np.asarray(wanted).reshape(-1)
@@ -184,9 +199,11 @@ def _expands(chain: Chain) -> bool:
 class _CreatorSearch:
     """PopART's depth-first creator search (``IrLowering::getCreatorEndpoints``)."""
 
-    def __init__(self, ir: Ir, registry: Any, unwind_elementwise: bool) -> None:
+    def __init__(self, ir: Ir, registry: Any, unwind_elementwise: bool,
+                 tied: frozenset[int] = frozenset()) -> None:
         self.ir, self.registry = ir, registry
         self.unwind_elementwise = unwind_elementwise
+        self.tied = tied  # ids of the Gathers TiedGatherPattern replaces
         schedule = _GlobalSchedule()
         schedule.run(ir)
         self.position, self.call_sites = schedule.position, schedule.call_sites
@@ -225,9 +242,12 @@ class _CreatorSearch:
             return nexts
         rule = self.registry.layout_rule(op)
         priority = rule.creates_input(op, index)
+        tied = op.id in self.tied and index == 0
+        if tied:
+            priority = TIED_GATHER_PRIORITY
         if priority is not None:
             found.append(Candidate(op, index, chain, float(priority),
-                                   _covered(chain, numel), self.position[op.id], path))
+                                   _covered(chain, numel), self.position[op.id], path, tied))
         nexts = []
         for out_index, output in op.output_map().items():
             step = self._view(rule, op, index, out_index)
@@ -294,3 +314,95 @@ class _GlobalSchedule(Interpreter):
 
     def run_op(self, op: Op) -> None:
         self.position[op.id] = len(self.position)
+
+
+# -- PopART's TiedGatherPattern (willow/src/patterns/tiedgatherpattern.cpp) ------------------
+def tied_gathers(ir: Ir) -> frozenset[int]:
+    """Ids of the Gathers PopART's TiedGatherPattern would turn into TiedGathers.
+
+    PopART's match: a Gather on axis 0 whose table, followed back through single-input ops,
+    is a variable or constant that a MatMul also consumes (reached forward through ops with
+    one input and one output), where exactly one of the two uses passes through a Transpose
+    (the MatMul's right-hand operand also through one Reshape) — an embedding tied to an LM
+    head. PopART matches before it builds the backward pass, so it sees only forward
+    matmuls, and takes the first one found breadth first. Our graphs may hold a whole
+    training step, whose backward matmuls also read the table; so here every MatMul reached
+    is tried, in breadth-first order, and the first for which the Transpose condition holds
+    is the match. (PopART applies the pattern in training only with gradient accumulation;
+    that is the caller's choice of ``tied_gather``.)
+    """
+    found = set()
+    for graph in ir.graphs:
+        for op in graph.ops:
+            if op.type.name != "Gather" or not op.has_input(0) or not op.has_input(1):
+                continue
+            data = op.input(0)
+            rank = len(data.shape or ())
+            axis = int(op.attributes.get("axis", 0))
+            if not rank or (axis + rank if axis < 0 else axis) != 0:
+                continue
+            variable = _root_variable(data)
+            if variable is None:
+                continue
+            gathered_transposed = _by_transpose(data)
+            for matmul in _matmuls_from(variable):
+                rhs = matmul.input(1)
+                if rhs.producer is not None and rhs.producer.type.name == "Reshape":
+                    rhs = rhs.producer.input(0)
+                # PopART reads a Gemm as MatMul(A', B'), B' a new Transpose when transB
+                transposed = _by_transpose(rhs) or (
+                    matmul.type.name == "Gemm" and bool(matmul.attributes.get("transB", 0)))
+                if transposed != gathered_transposed:
+                    found.add(op.id)
+                    break
+    return frozenset(found)
+
+
+def _by_transpose(tensor: Tensor) -> bool:
+    return tensor.producer is not None and tensor.producer.type.name == "Transpose"
+
+
+def _root_variable(tensor: Tensor) -> Tensor | None:
+    """The producer-less tensor ``tensor`` comes from through single-input ops, if any
+    (PopART's ``tgutil::getVariable``: a Variable or Const tensor)."""
+    while tensor.producer is not None:
+        inputs = list(tensor.producer.input_map().values())
+        if len(inputs) != 1:
+            return None
+        tensor = inputs[0]
+    return tensor if tensor.tensor_type in (TensorType.VARIABLE, TensorType.CONST) else None
+
+
+def _matmuls_from(variable: Tensor) -> list[Op]:
+    """MatMuls (and Gemms, which PopART turns into MatMuls when it reads ONNX) reading
+    ``variable``, breadth first through ops with one input and one output (PopART's
+    ``tgutil::searchConsumersFor``), in the order found."""
+    matmuls: dict[int, Op] = {}
+    frontier, seen = [variable], {(variable.graph.id, variable.id)}
+    while frontier:
+        following = []
+        for tensor in frontier:
+            for op in tensor.consumers:
+                if op.type.name in ("MatMul", "Gemm") and op.has_input(1):
+                    matmuls.setdefault(op.id, op)
+                    continue
+                if len(op.input_map()) != 1 or len(op.output_map()) != 1:
+                    continue
+                output = op.output(next(iter(op.output_map())))
+                if (output.graph.id, output.id) not in seen:
+                    seen.add((output.graph.id, output.id))
+                    following.append(output)
+        frontier = following
+    return list(matmuls.values())
+
+
+def _tied_gather_tiles(op: Op, target: TileMachine) -> np.ndarray | None:
+    """What ``TiedGatherOpx::createInput`` makes: the table as the right-hand operand of a
+    [lookups, entries] x [entries, rest] matmul (poplin's createMatMulInputRHS)."""
+    shape = planned_shape(op.input(0))
+    lookups = prod(planned_shape(op.input(1)))
+    if not shape or not lookups or not prod(shape):
+        return None
+    entries = shape[0]
+    return target.matmul_tiles(1, lookups, entries, prod(shape) // entries,
+                               op.input(0).dtype, "rhs")

@@ -252,3 +252,63 @@ def test_an_expanded_weight_takes_the_tile_of_its_first_reader():
     plan = popart_baseline(b.ir(), target, registry=RULES)
     assert plan.decision("row").method.startswith("created by MatMul")
     assert np.array_equal(plan.decision("row").tiles, rhs_wanted(target, 16, 32, 48)[0])
+
+
+def tied_lm_head(backward: bool = False, transposed: bool = True):
+    """An embedding table read by a Gather and, transposed, by an LM-head MatMul (the
+    library's own rules); ``backward`` adds the input-gradient MatMul reading it directly."""
+    b = Builder()
+    table = weight(b, (40, 24), "table")
+    ids = b.add_input_tensor("int64", (2, 8), "ids")
+    hidden = b.add_input_tensor("float32", (16, 24 if transposed else 40), "hidden")
+    b.add_output_tensor(b.ai_onnx.gather([table, ids], axis=0, name="embedding"))
+    rhs = b.ai_onnx.transpose([table], perm=[1, 0], name="t") if transposed else table
+    b.add_output_tensor(b.ai_onnx.matmul([hidden, rhs], name="lm_head"))
+    if backward:
+        grad = b.add_input_tensor("float32", (16, 40), "grad")
+        b.add_output_tensor(b.ai_onnx.matmul([grad, table], name="input_grad"))
+    return b.ir()
+
+
+def test_a_tied_embedding_is_laid_out_for_the_gather_as_popart_does_by_default():
+    # GatherOpx creates its table at the highest priority; the LM head's matmul, reached
+    # through the Transpose at priority 0, loses (whether or not a backward matmul reads it)
+    target = small_target(TILES)
+    for backward in (False, True):
+        decision = popart_baseline(tied_lm_head(backward), target).decision("table")
+        assert decision.method.startswith("created by Gather")
+        assert "'embedding'" in decision.method
+        assert np.array_equal(decision.tiles, target.sliceable_tiles(40, 24, "float32"))
+
+
+def test_the_tied_gather_pattern_lets_the_lm_head_lay_the_table_out():
+    # PopART's TiedGatherPattern: the Gather becomes a TiedGather of priority -1
+    target = small_target(TILES)
+    for backward in (False, True):
+        plan = popart_baseline(tied_lm_head(backward), target, tied_gather=True)
+        decision = plan.decision("table")
+        assert decision.method.startswith("created by MatMul") and "lm_head" in decision.method
+        assert np.array_equal(decision.tiles, rhs_wanted(target, 16, 24, 40).T.reshape(-1))
+        assert decision.tiles.tolist() != target.sliceable_tiles(40, 24, "float32").tolist()
+
+
+def test_the_tied_gather_pattern_needs_exactly_one_transposed_use():
+    # neither use transposed: PopART's pattern does not match, the Gather keeps its priority
+    target = small_target(TILES)
+    plan = popart_baseline(tied_lm_head(transposed=False), target, tied_gather=True)
+    assert plan.decision("table").method.startswith("created by Gather")
+
+
+def test_the_tied_gather_pattern_reads_a_gemm_head_as_popart_does():
+    # PopART turns Gemm(h, W, transB=1) into MatMul(h, Transpose(W)): exactly one use of the
+    # table is transposed, so the pattern matches; with transB=0 on W itself it does not
+    target = small_target(TILES)
+    for trans_b, matched in ((1, True), (0, False)):
+        b = Builder()
+        table = weight(b, (40, 24), "table")
+        ids = b.add_input_tensor("int64", (2, 8), "ids")
+        hidden = b.add_input_tensor("float32", (16, 24 if trans_b else 40), "hidden")
+        b.add_output_tensor(b.ai_onnx.gather([table, ids], axis=0, name="embedding"))
+        b.add_output_tensor(b.ai_onnx.gemm([hidden, table], transB=trans_b, name="lm_head"))
+        decision = popart_baseline(b.ir(), target, tied_gather=True).decision("table")
+        assert decision.method.startswith("created by Gemm" if matched else "created by Gather")

@@ -3,10 +3,16 @@
 Tests and benchmarks need graphs with the shape of real networks, but the repository must not
 hold large generated files and nothing may be downloaded from a model hub. So models are
 built here from transformers' configuration classes with seeded random weights, in two sizes:
-``tiny`` (a few hundred thousand parameters; fast enough for CI) and ``real`` (the default
-configuration of each class, e.g. BERT-base, ResNet-50). Each is wrapped to take positional
-tensors and return its first output, with ``use_cache=False`` and eager attention, and text
-models get an explicit attention mask (tracing then has no data-dependent branch on it).
+``tiny`` (a few hundred thousand parameters; fast enough for CI) and ``real`` (the published
+width and layer count: the default configuration of each class, e.g. BERT-base, ResNet-50,
+and a 135 M-parameter Llama). Each model carries its task head, as trained and served:
+BERT's masked-LM head, GPT-2's and Llama's LM heads, T5's conditional generation (encoder,
+decoder and LM head), ViT's and ResNet's classification heads. The LM heads of BERT, GPT-2,
+T5 and Llama share their weight with the token embedding (tied embeddings, as Llama 3.2 1B
+has them), so one table is both gathered from and multiplied by. Each is wrapped to take
+positional tensors and return its first output (the logits), with ``use_cache=False`` and
+eager attention, and text models get an explicit attention mask (tracing then has no
+data-dependent branch on it).
 
 Use as a module::
 
@@ -15,7 +21,7 @@ Use as a module::
 
 or as a script (progress on stderr, built paths on stdout)::
 
-    python tests/models/make_models.py                     # tiny bert gpt2 vit resnet
+    python tests/models/make_models.py                     # all six, tiny
     python tests/models/make_models.py --size real bert --kind forward --out /tmp/models
 
 Files go to ``$POPART_UNWIND_MODEL_CACHE`` or ``~/.cache/popart-unwind/models``. A file's
@@ -44,12 +50,12 @@ from typing import Any, NamedTuple
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random weights only: never reach a hub
 
 MODEL_NAMES = ("bert", "gpt2", "vit", "resnet", "t5", "llama")
-DEFAULT_NAMES = ("bert", "gpt2", "vit", "resnet")
+DEFAULT_NAMES = MODEL_NAMES
 KINDS = ("forward", "training")
 SIZES = ("tiny", "real")
 SEED = 0
 LEARNING_RATE = 0.01
-FORMAT_VERSION = 2  # bump when the way files are built changes
+FORMAT_VERSION = 3  # bump when the way files are built changes
 CACHE_ENV = "POPART_UNWIND_MODEL_CACHE"
 
 # The ONNX exporter has no form for the convolution backward op, so training steps of
@@ -74,37 +80,40 @@ class _Spec(NamedTuple):
 _TEXT = ("input_ids", "attention_mask")
 _SPECS: dict[str, _Spec] = {
     "bert": _Spec(
-        "BertConfig", "BertModel", _TEXT,
+        "BertConfig", "BertForMaskedLM", _TEXT,
         tiny=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                   intermediate_size=512, vocab_size=1000),
-        real={}, model_kwargs=dict(add_pooling_layer=False),
+        real={}, model_kwargs={},
     ),
     "gpt2": _Spec(
-        "GPT2Config", "GPT2Model", _TEXT,
-        tiny=dict(n_embd=128, n_layer=2, n_head=2, vocab_size=1000, n_positions=128),
+        "GPT2Config", "GPT2LMHeadModel", _TEXT,
+        # the special tokens moved into the tiny vocabulary (GPT-2's are its last token)
+        tiny=dict(n_embd=128, n_layer=2, n_head=2, vocab_size=1000, n_positions=128,
+                  bos_token_id=999, eos_token_id=999),
         real={}, model_kwargs={},
     ),
     "vit": _Spec(
-        "ViTConfig", "ViTModel", ("pixel_values",),
+        "ViTConfig", "ViTForImageClassification", ("pixel_values",),
         tiny=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=512, image_size=32, patch_size=8),
-        real={}, model_kwargs=dict(add_pooling_layer=False),
+                  intermediate_size=512, image_size=32, patch_size=8, num_labels=10),
+        real=dict(num_labels=1000), model_kwargs={},  # ImageNet-1k, as published
     ),
     "resnet": _Spec(
-        "ResNetConfig", "ResNetModel", ("pixel_values",),
-        tiny=dict(embedding_size=16, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1]),
-        real={}, model_kwargs={},
+        "ResNetConfig", "ResNetForImageClassification", ("pixel_values",),
+        tiny=dict(embedding_size=16, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+                  num_labels=10),
+        real=dict(num_labels=1000), model_kwargs={},  # ImageNet-1k, as published
     ),
     "t5": _Spec(
-        "T5Config", "T5Model", (*_TEXT, "decoder_input_ids"),
+        "T5Config", "T5ForConditionalGeneration", (*_TEXT, "decoder_input_ids"),
         tiny=dict(d_model=64, d_kv=16, d_ff=256, num_layers=2, num_heads=4, vocab_size=1000),
         real={}, model_kwargs={},
     ),
     "llama": _Spec(
-        "LlamaConfig", "LlamaModel", _TEXT,
+        "LlamaConfig", "LlamaForCausalLM", _TEXT,
         tiny=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                  max_position_embeddings=256),
+                  max_position_embeddings=256, tie_word_embeddings=True),
         # a 135 M-parameter configuration (the shape of SmolLM-135M)
         real=dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,

@@ -1,8 +1,12 @@
-"""Tiny BERT, GPT-2, ViT and ResNet, built here with random weights, through both front ends.
+"""The six tiny head models (BERT masked LM, GPT-2 LM, ViT and ResNet classifiers, T5
+conditional generation, Llama causal LM), built here with random weights, through both front
+ends.
 
 Each model must import (ONNX: forward and, where the exporter allows, training; PyTorch:
 forward and training), verify, canonicalize to a fixpoint idempotently, and run through the
-transform pipeline deterministically.
+transform pipeline deterministically. The LM heads of BERT, GPT-2, T5 and Llama are tied to
+their token embedding: one producer-less table is read by a Gather and, transposed, by the
+LM head's MatMul, and PopART's creator search lays it out for the Gather.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from popart_unwind import transforms
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ops.shape_inference import check_shapes
 from popart_unwind.options import SessionOptions
+from popart_unwind.target import IpuModel, TileTarget, popart_baseline
 
-MODELS = ("bert", "gpt2", "vit", "resnet")
+MODELS = make_models.MODEL_NAMES
+TIED = ("bert", "gpt2", "t5", "llama")  # LM heads sharing the token embedding
 ONNX_CASES = [(name, "forward") for name in MODELS] + [
     (name, "training") for name in MODELS if name not in make_models.ONNX_TRAINING_UNSUPPORTED]
 CHECKED = SessionOptions(enable_unwind_layouts=False, check_transform_conditions=True)
@@ -66,7 +72,7 @@ def test_onnx_models_import_with_every_node_and_parameter(onnx_case):
 
 
 def test_onnx_models_canonicalize_to_an_idempotent_fixpoint(onnx_case):
-    _, _, path = onnx_case
+    name, _, path = onnx_case
     ir = Ir.from_onnx(path, options=CHECKED)
     results = transforms.run_pipeline(ir)
     assert set(results) == {"InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps"}
@@ -74,6 +80,14 @@ def test_onnx_models_canonicalize_to_an_idempotent_fixpoint(onnx_case):
     before = ir.to_json()
     assert transforms.registry.apply("Canonicalize", ir, check=True) is False
     assert ir.to_json() == before
+    # the exporter keeps a tied embedding one initializer, read by the Gather and the head
+    tables = tied_tables(ir)
+    assert len(tables) == (name in TIED), tables
+    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    for table in tables:  # PopART's default, then its TiedGatherPattern (MatMul or Gemm head)
+        assert popart_baseline(ir, target).decision(table).method.startswith("created by Gather")
+        tied = popart_baseline(ir, target, tied_gather=True).decision(table).method
+        assert tied.startswith(("created by MatMul", "created by Gemm")), tied
 
 
 def test_the_pipeline_is_deterministic_whatever_the_hash_seed(tmp_path):
@@ -115,3 +129,67 @@ def test_torch_models_import_verify_and_canonicalize(name, training):
     before = ir.to_json()
     assert transforms.registry.apply("Canonicalize", ir) is False
     assert ir.to_json() == before
+    if name in TIED:
+        check_tied_lm_head(module, ir)
+    else:
+        assert tied_tables(ir) == []
+
+
+def tied_tables(ir: Ir) -> list[str]:
+    """Producer-less variables read whole by a Gather (as its table) and, through a single
+    Transpose, as the right-hand operand of a MatMul (or Gemm, as the ONNX exporter writes
+    BERT's training head): embeddings tied to an LM head."""
+    tables = []
+    for tensor in ir.main_graph.producerless_tensors():
+        if tensor.tensor_type is not TensorType.VARIABLE:
+            continue
+        gathered = any(op.type.name == "Gather" and op.input(0) is tensor
+                       for op in tensor.consumers)
+        transposed = [op.output(0) for op in tensor.consumers if op.type.name == "Transpose"]
+        multiplied = any(user.type.name in ("MatMul", "Gemm") and user.input(1) is view
+                         for view in transposed for user in view.consumers)
+        if gathered and multiplied:
+            tables.append(tensor.id)
+    return tables
+
+
+def check_tied_lm_head(module, ir: Ir) -> None:
+    """The module's LM head shares the token embedding; the graph reads that one tensor
+    both ways, and PopART's creator search lays it out for the Gather (for the LM head's
+    matmul with its TiedGatherPattern, off by default)."""
+    embedding = module.model.get_input_embeddings().weight
+    assert module.model.get_output_embeddings().weight is embedding  # tied in the module
+    tables = tied_tables(ir)
+    assert len(tables) == 1, tables
+    table = ir.main_graph.tensor(tables[0])
+    assert table.shape == tuple(embedding.shape)
+    sharing = {n for n, p in module.named_parameters(remove_duplicate=False) if p is embedding}
+    assert table.id in sharing and len(sharing) >= 2  # one of the tied names
+    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    decision = popart_baseline(ir, target).decision(table.id)
+    assert decision.method.startswith("created by Gather")  # GatherOpx's top priority
+    assert (decision.tiles.reshape(-1)
+            == target.sliceable_tiles(*embedding.shape, table.dtype).reshape(-1)).all()
+    # with PopART's TiedGatherPattern the LM head's matmul lays the table out instead
+    tied = popart_baseline(ir, target, tied_gather=True).decision(table.id)
+    assert tied.method.startswith("created by MatMul"), tied.method
+
+
+def test_the_llama_graph_has_rotary_embeddings_and_grouped_query_attention():
+    module, args = make_models.tiny_model("llama")
+    config = module.model.config
+    assert config.num_key_value_heads < config.num_attention_heads and config.tie_word_embeddings
+    ir = Ir.from_torch(module, args, options=CHECKED)
+    transforms.run_pipeline(ir)
+    shapes = {t.id: t.shape for t in ir.main_graph.producerless_tensors()}
+    width, layers = config.hidden_size, config.num_hidden_layers
+    head = width // config.num_attention_heads
+    for layer in range(layers):
+        attention = f"model.model.layers.{layer}.self_attn."
+        assert shapes[attention + "q_proj.weight"] == (config.num_attention_heads * head, width)
+        for narrow in ("k_proj.weight", "v_proj.weight"):  # fewer key/value heads
+            assert shapes[attention + narrow] == (config.num_key_value_heads * head, width)
+    ops = collections.Counter(op.type.name for op in ir.all_ops())
+    assert ops["Cos"] >= 1 and ops["Sin"] >= 1  # the rotary embedding's angles
+    assert ops["Neg"] == 2 * layers  # rotate_half, on the queries and on the keys
+    assert ops["Expand"] >= 2 * layers  # each key and value head serves several query heads
