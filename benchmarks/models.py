@@ -15,8 +15,9 @@ plans with ``evaluate`` on one IPU Model.
 Each graph runs in a fresh process (``--timeout`` seconds at most), so one that does not
 finish is reported and the rest go on, and peak memory is that graph's own: "plan MiB" is
 tracemalloc's peak during a second, identical planning run (Python and numpy allocations
-of ``plan_ir`` alone; the run also checks that planning is deterministic), "RSS MiB" the
-process's ``ru_maxrss`` (torch, the model, import and everything else included).
+of ``plan_ir`` alone, so not what the unwinding solver's C++ core allocates; the run also
+checks that planning is deterministic), "RSS MiB" the process's ``ru_maxrss`` (torch, the
+model, import, the C++ core and everything else included).
 ``--quick`` skips the second planning run. ``--popart-tied-gather`` runs the baseline with
 PopART's TiedGatherPattern (docs/baseline.md): off by default, as in PopART. ``--dump DIR``
 saves the three plans' mappings and costs; ``--check DIR`` compares them with an earlier
