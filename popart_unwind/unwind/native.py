@@ -1,8 +1,8 @@
 """The bridge to the solver's C++ core (``popart_unwind._hooks.unwind_core``).
 
 The core keeps its own copy of the Graph (tensors, op attributes, ValuedPairs) and runs
-Greedy0 and the deferral heuristic's greedy runs on it; the Python modules ``greedy0.py``
-and ``deferral.py`` stay the reference it is tested against (same sink paths, same order).
+Greedy0 and the deferral heuristic's greedy runs on it; ``greedy0.py`` stays the reference
+it is tested against (same sink paths in the same order; ``engine="python"`` runs it).
 Only descriptions cross the boundary: a chain as its input shape and ``(op type, input
 shape, attribute)`` per op, a region as its shape, per-dimension ``[first, last)`` runs and
 an empty flag.
