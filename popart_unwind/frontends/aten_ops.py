@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.errors import ModelImportError
 from popart_unwind.frontends.torch_values import TorchContext, scalar_constant
 
 Converter = Callable[[TorchContext, Any, tuple, dict], Any]
@@ -32,6 +33,12 @@ def converts(*names: str) -> Callable[[Converter], Converter]:
 
 def _ints(values: Any) -> list[int]:
     return [int(v) for v in values]
+
+
+def _argument(args: tuple, kwargs: dict, position: int, name: str, default: Any) -> Any:
+    """An ATen argument given by position or by keyword; ``default`` when absent or None."""
+    value = args[position] if len(args) > position else kwargs.get(name)
+    return default if value is None else value
 
 
 # -- views ------------------------------------------------------------------------------
@@ -95,6 +102,55 @@ def _slice(ctx, node, args, kwargs):
     inputs = [args[0], ctx.int_constant([start]), ctx.int_constant([min(end, 2**62)]),
               ctx.int_constant([dim % len(ctx.shape(args[0]))]), ctx.int_constant([step])]
     return ctx.op(node, "Slice", inputs)
+
+
+@converts("slice_scatter.default")
+def _slice_scatter(ctx, node, args, kwargs):
+    """``src`` written over ``input[start:end:step]`` along ``dim`` (the backward of a
+    slice). With step 1 the result is the base before the slice, ``src`` and the base after
+    it, concatenated (PopART's Concat of Slices); with a larger step every written position
+    reads its row of ``src`` through a Gather along ``dim``, and a constant mask of the
+    written positions picks between that and the base (Where)."""
+    base, src = args[0], args[1]
+    shape = ctx.shape(base)
+    rank = len(shape)
+    dim = _argument(args, kwargs, 2, "dim", 0) % rank
+    start = _argument(args, kwargs, 3, "start", None)
+    end = _argument(args, kwargs, 4, "end", None)
+    step = _argument(args, kwargs, 5, "step", 1)
+    if step <= 0 or ctx.dtype(src) != ctx.dtype(base):
+        return NotImplemented
+    size = shape[dim]
+    written = range(*slice(start, end, step).indices(size))
+    expected = (*shape[:dim], len(written), *shape[dim + 1:])
+    if ctx.shape(src) != expected:
+        raise ModelImportError(
+            f"{node.name} (aten.slice_scatter): src has shape {ctx.shape(src)}, expected "
+            f"{expected} (input {shape}, dim {dim}, slice {start}:{end}:{step})")
+    if not written:
+        return ctx.op(node, "Identity", [base])
+    if len(written) == 1 or step == 1:
+        first, stop = written[0], written[-1] + 1
+        parts = [_axis_slice(ctx, base, dim, 0, first)] if first > 0 else []
+        parts.append(src)
+        if stop < size:
+            parts.append(_axis_slice(ctx, base, dim, stop, size))
+        if len(parts) == 1:
+            return ctx.op(node, "Identity", [src])
+        return ctx.op(node, "Concat", parts, {"axis": dim})
+    rows = np.zeros(size, dtype=np.int64)
+    rows[list(written)] = np.arange(len(written))
+    mask = np.zeros(size, dtype=bool)
+    mask[list(written)] = True
+    column = [1] * rank
+    column[dim] = size
+    spread = ctx.op(None, "Gather", [src, ctx.int_constant(rows)], {"axis": dim})
+    return ctx.op(node, "Where", [ctx.constant(mask.reshape(column)), spread, base])
+
+
+def _axis_slice(ctx, tensor, dim: int, start: int, end: int):
+    return ctx.op(None, "Slice", [tensor, ctx.int_constant([start]), ctx.int_constant([end]),
+                                  ctx.int_constant([dim])])
 
 
 @converts("select.int")
@@ -371,6 +427,52 @@ def _log_softmax(ctx, node, args, kwargs):
 @converts("embedding.default")
 def _embedding(ctx, node, args, kwargs):
     return ctx.op(node, "Gather", [args[0], args[1]], {"axis": 0})
+
+
+@converts("index.Tensor")
+def _index(ctx, node, args, kwargs):
+    """Advanced indexing ``input[..., i, j, ...]`` by integer tensors (None for a whole
+    axis), as ONNX's Gather.
+
+    One index tensor on axis d is ``Gather(input, i, axis=d)``: torch's result shape
+    ``input[:d] + i.shape + input[d+1:]`` is Gather's. Several index tensors address the
+    axes they index together: the indices broadcast against each other, are counted from
+    the end where negative, and combine row-major into one index into those axes merged by
+    a Reshape, which one Gather reads. torch puts the broadcast index shape where the
+    indexed axes were when they are adjacent, and first otherwise, so apart ones are moved
+    to the front (Transpose) first. Boolean masks select a data-dependent number of
+    elements and stay opaque."""
+    data, indices = args[0], list(args[1])
+    shape = ctx.shape(data)
+    picked = [(axis, index) for axis, index in enumerate(indices) if index is not None]
+    if not picked or len(indices) > len(shape) or any(
+            ctx.dtype(index) not in ("int64", "int32") for _, index in picked):
+        return NotImplemented
+    if len(picked) == 1:
+        axis, index = picked[0]
+        return ctx.op(node, "Gather", [data, index], {"axis": axis})
+    axes = [axis for axis, _ in picked]
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        rest = [axis for axis in range(len(shape)) if axis not in axes]
+        data = ctx.op(None, "Transpose", [data], {"perm": axes + rest})
+        shape = tuple(shape[axis] for axis in axes + rest)
+        axes = list(range(len(axes)))
+    first, count = axes[0], len(axes)
+    sizes = shape[first:first + count]
+    flat = None
+    for position, (_, index) in enumerate(picked):
+        if ctx.dtype(index) != "int64":
+            index = ctx.op(None, "Cast", [index], {"to": ctx.onnx_dtype("int64")})
+        negative = ctx.op(None, "Less", [index, ctx.int_constant(0)])
+        index = ctx.op(None, "Where", [negative, ctx.op(None, "Add", [
+            index, ctx.int_constant(sizes[position])]), index])
+        stride = int(np.prod(sizes[position + 1:], dtype=np.int64))
+        if stride != 1:
+            index = ctx.op(None, "Mul", [index, ctx.int_constant(stride)])
+        flat = index if flat is None else ctx.op(None, "Add", [flat, index])
+    merged = (*shape[:first], int(np.prod(sizes, dtype=np.int64)), *shape[first + count:])
+    data = ctx.op(None, "Reshape", [data, ctx.int_constant(merged)])
+    return ctx.op(node, "Gather", [data, flat], {"axis": first})
 
 
 @converts("gather.default")
