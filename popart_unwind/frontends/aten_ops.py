@@ -2,11 +2,14 @@
 
 The IR speaks ONNX's op vocabulary (PopART imports ONNX), so ATen ops are written as the
 ONNX ops PopART would see for the same computation: ``view`` → Reshape, ``permute`` →
-Transpose, ``addmm`` → MatMul + Add (PopART's Gemm decomposition), ``embedding`` → Gather.
+Transpose, ``addmm`` → MatMul + Add (PopART's Gemm decomposition), ``embedding`` → Gather,
+advanced indexing (``index``) → Gather, ``slice_scatter`` → Concat of Slices.
 Static values (``arange``, ``full``, scalars) become Const tensors. ATen ops with no ONNX
 counterpart here (most backward kernels; any converter may decline by returning
 ``NotImplemented``) stay opaque ops in the ``aten`` domain, carrying
-the shapes torch computed — the planner treats them as barriers, never as errors.
+the shapes torch computed — the planner treats them as barriers, never as errors. A
+converter writes an ATen op as other ops only when they compute exactly its values
+(``index_put``, a scatter, has no such form here and stays opaque).
 """
 
 from __future__ import annotations
