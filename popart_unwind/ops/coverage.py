@@ -2,9 +2,11 @@
 
 An op has no layout rule when the registry gives it the base :class:`LayoutRule` itself
 (not a subclass): its type is unknown to the registry (an opaque op), or its family
-registers it without a layout (the ``OpDef`` default). Such an op is a barrier whose
-outputs are mapped linearly and whose exchange is not counted, so the plan file, the
-summary and the report list these ops by type.
+registers it without a layout (the ``OpDef`` default); or when its family's rule handles
+only some forms of the op and this one is not among them (``LayoutRule.models``: a Gather
+off axis 0, say). Such an op is a barrier whose outputs are mapped linearly and whose
+exchange is not counted, so the plan file, the summary and the report list these ops by
+type.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ from collections import Counter
 
 from popart_unwind.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
-from popart_unwind.ops.layout_rule import LayoutRule
 from popart_unwind.ops.registry import REGISTRY
 
 
 def has_layout_rule(op: Op) -> bool:
-    """Whether a family models ``op``'s layouts (its rule is a ``LayoutRule`` subclass)."""
-    return type(REGISTRY.layout_rule(op)) is not LayoutRule
+    """Whether a family's rule models ``op``'s layouts and exchange."""
+    return REGISTRY.layout_rule(op).models(op)
 
 
 def type_label(op_type: OpType) -> str:

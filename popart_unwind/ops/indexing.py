@@ -428,6 +428,11 @@ class GatherRule(LayoutRule):
         entries, size = table[0], prod(table[1:])
         return (entries, size) if entries and size else None
 
+    def models(self, op: Op) -> bool:
+        """Only a lookup into a table along axis 0 is modelled; any other Gather is a
+        barrier whose exchange is not counted."""
+        return self.table_dims(op) is not None
+
     def wanted_input_tiles(self, op: Op, in_index: int,
                            target: TileMachine) -> np.ndarray | None:
         """What popops' createSliceableTensor would give the table."""

@@ -96,6 +96,13 @@ class LayoutRule:
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         emitter.barrier(op)
 
+    def models(self, op: Op) -> bool:
+        """Whether this rule models ``op``'s layouts and exchange. The base rule models
+        nothing; a family's rule models every op it is given unless it says otherwise (one
+        that handles only some forms of its ops, falling back to the base rule's barrier for
+        the rest, answers False for those, so that they are listed as ops without a rule)."""
+        return type(self) is not LayoutRule
+
     # -- the cost model ----------------------------------------------------------------------
     def output_tiles(self, op: Op, input_tiles: InputTiles,
                      target: TileMachine) -> list[np.ndarray]:

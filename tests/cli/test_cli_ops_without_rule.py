@@ -186,3 +186,20 @@ def test_registered_op_types_without_rule_are_the_documented_ones():
     found = {type_label(OpType(domain, name)) for domain, name in REGISTRY.names()
              if type(REGISTRY.lookup(OpType(domain, name)).layout) is LayoutRule}
     assert found == REGISTERED_WITHOUT_RULE
+
+
+def test_a_gather_off_axis_0_is_listed_a_table_lookup_is_not():
+    """GatherRule models lookups into a table along axis 0 only; any other Gather falls
+    back to a barrier and must be listed, not counted as modelled."""
+    ir = Ir()
+    graph = ir.main_graph
+    table = graph.add_input("table", "float32", (10, 4))
+    rows = graph.add_input("rows", "int64", (3,))
+    columns = graph.add_input("columns", "int64", (2,))
+    graph.create_op(OpType(ONNX_DOMAIN, "Gather", 13), [table, rows], ["looked_up"],
+                    {"axis": 0})
+    graph.create_op(OpType(ONNX_DOMAIN, "Gather", 13), [table, columns], ["picked"],
+                    {"axis": 1})
+    lookup, picked = graph.ops
+    assert has_layout_rule(lookup) and not has_layout_rule(picked)
+    assert ops_without_rule(ir) == {"Gather": 1}
