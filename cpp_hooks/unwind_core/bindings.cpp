@@ -110,30 +110,6 @@ Chain canonicalize(const Chain &chain, std::optional<long> maxRewrites) {
 }
 
 
-py::tuple fromOp(const core::Op &op) {
-  py::object attr;
-  switch (op.type) {
-  case core::OpType::DimShuffle:
-  case core::OpType::Reverse:
-    attr = py::cast(op.axes);
-    break;
-  case core::OpType::SettSample:
-  case core::OpType::SettFillInto:
-    attr = fromRegion(op.region);
-    break;
-  default:
-    attr = py::cast(op.out);
-  }
-  return py::make_tuple(core::opTypeName(op.type), op.in, attr);
-}
-
-py::tuple fromChain(const core::Chain &chain) {
-  py::list ops;
-  for (const core::Op &op : chain.ops())
-    ops.append(fromOp(op));
-  return py::make_tuple(chain.inShape(), ops);
-}
-
 void addTensor(core::Graph &graph, const std::string &kind, const Shape &shape,
                const std::vector<int> &inputs, const py::object &chain, int axis,
                const std::vector<int> &unwindIndices) {
@@ -156,7 +132,8 @@ struct NativeRun {
   py::list paths() const {
     py::list out;
     for (const core::Path &path : result.sinkPaths)
-      out.append(py::make_tuple(path.src, path.dst, fromChain(path.chain),
+      out.append(py::make_tuple(path.src, path.dst,
+                                py::make_tuple(path.chain.inShape(), opsValue(path.chain)),
                                 fromRegions(path.regions)));
     return out;
   }
@@ -201,7 +178,7 @@ void bindUnwindCore(py::module_ &parent) {
       .def(py::init<Shape, const std::vector<Region> &>())
       .def("value", &fromRegions)
       .def("total_elms", &Regions::totalElms)
-      .def("intersect", py::overload_cast<const Regions &>(&Regions::intersect, py::const_))
+      .def("intersect", &Regions::intersect)
       .def("subtract", &Regions::subtract)
       .def("sett_sample", &Regions::sample)
       .def("sett_fill_into", &Regions::fillInto)
@@ -234,7 +211,9 @@ void bindUnwindCore(py::module_ &parent) {
            }),
            py::keep_alive<1, 2>());
   py::class_<NativeRun>(m, "NativeRun")
-      .def("paths", &NativeRun::paths, "The sink paths as (src, dst, chain, regions).")
+      .def("paths", &NativeRun::paths,
+           "The sink paths as (src, dst, (input shape, ops), regions), each op as Chain.ops "
+           "gives it.")
       .def("__len__", [](const NativeRun &run) { return run.result.sinkPaths.size(); })
       .def_property_readonly("blockers", [](const NativeRun &run) { return run.result.blockers; })
       .def_property_readonly("late_sinks",

@@ -84,20 +84,6 @@ DimSet DimSet::subtract(const DimSet &other) const {
   return out;
 }
 
-DimSet DimSet::unite(const DimSet &other) const {
-  std::vector<Run> all(runs_);
-  all.insert(all.end(), other.runs_.begin(), other.runs_.end());
-  std::sort(all.begin(), all.end());
-  DimSet out;
-  for (const Run &r : all) {
-    if (!out.runs_.empty() && r.first <= out.runs_.back().second)
-      out.runs_.back().second = std::max(out.runs_.back().second, r.second);
-    else
-      out.push(r.first, r.second);
-  }
-  return out;
-}
-
 bool DimSet::contains(const DimSet &other) const { return other.subtract(*this).empty(); }
 
 DimSet DimSet::reverse(Index size) const {

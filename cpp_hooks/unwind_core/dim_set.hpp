@@ -37,7 +37,6 @@ public:
 
   DimSet intersect(const DimSet &other) const;
   DimSet subtract(const DimSet &other) const;
-  DimSet unite(const DimSet &other) const;
   bool contains(const DimSet &other) const;
   // Image under x -> size - 1 - x.
   DimSet reverse(Index size) const;

@@ -20,7 +20,9 @@ Analysis::Analysis(const Graph &g) : graph(g) {
   }
   back.resize(n);
   ancestors.resize(n);
+  forward.resize(n);
   for (int t = 0; t < n; ++t) {
+    forward[t] = g.forwardEdges(t);
     if (g.kind(t) == Kind::Sink) {
       back[t].emplace_back(t, Chain(g.shape(t)));
       ancestors[t] = {t};
@@ -91,11 +93,8 @@ public:
     missing_.resize(n);
     pending_.assign(n, {0, 0});
     plantedBy_.resize(n);
-    forward_.resize(n);
-    for (int t = 0; t < n; ++t) {
+    for (int t = 0; t < n; ++t)
       missing_[t] = g_.numel(t);
-      forward_[t] = g_.forwardEdges(t);
-    }
     for (const auto &[root, start] : a_.pendingAtStart)
       pending_[root] = start;
   }
@@ -132,7 +131,6 @@ private:
   std::vector<Index> missing_;
   std::vector<std::pair<Index, Index>> pending_;
   std::vector<std::vector<int>> plantedBy_;
-  std::vector<std::vector<Edge>> forward_;
   std::vector<std::pair<int, std::size_t>> stack_; // (tensor, index into inward_)
   std::priority_queue<QueueKey, std::vector<QueueKey>, std::greater<QueueKey>> queue_;
   std::set<int> finalized_;
@@ -201,7 +199,7 @@ private:
       startIfReady(user);
       return;
     }
-    for (const Edge &edge : forward_[user]) {
+    for (const Edge &edge : a_.forward[user]) {
       if (edge.src != path.dst)
         continue;
       Regions regions = edge.chain.apply(path.regions).intersect(uncovered(user));

@@ -31,6 +31,7 @@ struct Analysis {
   const Graph &graph;
   std::vector<int> length;                                // longest path to an output
   std::vector<std::vector<std::pair<int, Chain>>> back;   // (sink, chain to it) per tensor
+  std::vector<std::vector<Edge>> forward;                 // each tensor's forward edges
   std::vector<std::vector<int>> ancestors;                // sorted sinks behind each tensor
   std::vector<int> sinks, dependentRoots, aimingRoots;
   std::vector<std::vector<std::pair<int, int>>> partners; // (other tensor, pair index)

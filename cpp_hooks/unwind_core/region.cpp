@@ -35,8 +35,6 @@ Region Region::full(const Shape &shape) {
   return Region(shape, std::move(dims));
 }
 
-Region Region::emptyOf(const Shape &shape) { return Region(shape, Dims(shape.size()), true); }
-
 Region Region::box(const Shape &shape, const Shape &lower, const Shape &upper) {
   Dims dims;
   for (std::size_t d = 0; d < shape.size(); ++d)
@@ -362,10 +360,6 @@ Regions Regions::intersect(const Regions &other) const {
       if (auto dims = intersectDims(a.dims(), b.dims()))
         out.add(Region(shape_, std::move(*dims)));
   return out;
-}
-
-Regions Regions::intersect(const Region &other) const {
-  return intersect(Regions(shape_, {other}));
 }
 
 Regions Regions::subtract(const Regions &other) const {

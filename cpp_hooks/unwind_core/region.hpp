@@ -25,7 +25,6 @@ public:
   Region() = default;
   Region(Shape shape, Dims dims, bool empty = false);
   static Region full(const Shape &shape);
-  static Region emptyOf(const Shape &shape);
   static Region box(const Shape &shape, const Shape &lower, const Shape &upper);
 
   const Shape &shape() const { return shape_; }
@@ -64,7 +63,6 @@ public:
   void addAll(const Regions &regions);
 
   Regions intersect(const Regions &other) const;
-  Regions intersect(const Region &other) const;
   Regions subtract(const Regions &other) const;
   Regions sample(const Region &where) const;
   Regions fillInto(const Region &scaffold) const;

@@ -367,6 +367,16 @@ def _softmax_axes(op: Op, rank: int) -> tuple[int, ...]:
     return (axis,) if op.type.version >= 13 else tuple(range(axis, rank))
 
 
+def _with_statistics(need: ExchangeNeed, shape: tuple[int, ...], axes: tuple[int, ...],
+                     output_tiles: np.ndarray, dtype: str, target: TileMachine) -> ExchangeNeed:
+    """``need`` plus two statistics along ``axes`` (``statistics_need``), when there are
+    axes and elements."""
+    if not axes or not math.prod(shape):
+        return need
+    return need + statistics_need(shape, axes, np.asarray(output_tiles).reshape(-1), dtype,
+                                  2, target)
+
+
 class SoftmaxRule(ElementwiseRule):
     """Softmax, LogSoftmax: elementwise on the input (PopART's ``SoftmaxOpx`` is an
     ``ElementWiseUnaryOutplaceOpx``: the result is a clone of the input, and the creator
@@ -379,13 +389,9 @@ class SoftmaxRule(ElementwiseRule):
     def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
                  target: TileMachine) -> ExchangeNeed:
         need = super().exchange(op, input_tiles, output_tiles, target)
-        x = op.input(0)
-        shape = known_shape(op, x)
-        axes = _softmax_axes(op, len(shape))
-        if not axes or not math.prod(shape):
-            return need
-        return need + statistics_need(shape, axes, np.asarray(output_tiles[0]).reshape(-1),
-                                      x.dtype, 2, target)
+        shape = known_shape(op, op.input(0))
+        return _with_statistics(need, shape, _softmax_axes(op, len(shape)), output_tiles[0],
+                                op.input(0).dtype, target)
 
 
 def _norm_axes(op: Op, rank: int) -> tuple[int, ...]:
@@ -445,13 +451,9 @@ class LayerNormRule(ElementwiseRule):
     def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
                  target: TileMachine) -> ExchangeNeed:
         need = super().exchange(op, input_tiles, output_tiles[:1], target)
-        x = op.input(0)
-        shape = known_shape(op, x)
-        axes = _norm_axes(op, len(shape))
-        if not axes or not math.prod(shape):
-            return need
-        return need + statistics_need(shape, axes, np.asarray(output_tiles[0]).reshape(-1),
-                                      stash_dtype(op), 2, target)
+        shape = known_shape(op, op.input(0))
+        return _with_statistics(need, shape, _norm_axes(op, len(shape)), output_tiles[0],
+                                stash_dtype(op), target)
 
 
 SOFTMAX = SoftmaxRule()

@@ -4,8 +4,8 @@ The core keeps its own copy of the Graph (tensors, op attributes, ValuedPairs) a
 Greedy0 and the deferral heuristic's greedy runs on it; ``greedy0.py`` stays the reference
 it is tested against (same sink paths in the same order; ``engine="python"`` runs it).
 Only descriptions cross the boundary: a chain as its input shape and ``(op type, input
-shape, attribute)`` per op, a region as its shape, per-dimension ``[first, last)`` runs and
-an empty flag.
+shape, attribute)`` per op going in, with the output shape too coming back; a region as its
+shape, per-dimension ``[first, last)`` runs and an empty flag.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from popart_unwind.memory.chain_ops import ChainOp
 from popart_unwind.unwind.graph import Graph
 from popart_unwind.unwind.solution import Path, Solution
 
-_SHAPE_ATTR = frozenset({"Reshape", "Expand", "Reduce"})
 _REGION_ATTR = frozenset({"SettSample", "SettFillInto"})
 
 
@@ -92,23 +91,12 @@ def regions_from_value(value: tuple) -> DisjointRegions:
 
 
 def chain_from_value(value: tuple) -> Chain:
+    """A Chain from the core's ``(input shape, [(type, input shape, output shape, attr)])``."""
     in_shape, ops = value
-    shape = tuple(in_shape)
-    built = []
-    for op_type, op_in, attr in ops:
-        op_in = tuple(op_in)
-        if op_type in _REGION_ATTR:
-            region = region_from_value(attr)
-            out = tuple(region.nelms()) if op_type == "SettSample" else region.shape
-            built.append(ChainOp(op_type, op_in, out, region))
-        elif op_type in _SHAPE_ATTR:
-            built.append(ChainOp(op_type, op_in, tuple(attr), tuple(attr)))
-        elif op_type == "DimShuffle":
-            perm = tuple(attr)
-            built.append(ChainOp(op_type, op_in, tuple(op_in[p] for p in perm), perm))
-        else:
-            built.append(ChainOp(op_type, op_in, op_in, tuple(attr)))
-    return Chain(shape, built)
+    return Chain(tuple(in_shape), [
+        ChainOp(op_type, tuple(op_in), tuple(op_out),
+                region_from_value(attr) if op_type in _REGION_ATTR else tuple(attr))
+        for op_type, op_in, op_out, attr in ops])
 
 
 def paths_from_values(graph: Graph, values: list) -> list[Path]:
