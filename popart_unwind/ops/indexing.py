@@ -8,7 +8,11 @@ depends on data, so it is known only for a constant input.
 Layouts: Gather on axis 0 is an embedding lookup (popops' multiSlice over a sliceable
 table): the table is tied to a Source carrying popops' createSliceableTensor layout, and the
 result is a barrier root, mapped linearly. PopART's ``GatherOpx`` creates the table with the
-highest creator priority. The other ops are barriers.
+highest creator priority. ScatterND, ScatterElements and Scatter update their data in
+place (Poplibs' multiUpdate / multiUpdateAdd): output and data share one layout and each
+update element goes to its destination's tile. GatherElements is computed where its indices
+lie. Indices unknown at plan time are assumed to spread uniformly (docs/ipu-model.md,
+"Scatters and GatherElements"). The other ops are barriers.
 """
 
 from __future__ import annotations
@@ -153,9 +157,23 @@ def _fold_gather_nd(op: Op, constants) -> list | None:
 
 # -- Scatter family -----------------------------------------------------------------------
 _REDUCE_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+#: ONNX's ScatterND / ScatterElements reductions: "none" overwrites (duplicate indices leave
+#: the result unspecified), the others combine every update of an element with its data.
+SCATTER_REDUCTIONS = ("none", *_REDUCE_UFUNCS)
+
+
+def _check_reduction(op: Op) -> str:
+    """The ``reduction`` attribute (opset 16 on): none, add or mul, and from opset 18 max
+    or min; ShapeError for anything else."""
+    reduction = op.attributes.get("reduction", "none")
+    if reduction not in SCATTER_REDUCTIONS:
+        raise ShapeError(f"op {op.debug_name()}: reduction {reduction!r} is not one of "
+                         f"{', '.join(SCATTER_REDUCTIONS)}")
+    return reduction
 
 
 def _infer_scatter_nd(op: Op) -> list:
+    _check_reduction(op)
     data, indices, updates = input_shape(op, 0), _index_input(op, 1), input_shape(op, 2)
     if not indices or not 1 <= indices[-1] <= len(data):
         raise ShapeError(f"op {op.debug_name()}: indices {indices} do not fit data {data}")
@@ -187,6 +205,7 @@ def _fold_scatter_nd(op: Op, constants) -> list | None:
 
 
 def _infer_scatter_elements(op: Op) -> list:
+    _check_reduction(op)
     data, indices, updates = input_shape(op, 0), _index_input(op, 1), input_shape(op, 2)
     if indices != updates or len(indices) != len(data) or not data:
         raise ShapeError(f"op {op.debug_name()}: indices {indices} and updates {updates} "
@@ -506,12 +525,284 @@ class GatherRule(LayoutRule):
         return 1 if in_index == 0 and self.table_dims(op) is not None else None
 
 
+def _spread(count: int, size: int) -> np.ndarray:
+    """``count`` positions spread evenly over ``[0, size)``: position i at ⌊i·size/count⌋.
+    The stand-in for indices unknown at plan time (uniform destinations)."""
+    return (np.arange(count, dtype=np.int64) * size) // max(count, 1)
+
+
+def _constant_indices(tensor, shape: tuple[int, ...]) -> np.ndarray | None:
+    value = constant_value(tensor)
+    if value is None or np.asarray(value).shape != shape:
+        return None
+    return np.asarray(value, dtype=np.int64)
+
+
+def _along_axis(op: Op, data_shape: tuple[int, ...], index_shape: tuple[int, ...],
+                indices) -> np.ndarray:
+    """Flat data element each position of ``index_shape`` addresses along ``axis`` (the
+    GatherElements / ScatterElements addressing): the constant indices when they are
+    known and in range, else positions along the axis spread evenly over it; the other
+    coordinates are the position's own (clipped to the data)."""
+    axis = normalize_axis(op, op.attributes.get("axis", 0), len(data_shape))
+    coords = [np.minimum(np.arange(n, dtype=np.int64), max(d - 1, 0))
+              for n, d in zip(index_shape, data_shape, strict=True)]
+    grid = list(np.meshgrid(*coords, indexing="ij"))
+    value = _constant_indices(indices, index_shape)
+    checked = None if value is None else _in_range(value, data_shape[axis])
+    if checked is not None:
+        grid[axis] = checked
+    else:
+        spread = _spread(index_shape[axis], data_shape[axis])
+        shape = [1] * len(index_shape)
+        shape[axis] = index_shape[axis]
+        grid[axis] = np.broadcast_to(spread.reshape(shape), index_shape)
+    return np.ravel_multi_index(tuple(grid), data_shape).reshape(-1)
+
+
+def _sliceable_along(target: TileMachine, shape: tuple[int, ...], axis: int,
+                     dtype: str) -> np.ndarray | None:
+    """popops' sliceable layout of a tensor sliced along ``axis`` (the axis moved to the
+    front, the rest flattened into the row), flat in the tensor's own order."""
+    rest = prod(shape) // shape[axis] if shape[axis] else 0
+    if not shape[axis] or not rest:
+        return None
+    moved = (shape[axis], *shape[:axis], *shape[axis + 1:])
+    tiles = np.asarray(target.sliceable_tiles(shape[axis], rest, dtype)).reshape(moved)
+    return np.moveaxis(tiles, 0, axis).reshape(-1)
+
+
+class ScatterRule(LayoutRule):
+    """ScatterND, ScatterElements and Scatter, as Poplibs' in-place update
+    (``popops::multiUpdate`` / ``multiUpdateAdd``): the output is the data input updated
+    where the indices say, so output and data have one layout (a SumLike of the data
+    alone: a layout wanted at the output unwinds to the data), and each update element is
+    sent to the tile that holds its destination element, which also reads the index that
+    names it.
+
+    Indices are data at run time; constant ones are used as they are, and otherwise the
+    destinations are assumed uniform: update row i of R goes to row ⌊i·V/R⌋ of the V the
+    indices may address (ScatterND), or position i along the axis to ⌊i·n/m⌋
+    (ScatterElements). Any such choice counts every update element once; uniform ones
+    spread what each tile receives as random token ids do (docs/ipu-model.md).
+    """
+
+    kind = "scatter"
+
+    def models(self, op: Op) -> bool:
+        """Every reduction ONNX defines; an op with another is a barrier, listed."""
+        return (op.attributes.get("reduction", "none") in SCATTER_REDUCTIONS
+                and all(op.has_input(i) for i in range(3)))
+
+    def _nd(self, op: Op) -> bool:
+        return op.type.name == "ScatterND"
+
+    def destinations(self, op: Op) -> np.ndarray:
+        """The flat data element each update element (row-major) is combined into."""
+        data = known_shape(op, op.input(0))
+        indices = known_shape(op, op.input(1))
+        if not self._nd(op):
+            return _along_axis(op, data, indices, op.input(1))
+        depth = indices[-1]
+        rows, entries, row = prod(indices[:-1]), prod(data[:depth]), prod(data[depth:])
+        value = _constant_indices(op.input(1), indices)
+        flat = None
+        if value is not None:
+            columns = value.reshape(rows, depth)
+            checked = [_in_range(columns[:, k], data[k]) for k in range(depth)]
+            if all(c is not None for c in checked):
+                flat = (np.ravel_multi_index(tuple(checked), data[:depth]) if rows
+                        else np.zeros(0, np.int64))
+        if flat is None:
+            flat = _spread(rows, entries)
+        return (flat[:, None] * row + np.arange(row)[None, :]).reshape(-1)
+
+    def _index_reads(self, op: Op, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(update element, index element) pairs: which index elements name each update
+        element's destination."""
+        elements = np.arange(count, dtype=np.int64)
+        if not self._nd(op):
+            return elements, elements
+        indices = known_shape(op, op.input(1))
+        depth, rows = indices[-1], prod(indices[:-1])
+        row = count // rows if rows else 0
+        updates = np.repeat(elements, depth)
+        index = (np.repeat(elements // max(row, 1), depth) * depth
+                 + np.tile(np.arange(depth, dtype=np.int64), count))
+        return updates, index
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        out = op.output(0)
+        result = emitter.graph.sum_like([emitter.tensor(op.input(0))], [0],
+                                        {"default": emitter.valuations.elementwise},
+                                        name=out.id)
+        emitter.define(out, result.out)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        data = flat_tiles(input_tiles, 0)
+        if data is None:
+            return super().output_tiles(op, input_tiles, target)
+        return [data.copy()]
+
+    def exchange(self, op: Op, input_tiles: InputTiles,
+                 output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
+        out = np.asarray(output_tiles[0]).reshape(-1)
+        need = ExchangeNeed.none(target.num_tiles)
+        data, indices, updates = (flat_tiles(input_tiles, i) for i in range(3))
+        if data is not None:
+            need = need + read_need(out, None, data, target.dtype_size(op.input(0).dtype),
+                                    target.num_tiles)
+        receivers = out[self.destinations(op)] if out.size else out
+        if updates is not None and receivers.size:
+            need = need + read_need(receivers, None, updates,
+                                    target.dtype_size(op.input(2).dtype), target.num_tiles)
+        if indices is not None and receivers.size:
+            update, index = self._index_reads(op, receivers.size)
+            need = need + read_need(receivers[update], index, indices,
+                                    target.dtype_size(op.input(1).dtype), target.num_tiles)
+        return need
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """The data on the output's tiles, each update element on its destination's tile,
+        each index element on the tile that reads it most."""
+        out = np.asarray(output_tiles[0]).reshape(-1)
+        if index == 0:
+            return out.copy()
+        receivers = out[self.destinations(op)] if out.size else out
+        if index == 2:
+            return receivers
+        if index == 1:
+            update, element = self._index_reads(op, receivers.size)
+            return most_read_tiles(receivers[update], element,
+                                   prod(known_shape(op, op.input(1))), target.num_tiles)
+        return None
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """With the data planned the output's layout is the plan's too: the least the
+        updates then send is each destination element on the tile most of its updates
+        lie on (a lower bound: the indices' part counts nothing)."""
+        if 0 not in planned:
+            return super().least_received(op, input_tiles, output_tiles, planned, target)
+        updates = flat_tiles(input_tiles, 2)
+        if 2 in planned or updates is None or not updates.size:
+            return 0
+        destinations = self.destinations(op)
+        size = prod(known_shape(op, op.input(0)))
+        best = most_read_tiles(updates, destinations, size, target.num_tiles)
+        need = read_need(best[destinations], None, updates,
+                         target.dtype_size(op.input(2).dtype), target.num_tiles)
+        return int(np.asarray(need.received_bytes).sum())
+
+    # -- the PopART baseline -------------------------------------------------------------
+    def _sliced_axis(self, op: Op) -> int:
+        if self._nd(op):
+            return 0
+        return normalize_axis(op, op.attributes.get("axis", 0),
+                              len(known_shape(op, op.input(0))))
+
+    def creates_input(self, op: Op, in_index: int) -> int | None:
+        """PopART creates the updates at its top priority (``ScatterReduceOpx``, which
+        ScatterElements and Scatter lower to, and ``GatherGradOpx``, what PopART's own
+        backward of a Gather is), and makes the output a new tensor in popops' sliceable
+        layout that the data is copied into: modelled as the data created with that
+        layout, at the same priority (docs/baseline.md)."""
+        return 1 if in_index in (0, 2) else None
+
+    def wanted_input_tiles(self, op: Op, in_index: int,
+                           target: TileMachine) -> np.ndarray | None:
+        """The sliceable layout along the scattered axis (ScatterND: the addressed axes
+        merged into one), of the output for the data and of the updates for themselves."""
+        if in_index not in (0, 2) or not op.has_input(in_index):
+            return None
+        tensor = op.input(in_index)
+        shape = known_shape(op, tensor)
+        if not shape:
+            return None
+        if self._nd(op) and in_index == 0:
+            depth = known_shape(op, op.input(1))[-1]
+            merged = (prod(shape[:depth]), prod(shape[depth:]))
+            return _sliceable_along(target, merged, 0, tensor.dtype)
+        return _sliceable_along(target, shape, self._sliced_axis(op), tensor.dtype)
+
+
+class GatherElementsRule(LayoutRule):
+    """GatherElements: ``out[i][j] = data[index[i][j]][j]`` along ``axis``. The output has
+    the indices' shape and is computed where they lie (elementwise partners: a SumLike of
+    the indices alone); each output element reads its data element from wherever it
+    lives. Indices unknown at plan time are assumed spread evenly along the axis, as for
+    a scatter (``ScatterRule``); constant ones are used as they are. PopART has no op for
+    it, so it creates nothing for the baseline."""
+
+    kind = "gather"
+
+    def sources(self, op: Op) -> np.ndarray:
+        """The flat data element each output element reads."""
+        return _along_axis(op, known_shape(op, op.input(0)), known_shape(op, op.input(1)),
+                           op.input(1))
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        out = op.output(0)
+        result = emitter.graph.sum_like([emitter.tensor(op.input(1))], [0],
+                                        {"default": emitter.valuations.elementwise},
+                                        name=out.id)
+        emitter.define(out, result.out)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        indices = flat_tiles(input_tiles, 1)
+        if indices is None:
+            return super().output_tiles(op, input_tiles, target)
+        return [indices.copy()]
+
+    def exchange(self, op: Op, input_tiles: InputTiles,
+                 output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
+        out = np.asarray(output_tiles[0]).reshape(-1)
+        need = ExchangeNeed.none(target.num_tiles)
+        data, indices = flat_tiles(input_tiles, 0), flat_tiles(input_tiles, 1)
+        if data is not None and out.size:
+            need = need + read_need(out, self.sources(op), data,
+                                    target.dtype_size(op.input(0).dtype), target.num_tiles)
+        if indices is not None:
+            need = need + read_need(out, None, indices,
+                                    target.dtype_size(op.input(1).dtype), target.num_tiles)
+        return need
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        """The indices on the output's tiles; each data element on the tile that reads it
+        most."""
+        out = np.asarray(output_tiles[0]).reshape(-1)
+        if index == 1:
+            return out.copy()
+        if index == 0:
+            return most_read_tiles(out, self.sources(op),
+                                   prod(known_shape(op, op.input(0))), target.num_tiles)
+        return None
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """With the indices planned the output may lie anywhere, each element on the tile
+        of the data element it reads: nothing need be received."""
+        if 1 in planned:
+            return 0
+        return super().least_received(op, input_tiles, output_tiles, planned, target)
+
+
+SCATTER = ScatterRule()
+
+
 register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule()))
-register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements))
+register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements,
+               layout=GatherElementsRule()))
 register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
-register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd))
-register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements))
-register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements))
+register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd, layout=SCATTER))
+register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
+               layout=SCATTER))
+register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
+               layout=SCATTER))
 register(OpDef("Tile", infer=_infer_tile, fold=_fold_tile))
 register(OpDef("Pad", infer=_infer_pad, fold=_fold_pad))
 register(OpDef("Trilu", infer=_infer_trilu, fold=_fold_trilu))

@@ -175,11 +175,10 @@ def test_validate_plan_needs_the_key():
 #: The registered op types with no layout rule today (docs/cli.md names them).
 REGISTERED_WITHOUT_RULE = {
     "AveragePool", "Constant", "ConstantOfShape",
-    "ConvTranspose", "CumSum", "Dropout", "Einsum", "GatherElements", "GatherND",
+    "ConvTranspose", "CumSum", "Dropout", "Einsum", "GatherND",
     "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool",
     "LpPool", "MatMulInteger", "MaxPool", "NonZero", "OneHot", "Pad", "Range",
-    "Resize", "Scatter", "ScatterElements",
-    "ScatterND", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
+    "Resize", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
 
 
 def test_registered_op_types_without_rule_are_the_documented_ones():

@@ -184,3 +184,62 @@ def test_gather_refuses_float_indices_and_scalar_data():
         ours("Gather", [np.ones(3, np.float32), np.ones(2, np.float32)], {}, 1, 13)
     with pytest.raises(ShapeError, match="scalar"):
         ours("Gather", [np.array(1.0, np.float32), np.zeros(2, np.int64)], {}, 1, 13)
+
+
+def _scatter_loop(data, positions, updates, reduction):
+    """The scatter by a plain loop: each update combined into its element in order."""
+    result = data.copy()
+    combine = {"none": lambda a, b: b, "add": lambda a, b: a + b, "mul": lambda a, b: a * b,
+               "max": np.maximum, "min": np.minimum}[reduction]
+    for position, value in zip(positions, updates, strict=True):
+        result[position] = combine(result[position], value)
+    return result
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.integers(0, 8),
+       st.sampled_from(["add", "mul", "max", "min"]), st.integers(0, 2**16))
+def test_scatter_nd_reductions_accumulate_duplicates(shape, count, reduction, seed):
+    """Every reduction combines each update, duplicates included, as a loop would (for
+    "add", ``np.add.at``)."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(-3, 4, shape).astype(np.float32)
+    depth = int(rng.integers(1, len(shape) + 1))
+    indices = np.stack([rng.integers(-shape[d], shape[d], count) for d in range(depth)],
+                       -1).astype(np.int64).reshape(count, depth)
+    updates = rng.integers(-3, 4, (count, *shape[depth:])).astype(np.float32)
+    _, [value] = ours("ScatterND", [data, indices, updates], {"reduction": reduction}, 1, 18)
+    positions = [tuple(int(i) % shape[d] for d, i in enumerate(row)) for row in indices]
+    np.testing.assert_array_equal(value, _scatter_loop(data, positions, updates, reduction))
+    if reduction == "add":
+        expected = data.copy()
+        np.add.at(expected, tuple((indices % np.array(shape[:depth])).T), updates)
+        np.testing.assert_array_equal(value, expected)
+
+
+@SETTINGS
+@given(data_and_axis(), st.sampled_from(["add", "mul", "max", "min"]), st.integers(0, 2**16))
+def test_scatter_elements_reductions_accumulate_duplicates(case, reduction, seed):
+    data, axis = case
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(rng.integers(1, d + 1)) for d in data.shape)
+    size = data.shape[axis]
+    indices = rng.integers(-size, size, shape).astype(np.int64)
+    updates = rng.integers(-3, 4, shape).astype(np.float32)
+    _, [value] = ours("ScatterElements", [data, indices, updates],
+                      {"axis": axis, "reduction": reduction}, 1, 18)
+    positions = []
+    for position in np.ndindex(*shape):
+        target = list(position)
+        target[axis % data.ndim] = int(indices[position]) % size
+        positions.append(tuple(target))
+    np.testing.assert_array_equal(value, _scatter_loop(data, positions,
+                                                       updates.reshape(-1), reduction))
+
+
+@pytest.mark.parametrize("name", ["ScatterND", "ScatterElements"])
+def test_an_unknown_reduction_is_a_shape_error_naming_it(name):
+    data, indices = np.zeros((3, 2), np.float32), np.zeros((1, 1), np.int64)
+    updates = np.zeros((1, 2) if name == "ScatterND" else (1, 1), np.float32)
+    with pytest.raises(ShapeError, match="reduction 'median'"):
+        ours(name, [data, indices, updates], {"reduction": "median"}, 1, 18)
