@@ -3,13 +3,16 @@
 The IR speaks ONNX's op vocabulary (PopART imports ONNX), so ATen ops are written as the
 ONNX ops PopART would see for the same computation: ``view`` → Reshape, ``permute`` →
 Transpose, ``addmm`` → MatMul + Add (PopART's Gemm decomposition), ``embedding`` → Gather,
-advanced indexing (``index``) → Gather, ``slice_scatter`` → Concat of Slices.
+advanced indexing (``index``) → Gather, ``slice_scatter`` → Concat of Slices,
+``index_put`` with ``accumulate=True`` (an embedding's gradient) → ScatterND with reduction
+"add".
 Static values (``arange``, ``full``, scalars) become Const tensors. ATen ops with no ONNX
 counterpart here (most backward kernels; any converter may decline by returning
 ``NotImplemented``) stay opaque ops in the ``aten`` domain, carrying
 the shapes torch computed — the planner treats them as barriers, never as errors. A
 converter writes an ATen op as other ops only when they compute exactly its values
-(``index_put``, a scatter, has no such form here and stays opaque).
+(``index_put`` without accumulation, whose result torch leaves unspecified for duplicate
+indices, stays opaque).
 """
 
 from __future__ import annotations
@@ -462,8 +465,17 @@ def _index(ctx, node, args, kwargs):
         axes = list(range(len(axes)))
     first, count = axes[0], len(axes)
     sizes = shape[first:first + count]
+    flat = _flat_index(ctx, [index for _, index in picked], sizes)
+    merged = (*shape[:first], int(np.prod(sizes, dtype=np.int64)), *shape[first + count:])
+    data = ctx.op(None, "Reshape", [data, ctx.int_constant(merged)])
+    return ctx.op(node, "Gather", [data, flat], {"axis": first})
+
+
+def _flat_index(ctx: TorchContext, picked: list, sizes: tuple[int, ...]) -> Any:
+    """Index tensors into adjacent axes of ``sizes`` combined row-major into one int64 index
+    into those axes merged, each counted from the end where negative (they broadcast)."""
     flat = None
-    for position, (_, index) in enumerate(picked):
+    for position, index in enumerate(picked):
         if ctx.dtype(index) != "int64":
             index = ctx.op(None, "Cast", [index], {"to": ctx.onnx_dtype("int64")})
         negative = ctx.op(None, "Less", [index, ctx.int_constant(0)])
@@ -473,9 +485,52 @@ def _index(ctx, node, args, kwargs):
         if stride != 1:
             index = ctx.op(None, "Mul", [index, ctx.int_constant(stride)])
         flat = index if flat is None else ctx.op(None, "Add", [flat, index])
-    merged = (*shape[:first], int(np.prod(sizes, dtype=np.int64)), *shape[first + count:])
-    data = ctx.op(None, "Reshape", [data, ctx.int_constant(merged)])
-    return ctx.op(node, "Gather", [data, flat], {"axis": first})
+    return flat
+
+
+@converts("index_put.default", "index_put_.default", "_unsafe_index_put.default")
+def _index_put(ctx, node, args, kwargs):
+    """``input[i, j, ...] += values`` with ``accumulate=True`` (an embedding's gradient:
+    ``embedding_dense_backward`` is ``index_put(zeros, [ids], grad, True)``) as ONNX's
+    ScatterND with reduction "add", which accumulates duplicate indices as torch does.
+
+    The index tensors must address the leading axes (no None before or between them):
+    one is ScatterND's index column as it is; several broadcast and combine row-major
+    into one index into those axes merged by a Reshape (as ``index`` does), the result
+    reshaped back. ``values`` broadcast to the indexed shape (Expand). Declined, and kept
+    opaque: ``accumulate=False`` (with duplicate indices torch leaves the result
+    unspecified, so no op here can be shown to give its values), boolean masks, indices
+    on later axes, and values of another dtype."""
+    data, indices, values = args[0], list(args[1]), args[2]
+    accumulate = bool(_argument(args, kwargs, 3, "accumulate", False))
+    shape = ctx.shape(data)
+    picked = [index for index in indices if index is not None]
+    count = len(picked)
+    if (not accumulate or not picked or count > len(shape) or len(indices) > len(shape)
+            or any(index is None for index in indices[:count])
+            or any(ctx.dtype(index) not in ("int64", "int32") for index in picked)
+            or ctx.dtype(values) != ctx.dtype(data)):
+        return NotImplemented
+    try:
+        index_shape = tuple(np.broadcast_shapes(*(ctx.shape(index) for index in picked)))
+        updates_shape = (*index_shape, *shape[count:])
+        if tuple(np.broadcast_shapes(ctx.shape(values), updates_shape)) != updates_shape:
+            return NotImplemented
+    except ValueError:
+        return NotImplemented
+    if ctx.shape(values) != updates_shape:
+        values = ctx.op(None, "Expand", [values, ctx.int_constant(updates_shape)])
+    if count == 1:
+        column = ctx.op(None, "Unsqueeze", [picked[0], ctx.int_constant([len(index_shape)])])
+        return ctx.op(node, "ScatterND", [data, column, values], {"reduction": "add"})
+    flat = _flat_index(ctx, picked, shape[:count])
+    if ctx.shape(flat) != index_shape:
+        flat = ctx.op(None, "Expand", [flat, ctx.int_constant(index_shape)])
+    column = ctx.op(None, "Unsqueeze", [flat, ctx.int_constant([len(index_shape)])])
+    merged = (int(np.prod(shape[:count], dtype=np.int64)), *shape[count:])
+    table = ctx.op(None, "Reshape", [data, ctx.int_constant(merged)])
+    scattered = ctx.op(None, "ScatterND", [table, column, values], {"reduction": "add"})
+    return ctx.op(node, "Reshape", [scattered, ctx.int_constant(shape)])
 
 
 @converts("gather.default")

@@ -6,7 +6,8 @@ mask; ``index`` (advanced indexing by integer tensors) becomes a Gather, after m
 indexed axes into one when there are several. Each case imports a module, computes the
 graph's outputs with every op's own numpy fold (the IR's reference semantics) and compares
 them with what torch computes on the same random inputs, negative indices included.
-``index_put`` has no exact form among the ops with layout rules and stays opaque.
+``index_put`` with accumulation (an embedding's gradient) becomes a ScatterND with reduction
+"add", duplicates accumulated as torch does; without accumulation it stays opaque.
 """
 
 from __future__ import annotations
@@ -192,16 +193,99 @@ def test_int32_indices_and_the_models_mask_lookup():
                                                                 dtype=torch.int32)))
 
 
-def test_index_put_stays_opaque():
-    """Scattering with accumulation (an embedding's gradient) has no exact form among the
-    ops with layout rules: it is kept whole, with torch's shape, and listed."""
-    class Put(torch.nn.Module):
-        def forward(self, table, rows, values):
-            return torch.ops.aten.index_put.default(table, [rows], values, True)
+# -- index_put ----------------------------------------------------------------------------
+class IndexPut(torch.nn.Module):
+    def __init__(self, count: int, accumulate: bool = True, leading_none: bool = False,
+                 op=torch.ops.aten.index_put.default) -> None:
+        super().__init__()
+        self.count, self.accumulate, self.leading_none, self.op = (count, accumulate,
+                                                                   leading_none, op)
 
+    def forward(self, table, *rest):
+        indices, values = list(rest[:self.count]), rest[self.count]
+        if self.leading_none:
+            indices = [None, *indices]
+        return self.op(table, indices, values, self.accumulate)
+
+
+INDEX_PUT_CASES = {
+    # table shape, index shapes (by indexed axis), values shape
+    "embedding gradient": ((6, 4), [(2, 5)], (2, 5, 4)),  # ids [batch, seq], grad rows
+    "one row per index": ((7, 3), [(9,)], (9, 3)),
+    "scalar rows": ((5,), [(8,)], (8,)),
+    "values broadcast": ((6, 4), [(3, 2)], (4,)),
+    "pairs broadcast": ((5, 3, 4), [(3, 1), (4,)], (3, 4, 4)),
+    "pairs, values broadcast": ((5, 3, 2), [(6,), (6,)], (1, 2)),
+    "whole index": ((3, 4), [(7,), (7,)], (7,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_PUT_CASES))
+def test_accumulating_index_put_is_a_scatter_nd_add(case):
+    """Duplicates accumulate as torch's do (more indices than rows forces some)."""
+    shape, index_shapes, values_shape = INDEX_PUT_CASES[case]
+    generator = torch.Generator().manual_seed(sorted(INDEX_PUT_CASES).index(case))
+    table = torch.randn(shape, generator=generator)
+    indices = [_indices(generator, shape[axis], index_shape)
+               for axis, index_shape in enumerate(index_shapes)]
+    values = torch.randn(values_shape, generator=generator)
+    ir, _ = _run(IndexPut(len(indices)), (table, *indices, values))
+    names = _names(ir)
+    assert names["ScatterND"] == 1 and all(op.type.domain != "aten"
+                                           for op in ir.main_graph.ops)
+    [scatter] = [op for op in ir.main_graph.ops if op.type.name == "ScatterND"]
+    assert scatter.attributes["reduction"] == "add"
+
+
+def test_embedding_backward_is_a_scatter_nd_add_with_duplicates():
+    """The form of torch's embedding backward (zeros, ids, gradient rows), written with the
+    in-place and the unsafe spellings of index_put: repeated ids sum their rows."""
+    generator = torch.Generator().manual_seed(11)
+    table = torch.zeros(5, 3)
+    ids = torch.tensor([[1, 3, 1], [1, 0, 4]])  # row 1 three times
+    grad = torch.randn(2, 3, 3, generator=generator)
+    for op in (torch.ops.aten.index_put_.default, torch.ops.aten._unsafe_index_put.default):
+        module = IndexPut(1, op=op)
+        if op is torch.ops.aten.index_put_.default:
+            module = _CloneFirst(module)
+        _, [value] = _run(module, (table, ids, grad))
+        expected = np.zeros((5, 3), np.float32)
+        np.add.at(expected, ids.numpy(), grad.numpy())
+        np.testing.assert_allclose(value, expected, rtol=1e-6)
+
+
+class _CloneFirst(torch.nn.Module):
+    """In-place ops write a clone, as a functionalised graph does."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, table, *rest):
+        return self.inner(table.clone(), *rest)
+
+
+@pytest.mark.parametrize("form", ["no accumulation", "leading None", "boolean mask",
+                                  "other dtype"])
+def test_index_put_forms_without_an_exact_scatter_stay_opaque(form):
+    """Without accumulation torch leaves duplicates unspecified; indices after a None, a
+    boolean mask and values of another dtype are not converted: kept whole, with torch's
+    shape, and listed."""
     generator = torch.Generator().manual_seed(3)
-    inputs = (torch.zeros(6, 4), _indices(generator, 6, (5,)), torch.randn(5, 4))
-    ir = Ir.from_torch(Put(), inputs)
+    table, values = torch.zeros(6, 4), torch.randn(5, 4, generator=generator)
+    rows = _indices(generator, 6, (5,))
+    module = IndexPut(1)
+    if form == "no accumulation":
+        module = IndexPut(1, accumulate=False)
+    elif form == "leading None":
+        module, rows, values = IndexPut(1, leading_none=True), _indices(generator, 4, (6,)), \
+            torch.randn(6, 6, generator=generator)
+    elif form == "boolean mask":
+        rows = torch.tensor([True, False, True, True, False, True])
+        values = torch.randn(4, 4, generator=generator)
+    else:
+        values = values.double()
+    ir = Ir.from_torch(module, (table, rows, values))
     assert ops_without_rule(ir) == {"aten::index_put": 1}
     [op] = [op for op in ir.main_graph.ops if op.type.domain == "aten"]
     assert op.output(0).shape == (6, 4)

@@ -35,6 +35,11 @@ from popart_unwind.options import SessionOptions
 from popart_unwind.target import IpuModel, TileTarget, popart_baseline
 
 MODELS = make_models.MODEL_NAMES
+#: Embedding lookups each language model's training step differentiates (one ScatterND
+#: each): BERT's word, position and token-type tables, GPT-2's word and position tables,
+#: T5's shared table (read by the encoder and by the decoder) and its encoder's and
+#: decoder's relative-position biases, Llama's word table.
+EMBEDDING_TABLES = {"bert": 3, "gpt2": 2, "t5": 4, "llama": 1}
 TIED = ("bert", "gpt2", "t5", "llama")  # LM heads sharing the token embedding
 ONNX_CASES = [(name, "forward") for name in MODELS] + [
     (name, "training") for name in MODELS if name not in make_models.ONNX_TRAINING_UNSUPPORTED]
@@ -125,13 +130,20 @@ def test_torch_models_import_verify_and_canonicalize(name, training):
         shapes = collections.Counter(t.shape for t in ir.main_graph.outputs)
         for parameter in parameters.values():
             assert shapes[tuple(parameter.shape)] >= 1
-    # advanced indexing and the slices' backward become ops with layout rules; what is
-    # left without one: the embeddings' gradients (index_put), BERT's token-type lookup
-    # (GatherElements) and the convolutional models' backward and pooling
+    # advanced indexing, the slices' backward and the embeddings' gradients (index_put,
+    # accumulating) become ops with layout rules, as does BERT's token-type lookup
+    # (GatherElements); what is left without one: the convolutional models' backward and
+    # pooling
     without_rule = set(ops_without_rule(ir))
-    assert not without_rule & {"aten::index", "aten::slice_scatter"}, without_rule
-    if name in ("gpt2", "t5", "llama"):
-        assert without_rule == ({"aten::index_put"} if training else set())
+    converted = {"aten::index", "aten::slice_scatter", "aten::index_put"}
+    assert not without_rule & converted, without_rule
+    assert not any(op.type.domain == "aten" and op.type.name in ("index", "slice_scatter",
+                                                                 "index_put")
+                   for graph in ir.graphs for op in graph.ops)
+    if name in ("bert", "gpt2", "t5", "llama"):
+        assert without_rule == set(), without_rule
+        scatters = sum(1 for op in ir.main_graph.ops if op.type.name == "ScatterND")
+        assert scatters == (EMBEDDING_TABLES[name] if training else 0)
     transforms.run_pipeline(ir)
     ir.verify()
     before = ir.to_json()
