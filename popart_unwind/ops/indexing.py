@@ -25,6 +25,7 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import most_read_tiles, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import (
@@ -531,7 +532,8 @@ def _spread(count: int, size: int) -> np.ndarray:
     return (np.arange(count, dtype=np.int64) * size) // max(count, 1)
 
 
-def _constant_indices(tensor, shape: tuple[int, ...]) -> np.ndarray | None:
+def _constant_indices(tensor: Tensor, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The indices' values as int64 when they are a constant of ``shape``, else None."""
     value = constant_value(tensor)
     if value is None or np.asarray(value).shape != shape:
         return None
@@ -539,7 +541,7 @@ def _constant_indices(tensor, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def _along_axis(op: Op, data_shape: tuple[int, ...], index_shape: tuple[int, ...],
-                indices) -> np.ndarray:
+                indices: Tensor) -> np.ndarray:
     """Flat data element each position of ``index_shape`` addresses along ``axis`` (the
     GatherElements / ScatterElements addressing): the constant indices when they are
     known and in range, else positions along the axis spread evenly over it; the other
