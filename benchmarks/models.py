@@ -25,7 +25,11 @@ dump (a speed-up must not change any plan). ``benchmarks/exchange_breakdown.py``
 where one graph's exchange goes.
 ``--json FILE`` keeps the rows, and ``--from-json FILE --markdown`` prints them as the
 Markdown tables RESULTS.md records. The first table's last column lists each graph's ops
-without a layout rule (as the plan file's ``ops_without_rule`` does).
+without a layout rule (as the plan file's ``ops_without_rule`` does). In the second, "max
+tile" is the cost model's resident figure (always-live bytes plus the largest single op's
+data), "peak tile" the liveness peak over the schedule of the busiest tile (activations kept
+for the backward pass included), "always-live" that of producer-less tensors alone, and
+"fits" whether the peak is within a tile's memory (docs/ipu-model.md).
 """
 
 from __future__ import annotations
@@ -250,7 +254,8 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB", "RSS MiB",
                 "baseline s", "evaluate s", "solver obj/bound", "ops without rule")
 COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
-                "left to save MB o/P/L", "max tile KiB o/P/L", "o÷P exchange",
+                "left to save MB o/P/L", "max tile KiB o/P/L", "peak tile KiB o/P/L",
+                "always-live KiB o/P/L", "fits o/P/L", "o÷P exchange",
                 "same tiles as P")
 
 
@@ -288,6 +293,11 @@ def cost_cells(row: dict[str, Any]) -> list[str]:
             three(lambda c: f"{c['avoidable_exchange_bytes'] / 1e6:,.3f}"
                   if "avoidable_exchange_bytes" in c else "-"),  # rows of older runs lack it
             three(lambda c: f"{c['max_tile_bytes'] / 1024:,.1f}"),
+            # liveness over the schedule (rows of older runs lack it)
+            three(lambda c: f"{c['peak_tile_bytes'] / 1024:,.1f}" if "fits" in c else "-"),
+            three(lambda c: f"{c['always_live_max_tile_bytes'] / 1024:,.1f}"
+                  if "fits" in c else "-"),
+            three(lambda c: ("yes" if c["fits"] else "no") if "fits" in c else "-"),
             f"{ours / popart:.3f}" if popart else ("1.000" if not ours else "inf"),
             f"{100 * row['same_as_popart']:.1f}%" if "same_as_popart" in row else "-"]
 

@@ -112,6 +112,12 @@ class LayoutRule:
         """Whether the outputs are views of the inputs (Poplar views: no new memory)."""
         return False
 
+    def viewed_inputs(self, op: Op) -> list[int]:
+        """The input indices whose memory the outputs share when ``aliases_outputs``
+        (every input by default; a view of input 0 says so), so that liveness keeps them
+        live as long as the view is, and counts their bytes once."""
+        return list(op.input_map()) if self.aliases_outputs(op) else []
+
     def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
                  target: TileMachine) -> ExchangeNeed:
         """Unmodelled ops are assumed to compute where their operands lie (no exchange)."""

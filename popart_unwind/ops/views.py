@@ -341,6 +341,10 @@ class ViewRule(LayoutRule):
     def aliases_outputs(self, op: Op) -> bool:
         return True
 
+    def viewed_inputs(self, op: Op) -> list[int]:
+        """Input 0 (the others, a shape or slice bounds, are not viewed)."""
+        return [0]
+
     def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
         """Views pass layouts back exactly (``Opx::unwindTensorLayout`` of view ops)."""
         return self.view_chain(op, in_index, out_index)

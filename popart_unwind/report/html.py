@@ -120,8 +120,12 @@ def _summary(run: PlanRun) -> str:
     note = ("<p>Objective: the planner's score of agreeing layouts (higher is better; the "
             "share is of the upper bound). Exchange: bytes tiles receive before ops compute "
             "and the cycles that takes. Max tile memory: the fullest tile's resident bytes "
-            "against the tile's budget. Regions: contiguous pieces received (exchange code)."
-            "</p>")
+            "(always-live tensors and the largest single op's data) against the tile's "
+            "budget. Peak tile memory: the most bytes the busiest tile holds at once over the "
+            "schedule (liveness: activations kept for later ops included); always-live: "
+            "producer-less tensors alone; fits: whether the peak is within the budget (code, "
+            "exchange buffers and Poplar's own memory not counted). Regions: contiguous "
+            "pieces received (exchange code).</p>")
     return f"<h2>Summary</h2>\n{_table(header, rows)}\n{note}"
 
 
@@ -130,12 +134,16 @@ def _per_tile(run: PlanRun, images: dict[str, bytes]) -> str:
     images["memory_per_tile.png"] = pictures.per_tile_bars(
         "Resident memory per tile", {n: r.resident_bytes_per_tile for n, r in run.costs.items()},
         "B", budget)
+    images["peak_memory_per_tile.png"] = pictures.per_tile_bars(
+        "Peak memory per tile (liveness over the schedule)",
+        {n: r.peak_bytes_per_tile for n, r in run.costs.items()}, "B", budget)
     images["exchange_per_tile.png"] = pictures.per_tile_bars(
         "Bytes received per tile (exchange)",
         {n: r.received_bytes_per_tile for n, r in run.costs.items()}, "B")
     return ("<h2>Per tile</h2>\n"
             f"<p>Tile budget {budget:,} bytes (dashed line when the bars come near it).</p>\n"
             + _img(images, "memory_per_tile.png", "resident memory per tile") + "\n"
+            + _img(images, "peak_memory_per_tile.png", "peak memory per tile") + "\n"
             + _img(images, "exchange_per_tile.png", "received exchange bytes per tile"))
 
 

@@ -23,7 +23,8 @@ from popart_unwind.version import __version__
 PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).
 SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
-                "max_tile_bytes", "regions", "avoidable_exchange_bytes")
+                "max_tile_bytes", "regions", "avoidable_exchange_bytes", "peak_tile_bytes",
+                "always_live_max_tile_bytes", "fits")
 #: Fields of each tensor entry.
 TENSOR_FIELDS = ("shape", "dtype", "tile_mapping", "method", "explanation", "graph")
 

@@ -25,10 +25,14 @@ def _objective(summary: Mapping[str, Any]) -> str:
     return _number(value) + share
 
 
-def _memory(summary: Mapping[str, Any], budget: int) -> str:
-    value = summary["max_tile_bytes"]
+def _memory(summary: Mapping[str, Any], budget: int, figure: str = "max_tile_bytes") -> str:
+    value = summary[figure]
     share = f" ({100 * value / budget:.1f}%)" if budget else ""
     return f"{_number(value)} B{share}"
+
+
+def _fits(summary: Mapping[str, Any]) -> str:
+    return "yes" if summary["fits"] else "no"
 
 
 def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
@@ -43,6 +47,10 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
         ("exchange cycles", lambda s: _number(s["exchange_cycles"])),
         ("exchange left to save", lambda s: _number(s["avoidable_exchange_bytes"])),
         ("max tile memory", lambda s: _memory(s, bytes_per_tile)),
+        ("peak tile memory", lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes")),
+        ("always-live tile memory",
+         lambda s: _memory(s, bytes_per_tile, "always_live_max_tile_bytes")),
+        ("fits", _fits),
         ("regions", lambda s: _number(s["regions"])),
     ]
     rows = [[label, *(cell(summaries[name]) for name in names)] for label, cell in figures]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
@@ -28,6 +29,7 @@ from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts, planned_shape
+from popart_unwind.target.liveness import LivenessTracker
 
 #: (graph id, tensor id) -> flat array of each element's tile.
 Mappings = Mapping[tuple[str, str], np.ndarray]
@@ -74,13 +76,38 @@ class CostReport:
     #: (weighted by executions). The rest moves whatever the plan does, given the layouts
     #: Poplar gives computed tensors.
     avoidable_exchange_bytes: int = 0
+    #: Liveness over the schedule (``target/liveness.py``), per tile: the most bytes live
+    #: at once, and the bytes live throughout (producer-less tensors).
+    peak_bytes_per_tile: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64))
+    always_live_bytes_per_tile: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64))
 
-    def summary(self) -> dict[str, float | int]:
+    @property
+    def peak_tile_bytes(self) -> int:
+        """The liveness peak of the busiest tile."""
+        return int(self.peak_bytes_per_tile.max()) if self.peak_bytes_per_tile.size else 0
+
+    @property
+    def always_live_max_tile_bytes(self) -> int:
+        """The always-live bytes of the tile holding most of them."""
+        live = self.always_live_bytes_per_tile
+        return int(live.max()) if live.size else 0
+
+    @property
+    def fits(self) -> bool:
+        """Whether the liveness peak of every tile is within a tile's memory."""
+        return self.peak_tile_bytes <= self.bytes_per_tile
+
+    def summary(self) -> dict[str, float | int | bool]:
         """The figures the command line and plan files compare plans by."""
         return {"objective": self.objective, "upper_bound": self.upper_bound,
                 "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
                 "max_tile_bytes": self.max_tile_bytes, "regions": self.regions,
-                "avoidable_exchange_bytes": self.avoidable_exchange_bytes}
+                "avoidable_exchange_bytes": self.avoidable_exchange_bytes,
+                "peak_tile_bytes": self.peak_tile_bytes,
+                "always_live_max_tile_bytes": self.always_live_max_tile_bytes,
+                "fits": self.fits}
 
     def op(self, op_id: int) -> OpCost:
         for row in self.ops:
@@ -149,7 +176,7 @@ def _numel(tensor: Tensor) -> int:
 class _Evaluation(Interpreter):
     """One walk over the IR (``ir.interpreter``): callees before callers, each graph's ops
     in schedule order; each tensor's result is its layout, dropped once no later op reads
-    it."""
+    it (which is also when liveness frees its memory)."""
 
     order = CALLEES_FIRST
     release_dead = True
@@ -171,13 +198,17 @@ class _Evaluation(Interpreter):
         #: rather than as an op's live data.
         self.from_parameters: dict[Key, bool] = {}
         self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
+        self.liveness = LivenessTracker(self.num_tiles)
 
     def report(self) -> CostReport:
         self.run(self.ir)
-        resident = self.op_peak.copy()
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
-            resident += tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles)
+            self.liveness.add_always_live(
+                tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles))
+        called = {callee.id for op in self.ir.all_ops() for callee in op.called_graphs()}
+        liveness = self.liveness.result(g.id for g in self.ir.graphs if g.id not in called)
+        resident = self.op_peak + liveness.always_live
         budget = self.target.bytes_per_tile
         weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
                     for row in self.rows]
@@ -195,12 +226,19 @@ class _Evaluation(Interpreter):
             upper_bound=float(self.upper_bound),
             avoidable_exchange_bytes=int(sum(row.avoidable_bytes * row.executions
                                              for row in self.rows)),
+            peak_bytes_per_tile=liveness.peak,
+            always_live_bytes_per_tile=liveness.always_live,
         )
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> np.ndarray:
         self.from_parameters[key(tensor)] = True
         return self.base[key(tensor)]
+
+    def run_graph(self, graph: Graph) -> None:
+        self.liveness.begin_graph(graph.id)
+        super().run_graph(graph)
+        self.liveness.end_graph()
 
     def run_op(self, op: Op) -> None:
         input_tiles = _indexed([self.read(t) for t in op.inputs], op)
@@ -222,11 +260,29 @@ class _Evaluation(Interpreter):
         for tensor, out in zip(op.outputs, outputs, strict=True):
             self.write(tensor, out)
             self.from_parameters[key(tensor)] = aliases and parameters
+        self._live_from_here(op, rule, aliases)
         live = [t for t in op.inputs if not self.from_parameters[key(t)]]
         self._resident(live + ([] if aliases else op.outputs))
 
     def released(self, tensor_key: Key) -> None:
         self.on_tiles.pop(tensor_key, None)
+        self.liveness.release(tensor_key)
+
+    def _live_from_here(self, op: Op, rule: LayoutRule, aliases: bool) -> None:
+        """Tell liveness of the op's results (new memory, or views of what their viewed
+        inputs hold) and that the op runs, its callees' peak included."""
+        if aliases:
+            inputs = op.input_map()
+            viewed = [key(inputs[index]) for index in rule.viewed_inputs(op)
+                      if index in inputs]
+            for tensor in op.outputs:
+                self.liveness.view(key(tensor), viewed)
+        else:
+            for tensor in op.outputs:
+                self.on_tiles[key(tensor)] = tile_bytes(
+                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles)
+                self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
+        self.liveness.step(callee.id for callee in op.called_graphs())
 
     def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: InputTiles,
                    outputs: list[np.ndarray], need: ExchangeNeed) -> int:

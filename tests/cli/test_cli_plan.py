@@ -68,6 +68,8 @@ def test_plan_file_covers_every_producerless_tensor_exactly_once(model_path, out
     assert document["ops_without_rule"] == {}  # every op of the linear layer is modelled
     for summary in document["summary"].values():
         assert set(SUMMARY_KEYS) <= set(summary)
+        assert summary["fits"] is (summary["peak_tile_bytes"] <= 624 * 1024)
+        assert summary["peak_tile_bytes"] >= summary["always_live_max_tile_bytes"] > 0
 
 
 def test_plan_bytes_are_identical_across_runs(model_path, out_dir):
@@ -95,9 +97,12 @@ def test_summary_table_lists_each_figure_for_each_plan(model_path):
     header = out.splitlines()[1]
     assert re.search(r"ours\s+PopART baseline\s+linear", header)
     for label in ("objective", "upper bound", "exchange bytes", "exchange cycles",
-                  "max tile memory", "regions"):
+                  "max tile memory", "peak tile memory", "always-live tile memory",
+                  "regions"):
         row = next(line for line in out.splitlines() if line.startswith(label))
         assert len(re.findall(r"\d", row)) >= 3, row
+    fits = next(line for line in out.splitlines() if line.startswith("fits"))
+    assert fits.split()[1:] == ["yes"] * 3  # a small linear layer fits every plan
     assert "% " in out or "%)" in out
 
 
@@ -126,11 +131,13 @@ def test_report_is_one_self_contained_page(model_path, out_dir):
     assert (status, err) == (0, "")
     page = (report / "index.html").read_text()
     images = re.findall(r'<img src="([^"]*)"', page)
-    assert len(images) >= 4  # memory and exchange bars, tensor maps, the unwind diagram
+    assert len(images) >= 5  # memory (resident, peak) and exchange bars, tensor maps,
+    # the unwind diagram
     assert all(src.startswith("data:image/png;base64,") for src in images)
     assert not re.search(r"(https?:)?//[\w.-]+\.\w", page.replace("data:image", ""))
     assert "<script" not in page and "<link" not in page
-    for text in ("Summary", "Per tile", "Exchange by op", "Tile maps", "Tensors", "w"):
+    for text in ("Summary", "Per tile", "Exchange by op", "Tile maps", "Tensors", "w",
+                 "peak tile memory", "Peak tile memory", "peak memory per tile"):
         assert text in page
     assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]  # no staging left
 

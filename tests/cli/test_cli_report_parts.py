@@ -26,7 +26,8 @@ from popart_unwind.report.summary import plain_table, summary_rows
 
 SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
            "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,
-           "avoidable_exchange_bytes": 0}
+           "avoidable_exchange_bytes": 0, "peak_tile_bytes": 700000,
+           "always_live_max_tile_bytes": 3195, "fits": False}
 
 
 def document(mapping=None):
@@ -47,7 +48,12 @@ def test_plan_text_is_sorted_and_stable():
     assert list(parsed["ops_without_rule"].items()) == [("Softmax", 2), ("com.example::Foo", 1)]
     assert '"tile_mapping": [[[0,4]],[[4,6]],[]]' in text.decode()
     assert json.loads(compact_plan(document())) == parsed
+    assert parsed["summary"]["ours"]["fits"] is False
+    assert parsed["summary"]["ours"]["peak_tile_bytes"] == 700000
     validate_plan(parsed)
+    del parsed["summary"]["ours"]["peak_tile_bytes"]
+    with pytest.raises(PlanError, match="peak_tile_bytes"):
+        validate_plan(parsed)
 
 
 def test_tensor_keys_name_subgraphs():
@@ -70,6 +76,12 @@ def test_summary_rows_show_shares_of_bound_and_budget():
     assert cells["objective"] == "30 (75.0%)"
     assert cells["exchange bytes"] == "1,234,567"
     assert cells["max tile memory"] == "6,390 B (1.0%)"
+    assert cells["peak tile memory"] == "700,000 B (109.6%)"
+    assert cells["always-live tile memory"] == "3,195 B (0.5%)"
+    assert cells["fits"] == "no"
+    fitting = {**SUMMARY, "peak_tile_bytes": 6390, "fits": True}
+    assert dict((row[0], row[2]) for row in summary_rows(
+        {"ours": SUMMARY, "linear": fitting}, 638976)[1])["fits"] == "yes"
     lines = plain_table({"ours": SUMMARY}, 638976).splitlines()
     assert len({len(line) for line in lines[:2]}) == 1  # header as wide as the rule
 

@@ -179,7 +179,8 @@ def test_summary_has_the_compared_figures():
                       registry=RULES)
     assert set(report.summary()) == {"objective", "upper_bound", "exchange_bytes",
                                      "exchange_cycles", "max_tile_bytes", "regions",
-                                     "avoidable_exchange_bytes"}
+                                     "avoidable_exchange_bytes", "peak_tile_bytes",
+                                     "always_live_max_tile_bytes", "fits"}
     assert report.op(report.ops[0].op_id) is report.ops[0]
 
 

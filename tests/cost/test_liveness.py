@@ -1,0 +1,279 @@
+"""Liveness per tile (target/liveness.py through the cost walk), against hand counts and a
+brute-force oracle that sums, at every schedule step, the bytes of each live tensor's
+memory on each tile."""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import pytest
+from cost_rules import RULES, small_target
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType
+from popart_unwind.ops import REGISTRY
+from popart_unwind.target import evaluate
+from popart_unwind.target.cost import _Evaluation, tile_bytes
+from popart_unwind.target.liveness import LivenessTracker
+
+SHAPE = (4, 8)
+BYTES = 4 * 32  # one float32 tensor of SHAPE
+
+
+def on(tile: int, numel: int = 32) -> np.ndarray:
+    return np.full(numel, tile, np.int16)
+
+
+def view_chain_ir():
+    """a = relu(x); t = transpose(a) (a view); u = relu(t) -> output; y = relu(relu(w))."""
+    b = Builder()
+    x = b.add_input_tensor("float32", SHAPE, "x")
+    w = b.add_initialized_input_tensor(np.zeros(SHAPE, np.float32), "w")
+    a = b.ai_onnx.relu([x], name="a")
+    t = b.ai_onnx.transpose([a], perm=[1, 0], name="t")
+    b.add_output_tensor(b.ai_onnx.relu([t], name="u"))
+    b.add_output_tensor(b.ai_onnx.relu([b.ai_onnx.relu([w], name="v")], name="y"))
+    return b.ir()
+
+
+@pytest.mark.parametrize("registry", [RULES, REGISTRY], ids=["test rules", "library rules"])
+def test_peak_of_a_view_chain_by_hand(registry):
+    report = evaluate(view_chain_ir(), small_target(4), {("", "x"): on(0), ("", "w"): on(1)},
+                      registry=registry)
+    # x on tile 0 and w on tile 1 always live. Tile 0: a, still held through its view t
+    # when u is computed (a + u); tile 1: v and y at once (u lives on tile 0).
+    assert report.always_live_bytes_per_tile.tolist() == [BYTES, BYTES, 0, 0]
+    assert report.peak_bytes_per_tile.tolist() == [3 * BYTES, 3 * BYTES, 0, 0]
+    assert report.peak_tile_bytes == 3 * BYTES
+    assert report.always_live_max_tile_bytes == BYTES
+    assert report.fits
+
+
+def test_a_view_is_not_counted_twice_and_keeps_what_it_views_live():
+    b = Builder()
+    x = b.add_input_tensor("float32", SHAPE, "x")
+    a = b.ai_onnx.relu([x], name="a")
+    views = [b.ai_onnx.transpose([a], perm=[1, 0], name=f"t{k}") for k in range(3)]
+    b.add_output_tensor(b.ai_onnx.relu([views[-1]], name="last"))
+    report = evaluate(b.ir(), small_target(4), {("", "x"): on(2)})
+    # x, a (once, whatever its three views) and the last relu: all on tile 2
+    assert report.peak_bytes_per_tile.tolist() == [0, 0, 3 * BYTES, 0]
+
+
+def test_dead_results_live_only_while_their_op_runs():
+    b = Builder()
+    x = b.add_input_tensor("float32", SHAPE, "x")
+    b.ai_onnx.relu([x], name="unused")
+    b.add_output_tensor(b.ai_onnx.neg([x], name="kept"))
+    report = evaluate(b.ir(), small_target(4), {("", "x"): on(0)})
+    assert report.peak_tile_bytes == 2 * BYTES  # x + one result, never both results
+
+
+def call_ir():
+    b = Builder()
+    x = b.add_input_tensor("float32", SHAPE, "x")
+    sub = b.create_subgraph_builder("sub")
+    s = sub.add_input_tensor("float32", SHAPE, "s")
+    sub.add_output_tensor(sub.ai_onnx.relu([sub.ai_onnx.relu([s])]))
+    b.add_output_tensor(b.call(sub, [x]))
+    return b.ir()
+
+
+def test_a_callee_peak_is_added_at_its_call_site():
+    report = evaluate(call_ir(), small_target(4),
+                      {("", "x"): on(0), ("sub", "s"): on(1)}, registry=RULES)
+    # Always live: x (tile 0), the callee's input s (tile 1). In the callee, both relus
+    # live at once on tile 1; at the call, its output (a clone of the callee's, tile 1)
+    # joins them.
+    assert report.always_live_bytes_per_tile.tolist() == [BYTES, BYTES, 0, 0]
+    assert report.peak_bytes_per_tile.tolist() == [BYTES, 4 * BYTES, 0, 0]
+
+
+def test_fits_compares_the_busiest_tile_with_a_tile_budget():
+    from popart_unwind.target import IpuModel, TileTarget
+    target = TileTarget(IpuModel(tiles_per_ipu=4, bytes_per_tile=2 * BYTES))
+    report = evaluate(view_chain_ir(), target, {("", "x"): on(0), ("", "w"): on(1)})
+    assert report.peak_tile_bytes == 3 * BYTES and not report.fits
+    assert report.summary()["fits"] is False
+
+
+def test_the_tracker_refuses_wrong_sizes_and_unwalked_callees():
+    tracker = LivenessTracker(4)
+    with pytest.raises(PlanError, match="3 tiles"):
+        tracker.add_always_live(np.zeros(3, np.int64))
+    tracker.begin_graph("")
+    with pytest.raises(PlanError, match="'sub'"):
+        tracker.step(["sub"])
+
+
+# -- the brute-force oracle ------------------------------------------------------------------
+class _Recording(_Evaluation):
+    """The cost walk, keeping every tensor's layout."""
+
+    def write(self, tensor, value):
+        super().write(tensor, value)
+        self.layouts[(tensor.graph.id, tensor.id)] = np.asarray(value).copy()
+
+
+def brute_force(ir, target, plan, registry=REGISTRY):
+    """(always live, peak) per tile of a graph without calls: at each step, the memory
+    (distinct buffers, views resolved to what they view) of every tensor produced by then
+    and read at or after it (graph outputs to the end), summed per tile."""
+    target.reset()
+    walk = _Recording(ir, target, plan, registry, ir.options.unwind_valuations)
+    walk.layouts = {}
+    walk.run(ir)
+    graph = ir.main_graph
+    schedule = graph.schedule()
+    step_of = {op.id: k for k, op in enumerate(schedule)}
+
+    def nbytes(tensor):
+        layout = walk.layouts[(graph.id, tensor.id)]
+        return tile_bytes(layout, target.dtype_size(tensor.dtype), target.num_tiles)
+
+    def buffers(tensor):
+        op = tensor.producer
+        if op is None:
+            return set()
+        rule = registry.layout_rule(op)
+        if not rule.aliases_outputs(op):
+            return {tensor.id}
+        return set().union(*(buffers(op.input(k)) for k in rule.viewed_inputs(op)))
+
+    always = sum((nbytes(t) for t in graph.producerless_tensors()),
+                 np.zeros(target.num_tiles, np.int64))
+    spans = {}
+    for tensor in graph.tensors:
+        if tensor.producer is None:
+            continue
+        born = step_of[tensor.producer.id]
+        readers = [step_of[op.id] for op in tensor.consumers]
+        dies = len(schedule) if tensor.id in graph.output_ids else max(readers, default=born)
+        spans[tensor.id] = (born, dies)
+    peak = np.zeros(target.num_tiles, np.int64)
+    for step in range(len(schedule)):
+        live = set().union(*(buffers(graph.tensor(name)) for name, (born, dies)
+                             in spans.items() if born <= step <= dies))
+        now = sum((nbytes(graph.tensor(name)) for name in live),
+                  np.zeros(target.num_tiles, np.int64))
+        peak = np.maximum(peak, now)
+    return always, always + peak
+
+
+UNARY = ("relu", "neg", "sigmoid")
+
+
+@st.composite
+def random_chains(draw):
+    """A graph of random unary, binary and view ops (transposes, concats, slices) over two
+    inputs and a weight, with random graph outputs, and a random plan on 8 tiles."""
+    b = Builder()
+    pool = [b.add_input_tensor("float32", SHAPE, "x"),
+            b.add_input_tensor("float32", SHAPE, "y"),
+            b.add_initialized_input_tensor(np.zeros(SHAPE, np.float32), "w")]
+    shapes = {name: SHAPE for name in pool}
+    for k in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(("unary", "binary", "transpose", "concat", "slice")))
+        first = draw(st.sampled_from(pool))
+        if kind == "unary":
+            out = getattr(b.ai_onnx, draw(st.sampled_from(UNARY)))([first], name=f"op{k}")
+            shapes[out] = shapes[first]
+        elif kind == "binary":
+            second = draw(st.sampled_from([t for t in pool if shapes[t] == shapes[first]]))
+            out = b.ai_onnx.add([first, second], name=f"op{k}")
+            shapes[out] = shapes[first]
+        elif kind == "transpose":
+            out = b.ai_onnx.transpose([first], perm=[1, 0], name=f"op{k}")
+            shapes[out] = shapes[first][::-1]
+        elif kind == "concat":  # a view of both inputs
+            second = draw(st.sampled_from([t for t in pool if shapes[t] == shapes[first]]))
+            out = b.ai_onnx.concat([first, second], axis=0, name=f"op{k}")
+            shapes[out] = (2 * shapes[first][0], shapes[first][1])
+        else:  # the first half of the rows: a view of part of its input
+            half = max(1, shapes[first][0] // 2)
+            bounds = [b.add_constant(np.array([value], np.int64)) for value in (0, half, 0)]
+            out = b.ai_onnx.slice([first, *bounds], name=f"op{k}")
+            shapes[out] = (half, shapes[first][1])
+        pool.append(out)
+    computed = pool[3:]
+    outputs = draw(st.lists(st.sampled_from(computed), min_size=1, unique=True))
+    for name in outputs:
+        b.add_output_tensor(name)
+    ir = b.ir()
+    plan = {("", tensor.id): np.asarray(draw(st.lists(
+                st.integers(0, 7), min_size=prod(tensor.shape), max_size=prod(tensor.shape))),
+                np.int16)
+            for tensor in ir.main_graph.producerless_tensors()}
+    return ir, plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_chains())
+def test_liveness_matches_the_brute_force_oracle_and_its_laws(case):
+    ir, plan = case
+    target = small_target(8)
+    report = evaluate(ir, target, plan)
+    always, peak = brute_force(ir, target, plan)
+    assert report.always_live_bytes_per_tile.tolist() == always.tolist()
+    assert report.peak_bytes_per_tile.tolist() == peak.tolist()
+    # the laws: the peak holds the always-live bytes and every tensor's own memory
+    assert (report.peak_bytes_per_tile >= report.always_live_bytes_per_tile).all()
+    expected_always = sum(tile_bytes(tiles, target.dtype_size(
+        ir.main_graph.tensor(name).dtype), 8) for (_, name), tiles in plan.items())
+    assert report.always_live_bytes_per_tile.tolist() == expected_always.tolist()
+    walk_target = small_target(8)
+    walk = _Recording(ir, walk_target, plan, REGISTRY, ir.options.unwind_valuations)
+    walk.layouts = {}
+    walk.run(ir)
+    for (_, name), layout in walk.layouts.items():
+        tensor = ir.main_graph.tensor(name)
+        op = tensor.producer
+        if op is not None and REGISTRY.layout_rule(op).aliases_outputs(op):
+            continue  # a view's elements may repeat (Concat of x with x): no memory of its own
+        own = tile_bytes(layout, target.dtype_size(tensor.dtype), 8)
+        if op is not None:
+            own = own + report.always_live_bytes_per_tile  # new memory beside the rest
+        assert (report.peak_bytes_per_tile >= own).all(), name
+    assert report.peak_tile_bytes >= report.always_live_max_tile_bytes
+
+
+def test_evaluation_is_deterministic():
+    ir = view_chain_ir()
+    plan = {("", "x"): on(0), ("", "w"): on(1)}
+    first, again = (evaluate(ir, small_target(4), plan) for _ in range(2))
+    assert np.array_equal(first.peak_bytes_per_tile, again.peak_bytes_per_tile)
+    assert first.summary() == again.summary()
+
+
+def if_ir():
+    """If(cond): then negates its input once, else twice (two results live at once)."""
+    ir = Ir()
+    main = ir.main_graph
+    cond = main.add_input("cond", "bool", ())
+    a = main.add_input("a", "float32", SHAPE)
+    for name, negations in (("then", 1), ("else", 2)):
+        branch = ir.create_graph(name)
+        value = branch.add_input("x", "float32", SHAPE)
+        for _ in range(negations):
+            op = branch.create_op(OpType(ONNX_DOMAIN, "Neg", 13), [value], 1)
+            value = op.output(0)
+            value.shape = SHAPE
+        branch.mark_output(value)
+    op = main.create_op(OpType(ONNX_DOMAIN, "If", 13), [cond, a], 1, {
+        "then_branch": "then", "else_branch": "else", "then_inputs": [[1, 0]],
+        "else_inputs": [[1, 0]], "then_outputs": [[0, 0]], "else_outputs": [[0, 0]]})
+    op.output(0).shape = SHAPE
+    main.mark_output(op.output(0))
+    return ir
+
+
+def test_an_if_holds_the_larger_branch_peak_per_tile_not_both():
+    plan = {("", "cond"): on(0, 1), ("", "a"): on(0), ("then", "x"): on(2),
+            ("else", "x"): on(2)}
+    report = evaluate(if_ir(), small_target(4), plan, registry=RULES)
+    transient = report.peak_bytes_per_tile - report.always_live_bytes_per_tile
+    # the If's output (a clone of a branch's, tile 2) and the else branch's two results
+    assert transient.tolist() == [0, 0, 3 * BYTES, 0]
