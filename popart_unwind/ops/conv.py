@@ -37,7 +37,7 @@ from popart_unwind.machine.interface import (
     ExchangeNeed,
     TileMachine,
 )
-from popart_unwind.ops.common import input_shape
+from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -148,6 +148,127 @@ def _infer_pool(op: Op) -> list:
 def _infer_global_pool(op: Op) -> list:
     x = _spatial_input(op)
     return [(op.input(0).dtype, (x[0], x[1]) + (1,) * (len(x) - 2))]
+
+
+# -- folds: the ops' values in numpy (ONNX semantics; the front ends' numeric oracle) -------
+def _window_attributes(op: Op, n: int) -> tuple[list[int], list[int], list[int]] | None:
+    """Strides, dilations and pads (lower then upper) of an op with explicit pads, or None
+    for ``auto_pad`` forms the folds leave alone."""
+    if op.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+        return None
+    strides = _attribute(op, "strides", [1] * n, n)
+    dilations = _attribute(op, "dilations", [1] * n, n)
+    pads = _attribute(op, "pads", [0] * 2 * n, 2 * n)
+    return (strides, dilations, pads) if min(pads) >= 0 else None
+
+
+def _small(*arrays: np.ndarray | None) -> bool:
+    return all(a is not None and a.size <= FOLD_MAX_ELEMENTS for a in arrays)
+
+
+def _positions(kk: Sequence[int], dilations: Sequence[int], count: Sequence[int],
+               strides: Sequence[int]) -> tuple[slice, ...]:
+    """The padded positions kernel position ``kk`` meets over ``count`` window positions,
+    as an index of an N x C x spatial array."""
+    return (slice(None), slice(None), *(
+        slice(k * d, k * d + (c - 1) * s + 1, s)
+        for k, d, c, s in zip(kk, dilations, count, strides, strict=True)))
+
+
+def _fold_conv(op: Op, constants) -> list | None:
+    """y[b, g·N + n, o] = Σ over the group's channels c and kernel positions kk of
+    x[b, g·C/g + c, o·stride − pad + kk·dilation] · w[g·N + n, c, kk] (zero outside)."""
+    x, w = constants[0], constants[1]
+    bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
+    out = op.output(0).shape
+    if not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS or (
+            op.has_input(2) and bias is None):
+        return None
+    n = x.ndim - 2
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    group = int(op.attributes.get("group", 1))
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], pads[a + n]) for a in range(n)])
+    per_group, cols = x.shape[1] // group, w.shape[0] // group
+    y = np.zeros(out, dtype=np.result_type(x, w))
+    for kk in np.ndindex(*w.shape[2:]):
+        read = padded[_positions(kk, dilations, out[2:], strides)]
+        for g in range(group):
+            y[:, g * cols:(g + 1) * cols] += np.einsum(
+                "bc...,nc->bn...", read[:, g * per_group:(g + 1) * per_group],
+                w[(slice(g * cols, (g + 1) * cols), slice(None), *kk)])
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * n)
+    return [y.astype(x.dtype)]
+
+
+def _fold_conv_transpose(op: Op, constants) -> list | None:
+    """The transpose of Conv: each x[b, g·C/g + c, i] · w[g·C/g + c, n, kk] added at
+    output position i·stride + kk·dilation − pad of channel g·N + n, over the full output
+    (``output_padding`` extends its end); explicit pads only."""
+    x, w = constants[0], constants[1]
+    bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
+    out = op.output(0).shape
+    if (not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or "output_shape" in op.attributes or (op.has_input(2) and bias is None)):
+        return None
+    n = x.ndim - 2
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    group = int(op.attributes.get("group", 1))
+    per_group, cols = x.shape[1] // group, w.shape[1]
+    full = [out[2 + a] + pads[a] + pads[a + n] for a in range(n)]
+    y = np.zeros((out[0], out[1], *full), dtype=np.result_type(x, w))
+    for kk in np.ndindex(*w.shape[2:]):
+        written = _positions(kk, dilations, x.shape[2:], strides)
+        for g in range(group):
+            part = np.einsum("bc...,cn->bn...", x[:, g * per_group:(g + 1) * per_group],
+                             w[(slice(g * per_group, (g + 1) * per_group), slice(None), *kk)])
+            y[(slice(None), slice(g * cols, (g + 1) * cols), *written[2:])] += part
+    y = y[(slice(None), slice(None),
+           *(slice(pads[a], pads[a] + out[2 + a]) for a in range(n)))]
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * n)
+    return [np.ascontiguousarray(y).astype(x.dtype)]
+
+
+def _fold_max_pool(op: Op, constants) -> list | None:
+    """Each window's largest element (padding never chosen; the first of equal ones, in
+    row-major kernel order) and, as output 1, its index into the whole flattened input
+    (ONNX's ``storage_order`` 0)."""
+    x = constants[0]
+    out = op.output(0).shape
+    if (not _small(x) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or not np.issubdtype(x.dtype, np.floating)
+            or int(op.attributes.get("storage_order", 0)) != 0):
+        return None
+    n = x.ndim - 2
+    kernel = _attribute(op, "kernel_shape", (), n)
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    # the upper side padded far enough for every window (ceil mode's last one included)
+    upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
+                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)],
+                    constant_values=-np.inf)
+    flat = np.pad(np.arange(x.size, dtype=np.int64).reshape(x.shape),
+                  [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)],
+                  constant_values=-1)
+    best = np.full(out, -np.inf, dtype=x.dtype)
+    index = np.full(out, -1, dtype=np.int64)
+    for kk in np.ndindex(*kernel):
+        where = _positions(kk, dilations, out[2:], strides)
+        value, at = padded[where], flat[where]
+        better = (at >= 0) & ((value > best) | (index < 0))
+        best = np.where(better, value, best)
+        index = np.where(better, at, index)
+    return [best, index][:max(op.output_map(), default=0) + 1]
 
 
 # -- layouts ----------------------------------------------------------------------------
@@ -530,9 +651,10 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
-register(OpDef("Conv", infer=_infer_conv, layout=ConvRule()))
-register(OpDef("ConvTranspose", infer=_infer_conv_transpose))
-for _pool in ("MaxPool", "AveragePool", "LpPool"):
+register(OpDef("Conv", infer=_infer_conv, fold=_fold_conv, layout=ConvRule()))
+register(OpDef("ConvTranspose", infer=_infer_conv_transpose, fold=_fold_conv_transpose))
+register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool))
+for _pool in ("AveragePool", "LpPool"):
     register(OpDef(_pool, infer=_infer_pool))
 for _pool in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
     register(OpDef(_pool, infer=_infer_global_pool))
