@@ -3,7 +3,10 @@
 The IR speaks ONNX's op vocabulary (PopART imports ONNX), so ATen ops are written as the
 ONNX ops PopART would see for the same computation: ``view`` → Reshape, ``permute`` →
 Transpose, ``addmm`` → MatMul + Add (PopART's Gemm decomposition), ``embedding`` → Gather,
-advanced indexing (``index``) → Gather, ``slice_scatter`` → Concat of Slices.
+advanced indexing (``index``) → Gather, ``slice_scatter`` → Concat of Slices,
+``convolution_backward`` → ConvTranspose, Conv and ReduceSum (PopART's data-gradient and
+weight-gradient convolutions), ``max_pool2d_with_indices`` → MaxPool and its backward →
+ScatterElements.
 Static values (``arange``, ``full``, scalars) become Const tensors. ATen ops with no ONNX
 counterpart here (most backward kernels; any converter may decline by returning
 ``NotImplemented``) stay opaque ops in the ``aten`` domain, carrying

@@ -10,8 +10,13 @@ with G the groups, M = batch x output positions, K = input channels per group x 
 positions and N = output channels per group, so one partition model serves both. The
 weights and the output are exact views of the matmul's RHS and output. The data input is
 not (an element feeds several im2col positions, padding feeds none), so its wanted layout
-and its exchange are derived from the im2col itself. docs/ipu-model.md ("Convolutions")
-states every choice and approximation. ConvTranspose and the pools are barriers.
+and its exchange are derived from the im2col itself. ConvTranspose is the convolution
+Poplibs computes for it: input dilation the stride, weights flipped (PopART's
+ConvFlipWeights), so the same im2col model serves it with the data read where the dilated
+field's real elements lie. Windowed pools read each output's window from the tile holding
+the output; global pools are reductions over the spatial axes. docs/ipu-model.md
+("Convolutions", "Transposed convolutions", "Pools") states every choice and
+approximation. The folds give each op's values in numpy (the front ends' oracle).
 """
 
 from __future__ import annotations
