@@ -110,8 +110,9 @@ class TorchContext:
         opdef = REGISTRY.lookup(op)
         if opdef is None or opdef.infer is None or seeded:
             return
-        for tensor, (dtype, shape) in zip(op.outputs, opdef.infer(op), strict=True):
-            tensor.dtype, tensor.shape = dtype, shape
+        results = list(opdef.infer(op))  # one per output index; optional ones may be absent
+        for index, tensor in op.output_map().items():
+            tensor.dtype, tensor.shape = results[index]
 
     def constant(self, array: np.ndarray) -> Tensor:
         """A Const tensor holding ``array``; equal values share one tensor."""

@@ -10,8 +10,13 @@ with G the groups, M = batch x output positions, K = input channels per group x 
 positions and N = output channels per group, so one partition model serves both. The
 weights and the output are exact views of the matmul's RHS and output. The data input is
 not (an element feeds several im2col positions, padding feeds none), so its wanted layout
-and its exchange are derived from the im2col itself. docs/ipu-model.md ("Convolutions")
-states every choice and approximation. ConvTranspose and the pools are barriers.
+and its exchange are derived from the im2col itself. ConvTranspose is the convolution
+Poplibs computes for it: input dilation the stride, weights flipped (PopART's
+ConvFlipWeights), so the same im2col model serves it with the data read where the dilated
+field's real elements lie. Windowed pools read each output's window from the tile holding
+the output; global pools are reductions over the spatial axes. docs/ipu-model.md
+("Convolutions", "Transposed convolutions", "Pools") states every choice and
+approximation. The folds give each op's values in numpy (the front ends' oracle).
 """
 
 from __future__ import annotations
@@ -37,15 +42,17 @@ from popart_unwind.machine.interface import (
     ExchangeNeed,
     TileMachine,
 )
-from popart_unwind.ops.common import input_shape
+from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
     UnwindEmitter,
     count_equal,
     flat_tiles,
+    known_shape,
 )
 from popart_unwind.ops.linalg import created_agreement, tie_created_operands
+from popart_unwind.ops.reduce import ReductionRule
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.validation import Shape
 
@@ -150,6 +157,127 @@ def _infer_global_pool(op: Op) -> list:
     return [(op.input(0).dtype, (x[0], x[1]) + (1,) * (len(x) - 2))]
 
 
+# -- folds: the ops' values in numpy (ONNX semantics; the front ends' numeric oracle) -------
+def _window_attributes(op: Op, n: int) -> tuple[list[int], list[int], list[int]] | None:
+    """Strides, dilations and pads (lower then upper) of an op with explicit pads, or None
+    for ``auto_pad`` forms the folds leave alone."""
+    if op.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+        return None
+    strides = _attribute(op, "strides", [1] * n, n)
+    dilations = _attribute(op, "dilations", [1] * n, n)
+    pads = _attribute(op, "pads", [0] * 2 * n, 2 * n)
+    return (strides, dilations, pads) if min(pads) >= 0 else None
+
+
+def _small(*arrays: np.ndarray | None) -> bool:
+    return all(a is not None and a.size <= FOLD_MAX_ELEMENTS for a in arrays)
+
+
+def _positions(kk: Sequence[int], dilations: Sequence[int], count: Sequence[int],
+               strides: Sequence[int]) -> tuple[slice, ...]:
+    """The padded positions kernel position ``kk`` meets over ``count`` window positions,
+    as an index of an N x C x spatial array."""
+    return (slice(None), slice(None), *(
+        slice(k * d, k * d + (c - 1) * s + 1, s)
+        for k, d, c, s in zip(kk, dilations, count, strides, strict=True)))
+
+
+def _fold_conv(op: Op, constants) -> list | None:
+    """y[b, g·N + n, o] = Σ over the group's channels c and kernel positions kk of
+    x[b, g·C/g + c, o·stride − pad + kk·dilation] · w[g·N + n, c, kk] (zero outside)."""
+    x, w = constants[0], constants[1]
+    bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
+    out = op.output(0).shape
+    if not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS or (
+            op.has_input(2) and bias is None):
+        return None
+    n = x.ndim - 2
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    group = int(op.attributes.get("group", 1))
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], pads[a + n]) for a in range(n)])
+    per_group, cols = x.shape[1] // group, w.shape[0] // group
+    y = np.zeros(out, dtype=np.result_type(x, w))
+    for kk in np.ndindex(*w.shape[2:]):
+        read = padded[_positions(kk, dilations, out[2:], strides)]
+        for g in range(group):
+            y[:, g * cols:(g + 1) * cols] += np.einsum(
+                "bc...,nc->bn...", read[:, g * per_group:(g + 1) * per_group],
+                w[(slice(g * cols, (g + 1) * cols), slice(None), *kk)])
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * n)
+    return [y.astype(x.dtype)]
+
+
+def _fold_conv_transpose(op: Op, constants) -> list | None:
+    """The transpose of Conv: each x[b, g·C/g + c, i] · w[g·C/g + c, n, kk] added at
+    output position i·stride + kk·dilation − pad of channel g·N + n, over the full output
+    (``output_padding`` extends its end); explicit pads only."""
+    x, w = constants[0], constants[1]
+    bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
+    out = op.output(0).shape
+    if (not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or "output_shape" in op.attributes or (op.has_input(2) and bias is None)):
+        return None
+    n = x.ndim - 2
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    group = int(op.attributes.get("group", 1))
+    per_group, cols = x.shape[1] // group, w.shape[1]
+    full = [out[2 + a] + pads[a] + pads[a + n] for a in range(n)]
+    y = np.zeros((out[0], out[1], *full), dtype=np.result_type(x, w))
+    for kk in np.ndindex(*w.shape[2:]):
+        written = _positions(kk, dilations, x.shape[2:], strides)
+        for g in range(group):
+            part = np.einsum("bc...,cn->bn...", x[:, g * per_group:(g + 1) * per_group],
+                             w[(slice(g * per_group, (g + 1) * per_group), slice(None), *kk)])
+            y[(slice(None), slice(g * cols, (g + 1) * cols), *written[2:])] += part
+    y = y[(slice(None), slice(None),
+           *(slice(pads[a], pads[a] + out[2 + a]) for a in range(n)))]
+    if bias is not None:
+        y = y + bias.reshape((1, -1) + (1,) * n)
+    return [np.ascontiguousarray(y).astype(x.dtype)]
+
+
+def _fold_max_pool(op: Op, constants) -> list | None:
+    """Each window's largest element (padding never chosen; the first of equal ones, in
+    row-major kernel order) and, as output 1, its index into the whole flattened input
+    (ONNX's ``storage_order`` 0)."""
+    x = constants[0]
+    out = op.output(0).shape
+    if (not _small(x) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or not np.issubdtype(x.dtype, np.floating)
+            or int(op.attributes.get("storage_order", 0)) != 0):
+        return None
+    n = x.ndim - 2
+    kernel = _attribute(op, "kernel_shape", (), n)
+    window = _window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    # the upper side padded far enough for every window (ceil mode's last one included)
+    upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
+                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)],
+                    constant_values=-np.inf)
+    flat = np.pad(np.arange(x.size, dtype=np.int64).reshape(x.shape),
+                  [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)],
+                  constant_values=-1)
+    best = np.full(out, -np.inf, dtype=x.dtype)
+    index = np.full(out, -1, dtype=np.int64)
+    for kk in np.ndindex(*kernel):
+        where = _positions(kk, dilations, out[2:], strides)
+        value, at = padded[where], flat[where]
+        better = (at >= 0) & ((value > best) | (index < 0))
+        best = np.where(better, value, best)
+        index = np.where(better, at, index)
+    return [best, index][:max(op.output_map(), default=0) + 1]
+
+
 # -- layouts ----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ConvGeometry:
@@ -167,6 +295,13 @@ class ConvGeometry:
     pads: Shape
     dilations: Shape
     dtype: str
+    #: Poplibs' input dilation: the data's elements lie this far apart in the field the
+    #: windows slide over, zeros between (a transposed convolution's stride); 1 for Conv.
+    input_dilation: Shape = ()
+
+    def dilated(self, axis: int) -> int:
+        """The input dilation along spatial ``axis`` (1 when none is given)."""
+        return self.input_dilation[axis] if self.input_dilation else 1
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -239,14 +374,25 @@ class ConvRule(LayoutRule):
 
     kind = "conv"
 
+    def geometry(self, op: Op) -> ConvGeometry | None:
+        """The op's convolution, or None where the rule does not model it."""
+        return conv_geometry(op)
+
+    def models(self, op: Op) -> bool:
+        return self.geometry(op) is not None
+
+    def rhs_index(self, geometry: ConvGeometry) -> np.ndarray:
+        """For each weight element (flat), its flat index in the im2col matmul's RHS
+        ``[G, K, N]``: ``w[g*N + n, ci, *kk] = rhs[g, (ci, *kk), n]``."""
+        groups, _, inner, cols = geometry.dims
+        return np.arange(groups * inner * cols).reshape(groups, inner, cols).transpose(
+            0, 2, 1).reshape(-1)
+
     # -- layouts ---------------------------------------------------------------------------
     def weight_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
-        """poplin's createWeights: the plan's RHS layout, seen as the weights
-        ``w[g*N + n, ci, *kk] = rhs[g, (ci, *kk), n]``."""
-        groups, _, inner, cols = geometry.dims
+        """poplin's createWeights: the plan's RHS layout, seen through ``rhs_index``."""
         rhs = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "rhs"))
-        return np.ascontiguousarray(rhs.reshape(groups, inner, cols).transpose(0, 2, 1)
-                                    ).reshape(-1)
+        return np.ascontiguousarray(rhs.reshape(-1)[self.rhs_index(geometry)])
 
     def product_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
         """The plan's output layout, seen as ``y[b, g*N + n, *o] = out[g, (b, *o), n]``."""
@@ -271,7 +417,7 @@ class ConvRule(LayoutRule):
 
     def operand_tiles(self, op: Op, index: int, target: TileMachine) -> np.ndarray | None:
         """The layout poplin creates for input ``index`` (0 data, 1 weights, 2 bias)."""
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None or not op.has_input(index) or index not in (0, 1, 2):
             return None
         if index == 0:
@@ -290,11 +436,11 @@ class ConvRule(LayoutRule):
         createBiases. All at PopART's default priority, 0."""
         if in_index not in (0, 1, 2) or not op.has_input(in_index):
             return None
-        return 0 if conv_geometry(op) is not None else None
+        return 0 if self.geometry(op) is not None else None
 
     # -- the unwinding problem -------------------------------------------------------------
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None:
             emitter.barrier(op)
             return
@@ -315,22 +461,21 @@ class ConvRule(LayoutRule):
     def output_tiles(self, op: Op, input_tiles: InputTiles,
                      target: TileMachine) -> list[np.ndarray]:
         """The plan's output layout; the bias is added in place."""
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None:
             return super().output_tiles(op, input_tiles, target)
         return [self.product_tiles(geometry, target)]
 
     def exchange(self, op: Op, input_tiles: InputTiles,
                  output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None:
             return super().exchange(op, input_tiles, output_tiles, target)
         need = ExchangeNeed.none(target.num_tiles)
         weights = flat_tiles(input_tiles, 1)
         if weights is not None:
-            groups, _, inner, cols = geometry.dims
-            grouped = np.ascontiguousarray(
-                weights.reshape(groups, cols, inner).transpose(0, 2, 1)).reshape(-1)
+            grouped = np.empty_like(weights)
+            grouped[self.rhs_index(geometry)] = weights  # the weights' tiles in RHS order
             need = need + target.matmul_readers(*geometry.dims, geometry.dtype, "rhs", grouped)
         data = flat_tiles(input_tiles, 0)
         if data is not None:
@@ -366,7 +511,7 @@ class ConvRule(LayoutRule):
                   valuations: Any) -> tuple[float, float]:
         """Data and weights against what poplin creates (matmul value), the bias against
         its channels' tiles (bias value)."""
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None:
             return 0.0, 0.0
         score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
@@ -382,7 +527,7 @@ class ConvRule(LayoutRule):
                          target: TileMachine) -> np.ndarray | None:
         """What poplin creates: no rearrangement, every read element on a tile reading it,
         each bias value on a tile of its channel."""
-        geometry = conv_geometry(op)
+        geometry = self.geometry(op)
         if geometry is None or index not in (0, 1, 2) or not op.has_input(index):
             return None
         if index == 2:
@@ -392,12 +537,239 @@ class ConvRule(LayoutRule):
 
 
 
+def transpose_geometry(op: Op) -> ConvGeometry | None:
+    """A ConvTranspose as the convolution Poplibs computes for it, or None where the model
+    does not cover it (``auto_pad`` other than NOTSET, an ``output_shape`` attribute,
+    unknown or empty shapes, attributes that do not fit them).
+
+    ``y = ConvTranspose(x, w)`` with strides s, dilations d and pads p is the convolution
+    of x dilated by s (its elements s apart, zeros between), with stride 1, dilation d,
+    lower pad ``(k - 1)·d − p_lower`` (negative: the field cropped) and the weights
+    flipped along every kernel axis and transposed per group (PopART's ConvFlipWeights):
+    output position o reads x[i] at kernel position kk exactly when
+    ``o + p_lower = i·s + (k − 1 − kk')·d`` for the flipped position kk'."""
+    if not (op.has_input(0) and op.has_input(1) and op.has_output(0)):
+        return None
+    x, w, y = op.input(0).shape, op.input(1).shape, op.output(0).shape
+    if x is None or w is None or y is None:
+        return None
+    n = len(x) - 2
+    if n < 1 or len(w) != len(x) or len(y) != len(x) or min((*x, *w, *y)) < 1:
+        return None
+    attributes = op.attributes
+    if (attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET")
+            or "output_shape" in attributes):
+        return None
+    try:
+        group = int(attributes.get("group", 1))
+        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
+        strides = _exactly(attributes.get("strides", [1] * n), n)
+        dilations = _exactly(attributes.get("dilations", [1] * n), n)
+        pads = _exactly(attributes.get("pads", [0] * 2 * n), 2 * n)
+        extra = _exactly(attributes.get("output_padding", [0] * n), n)
+    except (TypeError, ValueError):
+        return None
+    if (group < 1 or x[1] != w[0] or w[0] % group or kernel != tuple(w[2:])
+            or min(strides + dilations) < 1 or min(pads + extra) < 0
+            or tuple(y[:2]) != (x[0], w[1] * group)):
+        return None
+    for axis in range(n):
+        full = strides[axis] * (x[2 + axis] - 1) + extra[axis] + (kernel[axis] - 1) \
+            * dilations[axis] + 1
+        if full - pads[axis] - pads[axis + n] != y[2 + axis]:
+            return None
+    if op.has_input(2) and tuple(op.input(2).shape or ()) != (y[1],):
+        return None
+    lower = tuple((k - 1) * d - p for k, d, p in zip(kernel, dilations, pads[:n], strict=True))
+    return ConvGeometry(x[0], x[1], y[1], group, tuple(x[2:]), kernel, tuple(y[2:]),
+                        (1,) * n, lower, dilations, op.input(0).dtype, strides)
+
+
+class ConvTransposeRule(ConvRule):
+    """ONNX ConvTranspose as PopART lowers it (``ConvTransposePattern``): ConvFlipWeights
+    on the weights, then a convolution of the data with input dilation the stride
+    (``transpose_geometry``). The convolution is planned as Conv's im2col matmul, its data
+    read where the dilated field's real elements lie; the weights are a view of the
+    matmul's RHS through the flip, so they are created, tied and read as Conv's."""
+
+    def geometry(self, op: Op) -> ConvGeometry | None:
+        return transpose_geometry(op)
+
+    def rhs_index(self, geometry: ConvGeometry) -> np.ndarray:
+        """``w[g*Cg + c, n, *kk] = rhs[g, (c, *flipped kk), n]`` (Cg input channels per
+        group, N output channels per group)."""
+        groups, _, inner, cols = geometry.dims
+        per_group = geometry.in_channels // groups
+        n = len(geometry.kernel)
+        index = np.arange(groups * inner * cols).reshape(groups, per_group,
+                                                         *geometry.kernel, cols)
+        index = np.flip(index, axis=tuple(range(2, 2 + n)))
+        return np.ascontiguousarray(
+            index.transpose(0, 1, 2 + n, *range(2, 2 + n))).reshape(-1)
+
+
+# -- pools ----------------------------------------------------------------------------------
+def pool_geometry(op: Op) -> ConvGeometry | None:
+    """A windowed pool as the depthwise convolution whose windows it reduces (groups = the
+    channels, one output channel each), or None where the model does not cover it
+    (``auto_pad`` other than NOTSET, ``storage_order`` 1, unknown or empty shapes,
+    attributes that do not give the output's shape). A ceil-mode window reaching past the
+    padded field reads what lies inside it."""
+    if not (op.has_input(0) and op.has_output(0)):
+        return None
+    x, y = op.input(0).shape, op.output(0).shape
+    if x is None or y is None or len(x) < 3 or len(y) != len(x) or min((*x, *y)) < 1:
+        return None
+    attributes = op.attributes
+    if (attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET")
+            or int(attributes.get("storage_order", 0)) != 0
+            or "kernel_shape" not in attributes):
+        return None
+    n = len(x) - 2
+    try:
+        kernel = _exactly(attributes["kernel_shape"], n)
+        strides = _exactly(attributes.get("strides", [1] * n), n)
+        dilations = _exactly(attributes.get("dilations", [1] * n), n)
+        pads = _exactly(attributes.get("pads", [0] * 2 * n), 2 * n)
+        expected = _spatial_dims(op, x, kernel, bool(attributes.get("ceil_mode", 0)))
+    except (TypeError, ValueError, ShapeError):
+        return None
+    if min(pads) < 0 or tuple(y) != (x[0], x[1], *expected):
+        return None
+    return ConvGeometry(x[0], x[1], x[1], x[1], tuple(x[2:]), kernel, tuple(y[2:]), strides,
+                        pads[:n], dilations, op.input(0).dtype)
+
+
+class PoolRule(LayoutRule):
+    """MaxPool, AveragePool and LpPool (``popnn::pooling::pool``): per channel, each output
+    element computed on the tile holding it from its window's elements. The outputs are
+    laid out linearly from tile 0 (an approximation of popnn's pooling plan,
+    docs/ipu-model.md); each
+    output element's tile receives the window elements it does not hold. The input's wanted
+    layout puts each element on the tile of the first output reading it, so no layout
+    receives fewer bytes. PopART's pooling Opx create no input (Opx's default, Deadend)."""
+
+    kind = "pool"
+
+    def models(self, op: Op) -> bool:
+        return pool_geometry(op) is not None
+
+    def _outputs(self, op: Op, target: TileMachine) -> list[np.ndarray]:
+        """popnn's output, approximated as mapped linearly from tile 0 (no rotation: one
+        answer per geometry); MaxPool's Indices (computed with the values) laid out as the
+        values."""
+        out = op.output(0)
+        values = np.asarray(target.reduction_result_tiles(prod(known_shape(op, out)),
+                                                          out.dtype)).reshape(-1)
+        return [values.copy() for _ in op.outputs]
+
+    def wanted_tiles(self, geometry: ConvGeometry, output_tiles: np.ndarray) -> np.ndarray:
+        """Each input element on the tile of the first output (row-major) whose window
+        reads it; unread ones on their preceding neighbour's (the first read one's)."""
+        n = len(geometry.field)
+        out_strides = _strides(geometry.out_field)
+        m_part = np.zeros((1,) * n, dtype=np.int64)
+        read = np.ones((1,) * n, dtype=bool)
+        for axis in range(n):
+            first, _ = _first_readers(geometry.field[axis], geometry.out_field[axis],
+                                      geometry.kernel[axis], geometry.strides[axis],
+                                      geometry.pads[axis], geometry.dilations[axis])
+            shape = [1] * n
+            shape[axis] = -1
+            m_part = m_part + (first * out_strides[axis]).reshape(shape)
+            read = read & (first >= 0).reshape(shape)
+        planes = geometry.batch * geometry.in_channels
+        shape = (planes, *geometry.field)
+        flat = np.broadcast_to(np.arange(planes).reshape((-1,) + (1,) * n)
+                               * prod(geometry.out_field) + m_part[None], shape).reshape(-1)
+        read = np.broadcast_to(read[None], shape).reshape(-1)
+        if not read.any():
+            return np.zeros(flat.size, dtype=np.asarray(output_tiles).dtype)
+        nearest = np.where(read, np.arange(flat.size), -1)
+        np.maximum.accumulate(nearest, out=nearest)
+        nearest[nearest < 0] = int(np.argmax(read))
+        return np.ascontiguousarray(np.asarray(output_tiles).reshape(-1)[flat[nearest]])
+
+    # -- the unwinding problem -------------------------------------------------------------
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        geometry = pool_geometry(op)
+        if geometry is None:
+            emitter.barrier(op)
+            return
+        x = emitter.tensor(op.input(0))
+        source = emitter.source(
+            op.input(0), lambda target: self.wanted_tiles(
+                geometry, self._outputs(op, target)[0]), f"{op.debug_name()} windows")
+        emitter.graph.valued_pair(x, source, emitter.valuations.elementwise)
+        outputs = emitter.fixed_point(
+            [x], [known_shape(op, t) for t in op.outputs],
+            [lambda target, i=i: self._outputs(op, target)[i]
+             for i in range(len(op.outputs))], f"{op.debug_name()} output")
+        for tensor, result in zip(op.outputs, outputs, strict=True):
+            emitter.define(tensor, result)
+
+    # -- costing ---------------------------------------------------------------------------
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        if pool_geometry(op) is None:
+            return super().output_tiles(op, input_tiles, target)
+        return self._outputs(op, target)
+
+    def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                 target: TileMachine) -> ExchangeNeed:
+        """Each output element's tile receives the distinct window elements it does not
+        hold, by runs of consecutive elements from one tile."""
+        geometry, tiles = pool_geometry(op), flat_tiles(input_tiles, 0)
+        if geometry is None or tiles is None:
+            return ExchangeNeed.none(target.num_tiles)
+        readers, elements = target.remembered(("pool reads", geometry),
+                                              lambda: _pool_reads(geometry))
+        return read_need(np.asarray(output_tiles[0]).reshape(-1)[readers], elements, tiles,
+                         target.dtype_size(geometry.dtype), target.num_tiles)
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        geometry = pool_geometry(op)
+        if geometry is None:
+            return 0.0, 0.0
+        bound = valuations.elementwise * op.input(0).nelms()
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None:
+            return 0.0, bound
+        wanted = self.wanted_tiles(geometry, self._outputs(op, target)[0])
+        return valuations.elementwise * count_equal(tiles, wanted), bound
+
+    def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
+                         target: TileMachine) -> np.ndarray | None:
+        geometry = pool_geometry(op)
+        if geometry is None or index != 0:
+            return None
+        return self.wanted_tiles(geometry, output_tiles[0])
+
+
+def _pool_reads(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """Over every (output element, window element) pair reading a real input element: the
+    flat output element and the flat input element, per channel plane."""
+    out_index, _, offset = _window(geometry)
+    planes = geometry.batch * geometry.in_channels
+    plane = np.arange(planes, dtype=np.int64)[:, None]
+    readers = plane * prod(geometry.out_field) + out_index[None, :]
+    elements = plane * prod(geometry.field) + offset[None, :]
+    return readers.reshape(-1), elements.reshape(-1)
+
+
+def _global_axes(op: Op, rank: int) -> tuple[int, ...]:
+    return tuple(range(2, rank))
+
+
 # -- the data input's layout --------------------------------------------------------------
-def _first_readers(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _first_readers(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int,
+                   input_dilation: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Along one spatial axis: for each input position, the first (lowest) output position
-    reading it and the kernel position it is read at; -1 where none reads it."""
-    position = np.arange(size)
+    reading it and the kernel position it is read at; -1 where none reads it. With an
+    input dilation the element at position i lies at i·input_dilation of the field the
+    windows slide over (a negative ``pad`` crops that field)."""
+    position = np.arange(size) * input_dilation
     first = np.full(size, -1, dtype=np.int64)
     at = np.full(size, -1, dtype=np.int64)
     for k in range(kernel - 1, -1, -1):  # a larger kernel position means an earlier output
@@ -422,7 +794,8 @@ def _create_input_tiles(geometry: ConvGeometry, target: TileMachine) -> np.ndarr
     for axis in range(n):
         first, at = _first_readers(geometry.field[axis], geometry.out_field[axis],
                                    geometry.kernel[axis], geometry.strides[axis],
-                                   geometry.pads[axis], geometry.dilations[axis])
+                                   geometry.pads[axis], geometry.dilations[axis],
+                                   geometry.dilated(axis))
         shape = [1] * n
         shape[axis] = -1
         m_part = m_part + (first * out_strides[axis]).reshape(shape)
@@ -472,7 +845,8 @@ class _Reads(NamedTuple):
 
 def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Over (output position, kernel position) pairs that read a real element (not
-    padding): the flat output position, flat kernel position and flat spatial offset read."""
+    padding, nor a zero of the input dilation): the flat output position, flat kernel
+    position and flat spatial offset read."""
     n = len(geometry.field)
     outs = np.indices(geometry.out_field).reshape(n, -1)
     kernel = np.indices(geometry.kernel).reshape(n, -1)
@@ -481,8 +855,10 @@ def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     for axis, stride in enumerate(_strides(geometry.field)):
         position = ((outs[axis] * geometry.strides[axis] - geometry.pads[axis])[:, None]
                     + (kernel[axis] * geometry.dilations[axis])[None, :])
-        valid &= (position >= 0) & (position < geometry.field[axis])
-        offset += position * stride
+        step = geometry.dilated(axis)
+        valid &= ((position >= 0) & (position % step == 0)
+                  & (position // step < geometry.field[axis]))
+        offset += position // step * stride
     out_index, kernel_index = np.nonzero(valid)
     return out_index, kernel_index, offset[out_index, kernel_index]
 
@@ -530,9 +906,14 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
-register(OpDef("Conv", infer=_infer_conv, layout=ConvRule()))
-register(OpDef("ConvTranspose", infer=_infer_conv_transpose))
-for _pool in ("MaxPool", "AveragePool", "LpPool"):
-    register(OpDef(_pool, infer=_infer_pool))
-for _pool in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
-    register(OpDef(_pool, infer=_infer_global_pool))
+register(OpDef("Conv", infer=_infer_conv, fold=_fold_conv, layout=ConvRule()))
+register(OpDef("ConvTranspose", infer=_infer_conv_transpose, fold=_fold_conv_transpose,
+                layout=ConvTransposeRule()))
+register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool, layout=PoolRule()))
+for _pool in ("AveragePool", "LpPool"):
+    register(OpDef(_pool, infer=_infer_pool, layout=PoolRule()))
+# A global pool reduces each (n, c) plane: laid out and costed as a reduction over the
+# spatial axes (popops::reduce's partials), docs/ipu-model.md.
+for _pool in ("GlobalAveragePool", "GlobalMaxPool"):
+    register(OpDef(_pool, infer=_infer_global_pool, layout=ReductionRule(_global_axes)))
+register(OpDef("GlobalLpPool", infer=_infer_global_pool))

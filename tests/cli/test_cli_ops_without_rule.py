@@ -174,10 +174,10 @@ def test_validate_plan_needs_the_key():
 
 #: The registered op types with no layout rule today (docs/cli.md names them).
 REGISTERED_WITHOUT_RULE = {
-    "AveragePool", "Constant", "ConstantOfShape",
-    "ConvTranspose", "CumSum", "Dropout", "Einsum", "GatherND",
-    "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool",
-    "LpPool", "MatMulInteger", "MaxPool", "NonZero", "OneHot", "Pad", "Range",
+    "Constant", "ConstantOfShape",
+    "CumSum", "Dropout", "Einsum", "GatherND",
+    "GlobalLpPool",
+    "MatMulInteger", "NonZero", "OneHot", "Pad", "Range",
     "Resize", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
 
 

@@ -3,15 +3,18 @@ own shape inference on random geometries; bad geometries name the op."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
-from op_building import shapes_of
+from op_building import build, shapes_of
 
 from popart_unwind.errors import ShapeError
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.shape_inference import infer_op
 
 SETTINGS = settings(max_examples=120, deadline=None)
 
@@ -115,3 +118,89 @@ def test_conv_with_mismatched_channels_or_oversized_window_names_the_op():
         shapes_of("Conv", [(1, 3, 8, 8), (4, 2, 3, 3)])
     with pytest.raises(ShapeError, match="window 5 is larger"):
         shapes_of("Conv", [(1, 1, 3, 3), (1, 1, 3, 1)], {"dilations": [2, 1]})
+
+
+# -- folds against torch ------------------------------------------------------------------
+@st.composite
+def window_case(draw):
+    """A 1-d or 2-d geometry with symmetric explicit pads (torch's form), groups and bias."""
+    spatial = draw(st.integers(1, 2))
+    group = draw(st.sampled_from([1, 2]))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    strides = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(spatial)]
+    pads = [draw(st.integers(0, 1)) for _ in range(spatial)]
+    sizes = [draw(st.integers((k - 1) * d + 1, (k - 1) * d + 5))
+             for k, d in zip(kernel, dilations, strict=True)]
+    return dict(spatial=spatial, group=group, kernel=kernel, strides=strides,
+                dilations=dilations, pads=pads, sizes=sizes,
+                channels=group * draw(st.integers(1, 2)), maps=group * draw(st.integers(1, 2)),
+                bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+
+
+def _fold(op_type, arrays, attributes, outputs=1):
+    op = build(op_type, [a.shape if a is not None else None for a in arrays], attributes,
+               outputs)
+    infer_op(op)
+    return REGISTRY.lookup(op).fold(op, [None if a is None else np.asarray(a)
+                                         for a in arrays])
+
+
+@settings(max_examples=40, deadline=None)
+@given(window_case())
+def test_conv_and_conv_transpose_folds_agree_with_torch(case):
+    torch = pytest.importorskip("torch")
+
+    functional = torch.nn.functional
+    generator = torch.Generator().manual_seed(case["seed"])
+    x = torch.randn(2, case["channels"], *case["sizes"], generator=generator)
+    w = torch.randn(case["maps"], case["channels"] // case["group"], *case["kernel"],
+                    generator=generator)
+    b = torch.randn(case["maps"], generator=generator) if case["bias"] else None
+    attributes = {"group": case["group"], "strides": case["strides"],
+                  "dilations": case["dilations"], "pads": case["pads"] * 2}
+    conv = [functional.conv1d, functional.conv2d][case["spatial"] - 1]
+    expected = conv(x, w, b, case["strides"], case["pads"], case["dilations"], case["group"])
+    [y] = _fold("Conv", [x.numpy(), w.numpy(), None if b is None else b.numpy()], attributes)
+    np.testing.assert_allclose(y, expected.numpy(), rtol=1e-4, atol=1e-4)
+    # the transpose of that convolution, from its output back to the input's channels
+    extra = [0 if s == 1 else min(s, d) - 1 for s, d in zip(case["strides"], case["dilations"],
+                                                          strict=True)]
+    back_sizes = [s * (o - 1) + e + (k - 1) * d + 1 - 2 * p for s, o, e, k, d, p in zip(
+        case["strides"], expected.shape[2:], extra, case["kernel"], case["dilations"],
+        case["pads"], strict=True)]
+    if min(back_sizes) < 1:  # the pads crop the whole transposed output
+        return
+    transpose = [functional.conv_transpose1d, functional.conv_transpose2d][case["spatial"] - 1]
+    bias_t = torch.randn(w.shape[1] * case["group"], generator=generator) if case["bias"] \
+        else None
+    back = transpose(expected, w, bias_t, case["strides"], case["pads"], extra,
+                     case["group"], case["dilations"])
+    [y] = _fold("ConvTranspose", [expected.numpy(), w.numpy(),
+                                  None if bias_t is None else bias_t.numpy()],
+                {**attributes, "output_padding": extra})
+    np.testing.assert_allclose(y, back.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(window_case())
+def test_max_pool_fold_gives_torchs_values_and_flat_indices(case):
+    torch = pytest.importorskip("torch")
+
+    x = torch.randn(2, case["channels"], *case["sizes"],
+                    generator=torch.Generator().manual_seed(case["seed"]))
+    kernel, pads = case["kernel"], [min(p, k // 2) for p, k in zip(case["pads"],
+                                                                 case["kernel"], strict=True)]
+    pool = [torch.nn.functional.max_pool1d, torch.nn.functional.max_pool2d][case["spatial"] - 1]
+    values, indices = pool(x, kernel, case["strides"], pads, case["dilations"],
+                           return_indices=True)
+    result = _fold("MaxPool", [x.numpy()], {"kernel_shape": kernel, "strides": case["strides"],
+                                            "dilations": case["dilations"], "pads": pads * 2},
+                   outputs=2)
+    np.testing.assert_array_equal(result[0], values.numpy())
+    plane = int(np.prod(case["sizes"]))  # ONNX counts over the whole tensor, torch per plane
+    np.testing.assert_array_equal(result[1] % plane, indices.numpy())
+    base = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[0], x.shape[1],
+                                                      *[1] * case["spatial"]) * plane
+    np.testing.assert_array_equal(result[1] - indices.numpy(), np.broadcast_to(
+        base, indices.shape))
