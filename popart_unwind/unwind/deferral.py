@@ -14,17 +14,18 @@ an element-level local search (``polish.py``) then improves it further, never wo
 from __future__ import annotations
 
 from popart_unwind.unwind.graph import Graph
-from popart_unwind.unwind.greedy0 import greedy_runner
+from popart_unwind.unwind.greedy0 import GreedyRunner, greedy_runner
 from popart_unwind.unwind.polish import polish
 from popart_unwind.unwind.solution import Solution
 
 
-def solve_deferral(
-    graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000, engine: str = "native"
-) -> Solution:
-    run = greedy_runner(graph, engine)
-    deferred: frozenset[int] = frozenset()
-    late: frozenset = frozenset()
+def deferral_rounds(
+    run: GreedyRunner, max_rounds: int, deferred: frozenset = frozenset(),
+    late: frozenset = frozenset(),
+) -> tuple[Solution, int, frozenset, frozenset]:
+    """The best of the runs that defer each run's blockers (and keep its late sinks open)
+    in the next, starting from ``deferred`` and ``late``; with the rounds taken and the
+    final deferred pairs and late sinks."""
     best, blockers, late_sinks = run(deferred, late)
     rounds = 1
     while rounds < max_rounds and not (blockers <= deferred and late_sinks <= late):
@@ -34,6 +35,13 @@ def solve_deferral(
         rounds += 1
         if candidate.symbolic_score() > best.symbolic_score():
             best = candidate
+    return best, rounds, deferred, late
+
+
+def solve_deferral(
+    graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000, engine: str = "native"
+) -> Solution:
+    best, rounds, deferred, late = deferral_rounds(greedy_runner(graph, engine), max_rounds)
     found = best.relabelled(
         "deferral",
         {"rounds": rounds, "deferred_pairs": len(deferred), "late_sinks": len(late)},

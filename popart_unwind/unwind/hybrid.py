@@ -8,8 +8,9 @@ nodes: small problems are proven optimal, and a stopped search still returns a s
 at least as good as its start. A node limit, unlike a time limit, stops at the same point on
 every run, so the result does not depend on the machine's load. The root node's work (cuts,
 heuristics) has no such limit, so a time limit (``EXACT_SECONDS``) stays as a safety net;
-when it is what stopped the search, the heuristic's solution is returned, not whatever the
-search had reached by then, which would depend on the machine's speed.
+when it is what stopped the search, whatever the search had reached by then is dropped (it
+would depend on the machine's speed) and deferral is restarted from perturbed starts instead
+(``restarts.py``): deterministic, and never below deferral's solution.
 
 Above ``exact_up_to`` the heuristic's solution is returned as it is: the exact program grows
 with sink elements, and the graphs of models have more (the demo's transformer block 57,896,
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from popart_unwind.unwind.deferral import solve_deferral
 from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.restarts import solve_restarts
 from popart_unwind.unwind.solution import Solution
 
 #: HiGHS's words for a search its time limit stopped.
@@ -39,8 +41,9 @@ def solve_hybrid(
     exact_seconds: float = EXACT_SECONDS,
     engine: str = "native",
 ) -> Solution:
-    """Deferral's solution, improved by a node-limited exact search on small graphs; never
-    below deferral's, and ``proven_optimal`` when the search ended with a proof."""
+    """Deferral's solution, improved by a node-limited exact search on small graphs (or by
+    restarts where that search runs out of time); never below deferral's, and
+    ``proven_optimal`` when the search ended with a proof."""
     heuristic = solve_deferral(
         graph, max_rounds=max_rounds, polish_up_to=polish_up_to, engine=engine)
     stats = {f"deferral_{key}": value for key, value in heuristic.stats.items()}
@@ -59,8 +62,11 @@ def solve_hybrid(
     stats["exact_status"] = exact.stats.get("status", "")
     stats["exact_nodes"] = exact.stats.get("nodes", 0)
     if exact.stats.get("status") == TIME_LIMIT:
-        stats["finish"] = "time limit: deferral kept"
-        return heuristic.relabelled("hybrid", stats)
+        restarted = solve_restarts(graph, max_rounds=max_rounds, polish_up_to=polish_up_to,
+                                   engine=engine, start=heuristic)
+        stats["finish"] = "time limit: restarts"
+        stats["restart_improved"] = restarted.stats["restart_improved"]
+        return restarted.relabelled("hybrid", stats)
     stats["finish"] = "exact"
     best = exact if exact.score() > heuristic.score() else heuristic
     return best.relabelled("hybrid", stats, exact.proven_optimal)

@@ -11,6 +11,7 @@ from popart_unwind.unwind.deferral import solve_deferral
 from popart_unwind.unwind.graph import Graph
 from popart_unwind.unwind.greedy0 import solve_greedy0
 from popart_unwind.unwind.hybrid import solve_hybrid
+from popart_unwind.unwind.restarts import solve_restarts
 from popart_unwind.unwind.solution import Solution
 
 
@@ -25,6 +26,7 @@ SOLVERS: dict[str, Callable[..., Solution]] = {
     "greedy0": solve_greedy0,
     "deferral": solve_deferral,
     "hybrid": solve_hybrid,
+    "restarts": solve_restarts,
     "exact": _solve_exact,
 }
 
