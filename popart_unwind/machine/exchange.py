@@ -144,7 +144,7 @@ def broadcast_index_view(small: tuple[int, ...], full: tuple[int, ...]) -> np.nd
 
 
 #: Elements of a reader array ``most_read_tiles`` widens to 64-bit keys at a time.
-COUNT_BLOCK = 1 << 20
+COUNT_BLOCK = 1 << 18
 #: Up to this many (element, tile) pairs, ``most_read_tiles`` counts in one dense table
 #: (8 bytes a pair); beyond it, it sorts each block's keys and merges the counts.
 DENSE_COUNTS_MAX = 1 << 22
@@ -170,8 +170,9 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     counts = np.zeros(space if dense else 0, dtype=np.int64)
     found_keys, found_counts = [], []
     for block in _blocks(index.shape, COUNT_BLOCK):
-        keys = (index[block].reshape(-1).astype(np.int64) * num_tiles
-                + tiles[block].reshape(-1))
+        keys = index[block].reshape(-1).astype(np.int64)  # a copy of one block, widened
+        keys *= num_tiles
+        keys += tiles[block].reshape(-1)
         if dense:  # one count per (element, tile)
             counts += np.bincount(keys, minlength=space)
         else:
