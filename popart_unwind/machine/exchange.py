@@ -146,8 +146,12 @@ def broadcast_index_view(small: tuple[int, ...], full: tuple[int, ...]) -> np.nd
 #: Elements of a reader array ``most_read_tiles`` widens to 64-bit keys at a time.
 COUNT_BLOCK = 1 << 18
 #: Up to this many (element, tile) pairs, ``most_read_tiles`` counts in one dense table
-#: (8 bytes a pair); beyond it, it sorts each block's keys and merges the counts.
+#: (8 bytes a pair); beyond it, in one table per range of source elements, each a pass
+#: over the reads, as long as the passes visit at most ``SCAN_VISITS_MAX`` reads in all;
+#: beyond that (few reads of a large source, such as a gather from an embedding table), it
+#: sorts each block's keys and merges the counts.
 DENSE_COUNTS_MAX = 1 << 22
+SCAN_VISITS_MAX = 1 << 30
 
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
@@ -159,28 +163,29 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
 
     ``source_index`` may be a broadcast view (``broadcast_index_view``) in any shape holding
     as many elements as ``reader_tiles``: the pairs are counted block by block
-    (``COUNT_BLOCK`` elements), so no 64-bit array as long as the readers is made."""
+    (``COUNT_BLOCK`` elements), so no 64-bit array as long as the readers is made, and in
+    tables of at most ``DENSE_COUNTS_MAX`` pairs (see there)."""
     index = np.asarray(source_index)
     tiles = np.asarray(reader_tiles).reshape(index.shape)
     if tiles.size and not 0 <= int(tiles.min()) <= int(tiles.max()) < num_tiles:
         raise TargetError(f"most_read_tiles: tile ids must lie in [0, {num_tiles}); got "
                           f"[{int(tiles.min())}, {int(tiles.max())}]")
-    space = num_sources * num_tiles
-    dense = space <= DENSE_COUNTS_MAX
-    counts = np.zeros(space if dense else 0, dtype=np.int64)
+    per_pass = max(1, DENSE_COUNTS_MAX // num_tiles)  # source elements one table counts
+    passes = -(-num_sources // per_pass)
+    blocks = _blocks(index.shape, COUNT_BLOCK)
+    if passes <= 1 or index.size * passes <= SCAN_VISITS_MAX:
+        result = np.zeros(num_sources, dtype=dtype)
+        for low in range(0, num_sources, per_pass):
+            high = min(low + per_pass, num_sources)
+            result[low:high] = _dense_most_read(index, tiles, blocks, low, high, num_tiles,
+                                                filtered=passes > 1)
+        return result
     found_keys, found_counts = [], []
-    for block in _blocks(index.shape, COUNT_BLOCK):
-        keys = index[block].reshape(-1).astype(np.int64)  # a copy of one block, widened
-        keys *= num_tiles
-        keys += tiles[block].reshape(-1)
-        if dense:  # one count per (element, tile)
-            counts += np.bincount(keys, minlength=space)
-        else:
-            keys, block_counts = np.unique(keys, return_counts=True)
-            found_keys.append(keys)
-            found_counts.append(block_counts)
-    if dense:  # argmax takes the lowest tile among equals
-        return counts.reshape(num_sources, num_tiles).argmax(axis=1).astype(dtype)
+    for block in blocks:
+        keys, block_counts = np.unique(_pair_keys(index, tiles, block, num_tiles),
+                                       return_counts=True)
+        found_keys.append(keys)
+        found_counts.append(block_counts)
     keys, counts = _merged_counts(found_keys, found_counts)
     element, tile = keys // num_tiles, keys % num_tiles
     order = np.lexsort((tile, -counts, element))  # by element, most reads, lowest tile
@@ -189,6 +194,31 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     result = np.zeros(num_sources, dtype=dtype)
     result[element[order][first]] = tile[order][first]
     return result
+
+
+def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int
+               ) -> np.ndarray:
+    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened)."""
+    keys = index[block].reshape(-1).astype(np.int64)
+    keys *= num_tiles
+    keys += tiles[block].reshape(-1)
+    return keys
+
+
+def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], low: int,
+                     high: int, num_tiles: int, filtered: bool) -> np.ndarray:
+    """``most_read_tiles`` of source elements [low, high), from one table of counts per
+    (element, tile); ``filtered``: reads of other elements are skipped."""
+    space = (high - low) * num_tiles
+    counts = np.zeros(space, dtype=np.int64)
+    for block in blocks:
+        keys = _pair_keys(index, tiles, block, num_tiles)
+        if filtered:
+            keys -= low * num_tiles
+            keys = keys[(keys >= 0) & (keys < space)]
+        np.add.at(counts, keys, 1)  # no second table as large as ``counts``
+    # argmax takes the lowest tile among equals, and tile 0 for an element no one reads
+    return counts.reshape(high - low, num_tiles).argmax(axis=1)
 
 
 def _blocks(shape: tuple[int, ...], limit: int) -> list[tuple]:

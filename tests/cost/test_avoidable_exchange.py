@@ -105,11 +105,11 @@ def _oracle_most_read(readers: np.ndarray, reads: np.ndarray, num_sources: int,
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.integers(1, 6),
-       st.integers(0, 2**16), st.integers(1, 7), st.booleans())
-def test_most_read_tiles_by_blocks_from_a_broadcast_view(full, num_tiles, seed, block,
-                                                         dense):
-    """Counted in blocks of any size, densely or by sorting, from a broadcast view of the
-    index: the same answer as counting each element's readers."""
+       st.integers(0, 2**16), st.integers(1, 7), st.sampled_from(["one", "passes", "sort"]))
+def test_most_read_tiles_by_blocks_from_a_broadcast_view(full, num_tiles, seed, block, how):
+    """Counted in blocks of any size, in one table, in a table per range of elements or by
+    sorting, from a broadcast view of the index: the same answer as counting each
+    element's readers."""
     rng = np.random.default_rng(seed)
     full = tuple(full)
     small = tuple(size if rng.random() < 0.5 else 1 for size in full)[rng.integers(0, 2):]
@@ -117,12 +117,14 @@ def test_most_read_tiles_by_blocks_from_a_broadcast_view(full, num_tiles, seed, 
     view = broadcast_index_view(small, full)
     assert not view.flags.writeable  # a view, not an array as large as ``full``
     expected = _oracle_most_read(readers, view.reshape(-1), int(np.prod(small)), num_tiles)
-    saved = exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX
-    exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX = block, (1 << 22 if dense else 0)
+    saved = exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
+    exchange.COUNT_BLOCK = block
+    exchange.DENSE_COUNTS_MAX = 1 << 22 if how == "one" else 2 * num_tiles
+    exchange.SCAN_VISITS_MAX = 0 if how == "sort" else 1 << 28
     try:
         got = most_read_tiles(readers, view, int(np.prod(small)), num_tiles, np.int16)
     finally:
-        exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX = saved
+        exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
     assert got.dtype == np.int16 and got.tolist() == expected
 
 
