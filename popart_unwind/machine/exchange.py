@@ -10,9 +10,11 @@ coming from one tile (each run costs exchange code).
 from __future__ import annotations
 
 from functools import lru_cache
+from math import prod
 
 import numpy as np
 
+from popart_unwind.errors import TargetError
 from popart_unwind.machine import hooks
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPartition
 from popart_unwind.shapes import broadcast_projections
@@ -120,6 +122,13 @@ def broadcast_index(small: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray
     same place that decides the shapes broadcast at all; a pair that does not broadcast
     raises its ``ShapeError``.
     """
+    return broadcast_index_view(small, full).reshape(-1)
+
+
+def broadcast_index_view(small: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray:
+    """``broadcast_index`` in the shape ``full``, as a read-only broadcast view: no array
+    as large as ``full`` (a real LM head's logits gradient has tens of millions of
+    elements, 8 bytes each as a flat index)."""
     small, full = tuple(small), tuple(full)
     followed = _followed_axes(small, full)
     index = np.zeros((1,) * len(full), dtype=np.int64)
@@ -131,7 +140,18 @@ def broadcast_index(small: tuple[int, ...], full: tuple[int, ...]) -> np.ndarray
             along[target] = full[target]
             index = index + (np.arange(full[target], dtype=np.int64) * stride).reshape(along)
         stride *= small[axis]
-    return np.broadcast_to(index, full).reshape(-1)
+    return np.broadcast_to(index, full)
+
+
+#: Elements of a reader array ``most_read_tiles`` widens to 64-bit keys at a time.
+COUNT_BLOCK = 1 << 18
+#: Up to this many (element, tile) pairs, ``most_read_tiles`` counts in one dense table
+#: (8 bytes a pair); beyond it, in one table per range of source elements, each a pass
+#: over the reads, as long as the passes visit at most ``SCAN_VISITS_MAX`` reads in all;
+#: beyond that (few reads of a large source, such as a gather from an embedding table), it
+#: sorts each block's keys and merges the counts.
+DENSE_COUNTS_MAX = 1 << 22
+SCAN_VISITS_MAX = 1 << 30
 
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
@@ -139,16 +159,34 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     """For each source element, the tile among those reading it (``reader_tiles[k]`` reads
     ``source_index[k]``) that reads it most, the lowest among equals; 0 if none reads it.
     Placing an element there saves the most copies of it (Poplibs' rule for a broadcast
-    operand, of which a bias is the one-axis case)."""
-    tiles = np.asarray(reader_tiles).reshape(-1).astype(np.int64)
-    keys = np.asarray(source_index, np.int64) * num_tiles + tiles
-    space = num_sources * num_tiles
-    if (space <= DENSE_PAIRS_MAX and space <= 16 * keys.size + (1 << 20)
-            and (not tiles.size or 0 <= tiles.min() <= tiles.max() < num_tiles)):
-        # One count per (element, tile); argmax takes the lowest tile among equals.
-        counts = np.bincount(keys, minlength=space).reshape(num_sources, num_tiles)
-        return counts.argmax(axis=1).astype(dtype)
-    keys, counts = np.unique(keys, return_counts=True)
+    operand, of which a bias is the one-axis case).
+
+    ``source_index`` may be a broadcast view (``broadcast_index_view``) in any shape holding
+    as many elements as ``reader_tiles``: the pairs are counted block by block
+    (``COUNT_BLOCK`` elements), so no 64-bit array as long as the readers is made, and in
+    tables of at most ``DENSE_COUNTS_MAX`` pairs (see there)."""
+    index = np.asarray(source_index)
+    tiles = np.asarray(reader_tiles).reshape(index.shape)
+    if tiles.size and not 0 <= int(tiles.min()) <= int(tiles.max()) < num_tiles:
+        raise TargetError(f"most_read_tiles: tile ids must lie in [0, {num_tiles}); got "
+                          f"[{int(tiles.min())}, {int(tiles.max())}]")
+    per_pass = max(1, DENSE_COUNTS_MAX // num_tiles)  # source elements one table counts
+    passes = -(-num_sources // per_pass)
+    blocks = _blocks(index.shape, COUNT_BLOCK)
+    if passes <= 1 or index.size * passes <= SCAN_VISITS_MAX:
+        result = np.zeros(num_sources, dtype=dtype)
+        for low in range(0, num_sources, per_pass):
+            high = min(low + per_pass, num_sources)
+            result[low:high] = _dense_most_read(index, tiles, blocks, low, high, num_tiles,
+                                                filtered=passes > 1)
+        return result
+    found_keys, found_counts = [], []
+    for block in blocks:
+        keys, block_counts = np.unique(_pair_keys(index, tiles, block, num_tiles),
+                                       return_counts=True)
+        found_keys.append(keys)
+        found_counts.append(block_counts)
+    keys, counts = _merged_counts(found_keys, found_counts)
     element, tile = keys // num_tiles, keys % num_tiles
     order = np.lexsort((tile, -counts, element))  # by element, most reads, lowest tile
     first = np.ones(order.size, dtype=bool)
@@ -156,6 +194,69 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     result = np.zeros(num_sources, dtype=dtype)
     result[element[order][first]] = tile[order][first]
     return result
+
+
+def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int
+               ) -> np.ndarray:
+    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened)."""
+    keys = index[block].reshape(-1).astype(np.int64)
+    keys *= num_tiles
+    keys += tiles[block].reshape(-1)
+    return keys
+
+
+def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], low: int,
+                     high: int, num_tiles: int, filtered: bool) -> np.ndarray:
+    """``most_read_tiles`` of source elements [low, high), from one table of counts per
+    (element, tile); ``filtered``: reads of other elements are skipped."""
+    space = (high - low) * num_tiles
+    counts = np.zeros(space, dtype=np.int64)
+    for block in blocks:
+        keys = _pair_keys(index, tiles, block, num_tiles)
+        if filtered:
+            keys -= low * num_tiles
+            keys = keys[(keys >= 0) & (keys < space)]
+        np.add.at(counts, keys, 1)  # no second table as large as ``counts``
+    # argmax takes the lowest tile among equals, and tile 0 for an element no one reads
+    return counts.reshape(high - low, num_tiles).argmax(axis=1)
+
+
+def _blocks(shape: tuple[int, ...], limit: int) -> list[tuple]:
+    """Indices cutting an array of ``shape`` into row-major blocks of at most ``limit``
+    elements (leading axes split first)."""
+    found: list[tuple] = []
+
+    def split(prefix: tuple, axis: int) -> None:
+        if axis == len(shape):
+            found.append(prefix)
+            return
+        rest = prod(shape[axis + 1:])
+        step = max(1, limit // max(rest, 1))
+        if step >= shape[axis]:
+            found.append(prefix)
+        elif step > 1 or axis == len(shape) - 1:
+            found.extend((*prefix, slice(i, i + step)) for i in range(0, shape[axis], step))
+        else:
+            for i in range(shape[axis]):
+                split((*prefix, i), axis + 1)
+
+    split((), 0)
+    return found
+
+
+def _merged_counts(keys: list[np.ndarray], counts: list[np.ndarray]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of several blocks (each sorted and distinct) and their summed
+    counts, ascending."""
+    if len(keys) == 1:
+        return keys[0], counts[0]
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    all_keys, all_counts = np.concatenate(keys), np.concatenate(counts)
+    order = np.argsort(all_keys, kind="stable")
+    all_keys, all_counts = all_keys[order], all_counts[order]
+    starts = np.flatnonzero(np.concatenate(([True], all_keys[1:] != all_keys[:-1])))
+    return all_keys[starts], np.add.reduceat(all_counts, starts)
 
 
 def block_need(held: np.ndarray, blocks: np.ndarray, starts: np.ndarray,

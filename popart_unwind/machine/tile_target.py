@@ -20,7 +20,7 @@ from popart_unwind.machine.exchange import (
     axis_bounds,
     axis_parts,
     block_need,
-    broadcast_index,
+    broadcast_index_view,
     matmul_reader_blocks,
     most_read_tiles,
     read_need,
@@ -189,7 +189,7 @@ class TileTarget(TileMachine):
             raise TargetError(f"broadcast_operand_tiles: {np.size(full_tiles)} tiles given for "
                               f"a full tensor of shape {full_shape}")
         try:
-            index = broadcast_index(small_shape, full_shape)
+            index = broadcast_index_view(small_shape, full_shape)
         except ShapeError as error:
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
                               f"{error}") from None

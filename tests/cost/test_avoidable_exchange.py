@@ -4,12 +4,15 @@ layouts add, op by op, beyond the layouts the op wants for them."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
+from popart_unwind.errors import TargetError
 from popart_unwind.ir import Builder
-from popart_unwind.machine.exchange import most_read_tiles
+from popart_unwind.machine import exchange
+from popart_unwind.machine.exchange import broadcast_index_view, most_read_tiles
 from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
 
 TILES = 32
@@ -88,6 +91,46 @@ def test_most_read_tiles_against_counting(num_sources, num_tiles, seed):
         counts = np.bincount(readers[reads == element], minlength=num_tiles)
         expected = int(np.argmax(counts)) if counts.sum() else 0
         assert got[element] == expected
+
+
+
+def _oracle_most_read(readers: np.ndarray, reads: np.ndarray, num_sources: int,
+                      num_tiles: int) -> list[int]:
+    found = []
+    for element in range(num_sources):
+        counts = np.bincount(readers[reads == element], minlength=num_tiles)
+        found.append(int(np.argmax(counts)) if counts.sum() else 0)
+    return found
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.integers(1, 6),
+       st.integers(0, 2**16), st.integers(1, 7), st.sampled_from(["one", "passes", "sort"]))
+def test_most_read_tiles_by_blocks_from_a_broadcast_view(full, num_tiles, seed, block, how):
+    """Counted in blocks of any size, in one table, in a table per range of elements or by
+    sorting, from a broadcast view of the index: the same answer as counting each
+    element's readers."""
+    rng = np.random.default_rng(seed)
+    full = tuple(full)
+    small = tuple(size if rng.random() < 0.5 else 1 for size in full)[rng.integers(0, 2):]
+    readers = rng.integers(0, num_tiles, int(np.prod(full))).astype(np.int16)
+    view = broadcast_index_view(small, full)
+    assert not view.flags.writeable  # a view, not an array as large as ``full``
+    expected = _oracle_most_read(readers, view.reshape(-1), int(np.prod(small)), num_tiles)
+    saved = exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
+    exchange.COUNT_BLOCK = block
+    exchange.DENSE_COUNTS_MAX = 1 << 22 if how == "one" else 2 * num_tiles
+    exchange.SCAN_VISITS_MAX = 0 if how == "sort" else 1 << 28
+    try:
+        got = most_read_tiles(readers, view, int(np.prod(small)), num_tiles, np.int16)
+    finally:
+        exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
+    assert got.dtype == np.int16 and got.tolist() == expected
+
+
+def test_most_read_tiles_rejects_tiles_out_of_range():
+    with pytest.raises(TargetError, match=r"\[0, 4\)"):
+        most_read_tiles(np.array([0, 4]), np.array([0, 1]), 2, 4)
 
 
 def _sum_ir(computed: int):
