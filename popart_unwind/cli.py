@@ -58,6 +58,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", choices=("popart", "linear", "none"), default="popart",
                         help="compare with PopART's heuristic and linear mapping (popart, "
                              "the default), with linear mapping only, or with nothing")
+    parser.add_argument("--option", metavar="KEY=VALUE", action="append", default=[],
+                        dest="options",
+                        help="set a session option (repeatable; the last value of a key "
+                             "wins); docs/cli.md lists the keys")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress and no summary table (errors still go to stderr)")
 
@@ -130,6 +134,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.algo is not None and args.algo not in _algorithms():
         raise UsageError(f"unknown --algo {args.algo!r}; choose from {', '.join(_algorithms())}")
     model = IpuModel(tiles_per_ipu=args.tiles)
+    _check_options(args.options)
     onnx_out = getattr(args, "onnx_out", None)
     if args.report is not None:
         check_folder_target(args.report, "--report")
@@ -152,11 +157,21 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
         if run.ops_without_rule:
             stdout.write(ops_without_rule_line(run.ops_without_rule) + "\n")
+        _print_fullest_tile(run, model.bytes_per_tile, stdout)
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
         stdout.write(f"{len(run.decisions)} tensors planned in "
                      f"{time.perf_counter() - started:.1f} s"
                      + (f"; wrote {', '.join(written)}" if written else "") + "\n")
     return EXIT_OK
+
+
+def _print_fullest_tile(run: Any, budget: int, stdout: TextIO) -> None:
+    """One line under the summary: our plan's fullest tile and what fills it."""
+    from popart_unwind.report.summary import fullest_tile_line
+
+    fullest = run.costs["ours"].fullest_tile
+    if fullest is not None:
+        stdout.write(fullest_tile_line(fullest, budget) + "\n")
 
 
 def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: TextIO
@@ -178,6 +193,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: T
             proto = None
             if onnx_out is not None:
                 proto = load_for_annotation(Path(args.model), onnx_out)
+            ir.options = session_options(ir.options, args.options)
         with progress.stage("transforms"):
             transform(ir)
         run = plan_session(ir, model, args.algo, args.baseline, progress)
@@ -201,6 +217,35 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: T
                     _write_all([(staging / path.name if _in_report(path, args.report)
                                  else path, data) for path, data in files])
     return run, title
+
+
+def _check_options(assignments: Sequence[str]) -> None:
+    """Refuse a bad ``--option`` before any work (the model's own options are applied to
+    after import, by :func:`session_options`)."""
+    from popart_unwind.options import SessionOptions
+
+    session_options(SessionOptions(), assignments)
+
+
+def session_options(options: Any, assignments: Sequence[str]) -> Any:
+    """``options`` with the ``--option KEY=VALUE`` settings applied, names validated as
+    the session would (the solver and transform registries) before any work is done."""
+    from popart_unwind.errors import OptionError
+    from popart_unwind.options import with_options
+    from popart_unwind.transforms import registry
+
+    if not assignments:
+        return options
+    chosen = with_options(options, assignments)
+    if chosen.unwind_algorithm not in _algorithms():
+        raise OptionError(f"option unwind_algorithm: unknown solver "
+                          f"{chosen.unwind_algorithm!r}; choose from {', '.join(_algorithms())}")
+    known = registry.names()
+    for name in chosen.pipeline:
+        if name not in known:
+            raise OptionError(f"option pipeline: unknown transform {name!r}; choose from "
+                              f"{', '.join(known)}")
+    return chosen
 
 
 def _import(args: argparse.Namespace) -> Any:

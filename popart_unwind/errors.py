@@ -61,3 +61,7 @@ class TargetError(PopartUnwindError, ValueError):
 
 class PlanError(PopartUnwindError, ValueError):
     """A plan (tile mappings) is incomplete or inconsistent."""
+
+
+class OptionError(PopartUnwindError, ValueError):
+    """A session option was named or valued wrongly (``--option KEY=VALUE``)."""

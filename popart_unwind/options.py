@@ -8,6 +8,13 @@ corresponds to and which are ours alone.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from popart_unwind.errors import OptionError
 
 #: The transform pipeline, in order (each transform is applied once).
 DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps")
@@ -57,3 +64,96 @@ class SessionOptions:
         # options hashable and immutable; a bare string is left for the registry to refuse.
         if not isinstance(self.pipeline, str | tuple):
             object.__setattr__(self, "pipeline", tuple(self.pipeline))
+
+
+# -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def option_types() -> dict[str, type]:
+    """Every settable option by name, with the type its text is parsed as: SessionOptions'
+    own fields, and a nested options class's fields as ``outer.inner``
+    (``unwind_valuations.matmul``). Sequence fields are typed ``tuple`` (text: names
+    separated by commas)."""
+    return _fields_of(SessionOptions, "")
+
+
+def _fields_of(cls: type, prefix: str) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    found: dict[str, type] = {}
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            found.update(_fields_of(hint, f"{prefix}{field.name}."))
+        else:
+            found[prefix + field.name] = typing.get_origin(hint) or hint
+    return found
+
+
+def parse_option_value(name: str, text: str) -> Any:
+    """``text`` as the value of option ``name``; OptionError names the option and what it
+    expected (bool: true/false/1/0/yes/no/on/off; int; float; str; tuple: a,b,c)."""
+    types = option_types()
+    if name not in types:
+        raise OptionError(_unknown(name, types))
+    kind = types[name]
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in _TRUE or lowered in _FALSE:
+            return lowered in _TRUE
+        raise OptionError(f"option {name} is a bool; got {text!r} "
+                          f"(use true/false, 1/0, yes/no or on/off)")
+    if kind is int or kind is float:
+        try:
+            value = kind(text.replace("_", "") if kind is int else text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            raise OptionError(f"option {name} is {'an int' if kind is int else 'a float'}; "
+                              f"got {text!r}")
+        return value
+    if kind is tuple:
+        items = tuple(item.strip() for item in text.split(",") if item.strip())
+        if not items:
+            raise OptionError(f"option {name} is a list of names separated by commas; "
+                              f"got {text!r}")
+        return items
+    if not text:
+        raise OptionError(f"option {name} needs a value")
+    return text
+
+
+def _unknown(name: str, types: dict[str, type]) -> str:
+    close = difflib.get_close_matches(name, list(types), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else \
+        f"; options: {', '.join(types)}"
+    return f"unknown option {name!r}{hint}"
+
+
+def split_assignment(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` -> (key, value), the key stripped."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise OptionError(f"option {text!r} must be KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def with_options(options: SessionOptions, assignments: Iterable[str]) -> SessionOptions:
+    """``options`` with each ``KEY=VALUE`` applied in order (a key given twice: the last
+    value wins, as with a repeated command-line flag)."""
+    values: dict[str, Any] = {}
+    for text in assignments:
+        key, value = split_assignment(text)
+        values[key] = parse_option_value(key, value)
+    nested: dict[str, dict[str, Any]] = {}
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        outer, dot, inner = key.partition(".")
+        if dot:
+            nested.setdefault(outer, {})[inner] = value
+        else:
+            flat[key] = value
+    for outer, inner_values in nested.items():
+        flat[outer] = dataclasses.replace(getattr(options, outer), **inner_values)
+    return dataclasses.replace(options, **flat)

@@ -48,6 +48,7 @@ def write_report(run: PlanRun, folder: Path, title: str,
     steps = [
         ("summary", lambda: _summary(run)),
         ("per-tile bars", lambda: _per_tile(run, images)),
+        ("memory map", lambda: _memory_map(run, images)),
         ("ops", lambda: _top_ops(run)),
         ("tile maps", lambda: _heatmaps(run, images, progress)),
         ("diagram", lambda: _diagram(run, folder, images)),
@@ -77,12 +78,15 @@ def _img(images: dict[str, bytes], name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{encoded}" alt="{_e(alt)}">'
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1) -> str:
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int = 1,
+           text_from: int | None = None) -> str:
+    """Columns from ``numeric_from`` up to ``text_from`` (exclusive) are numbers."""
     head = "".join(f"<th>{_e(cell)}</th>" for cell in header)
+    end = len(header) if text_from is None else text_from
     lines = []
     for row in rows:
         cells = "".join(
-            f'<td class="{"num" if i >= numeric_from else "text"}">{_e(cell)}</td>'
+            f'<td class="{"num" if numeric_from <= i < end else "text"}">{_e(cell)}</td>'
             for i, cell in enumerate(row))
         lines.append(f"<tr>{cells}</tr>")
     return f"<table>\n<tr>{head}</tr>\n" + "\n".join(lines) + "\n</table>"
@@ -145,6 +149,42 @@ def _per_tile(run: PlanRun, images: dict[str, bytes]) -> str:
             + _img(images, "memory_per_tile.png", "resident memory per tile") + "\n"
             + _img(images, "peak_memory_per_tile.png", "peak memory per tile") + "\n"
             + _img(images, "exchange_per_tile.png", "received exchange bytes per tile"))
+
+
+def _memory_map(run: PlanRun, images: dict[str, bytes]) -> str:
+    """Per-tile memory on a grid of tiles, ours beside PopART's on one colour scale, and
+    each plan's fullest tile: when its peak is reached and what fills it then."""
+    shown = [name for name in ("ours", "popart") if name in run.costs]
+    budget = run.model.bytes_per_tile
+    panels = {name: {"always-live": run.costs[name].always_live_bytes_per_tile,
+                     "peak": run.costs[name].peak_bytes_per_tile} for name in shown}
+    marked = {name: run.costs[name].fullest_tile.tile for name in shown
+              if run.costs[name].fullest_tile is not None}
+    images["memory_map.png"] = pictures.tile_memory_heatmap(
+        "Memory per tile: always-live and peak (liveness)", panels, budget, marked)
+    rows = []
+    for name in shown:
+        fullest = run.costs[name].fullest_tile
+        if fullest is None:
+            continue
+        over = fullest.bytes - budget
+        rows.append([PLAN_TITLES[name], f"{fullest.tile}",
+                     f"{fullest.bytes:,} B ({100 * fullest.bytes / budget:.1f}%)",
+                     f"{fullest.always_live_bytes:,} B",
+                     "yes" if over <= 0 else f"no: {over:,} B over",
+                     fullest.op if fullest.op is not None else "(no op: always-live only)",
+                     ", ".join(f"{tensor} {held:,} B" for tensor, held in fullest.largest)])
+    table = _table(["plan", "tile", "peak", "always-live", "fits", "peak first at op",
+                    "largest on the tile then"], rows, numeric_from=1, text_from=5)
+    return ("<h2>Fullest tile</h2>\n"
+            "<p>Each tile's bytes drawn on a grid of tile ids (row-major; not the chip's "
+            "floor plan), one colour scale for every panel; the ringed tile is the plan's "
+            "fullest. Always-live: producer-less tensors; peak: the most the tile holds at "
+            f"once over the schedule. Tile budget {budget:,} bytes.</p>\n"
+            + _img(images, "memory_map.png", "memory per tile on a grid of tiles") + "\n"
+            + "<p>The fullest tile of each plan, at the first op where its peak is reached, "
+            "with the largest tensors live on it then and their bytes on that tile (a "
+            "subgraph the op runs counts as its own peak on the tile).</p>\n" + table)
 
 
 def _op_rows(report: Any) -> list[Any]:

@@ -107,3 +107,24 @@ def print_summary(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: in
     for row in rows:
         table.add_row(*row)
     Console(file=stream).print(table)
+
+
+def kib(value: int) -> str:
+    """Bytes as KiB with one decimal (``12.5 KiB``); under 1 KiB as bytes (``96 B``)."""
+    return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value} B"
+
+
+def fullest_tile_line(fullest: Any, budget: int) -> str:
+    """One line on the fullest tile (``target.liveness.FullestTile``): its peak against
+    the budget, the op at which it is first reached, what fills it then, and by how much
+    it is over the budget when it is."""
+    where = f" at op {fullest.op}" if fullest.op is not None else " (always-live bytes only)"
+    if fullest.op is not None and fullest.graph:
+        where += f" (graph {fullest.graph})"
+    largest = ", ".join(f"{name} {kib(held)}" for name, held in fullest.largest)
+    line = (f"fullest tile {fullest.tile}: {kib(fullest.bytes)} of {budget / 1024:,.0f} KiB{where}"
+            + (f" (largest: {largest})" if largest else ""))
+    if fullest.bytes > budget:
+        over = fullest.bytes - budget
+        line += f"; over the budget by {kib(over)} ({100 * over / budget:.1f}%)"
+    return line

@@ -29,7 +29,7 @@ from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts, planned_shape
-from popart_unwind.target.liveness import LivenessTracker
+from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
 #: (graph id, tensor id) -> flat array of each element's tile.
 Mappings = Mapping[tuple[str, str], np.ndarray]
@@ -82,6 +82,8 @@ class CostReport:
         default_factory=lambda: np.zeros(0, np.int64))
     always_live_bytes_per_tile: np.ndarray = dataclasses.field(
         default_factory=lambda: np.zeros(0, np.int64))
+    #: The tile with the highest liveness peak: when it is reached and what fills it.
+    fullest_tile: FullestTile | None = None
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -201,13 +203,16 @@ class _Evaluation(Interpreter):
         self.liveness = LivenessTracker(self.num_tiles)
 
     def report(self) -> CostReport:
-        self.run(self.ir)
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
             self.liveness.add_always_live(
-                tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles))
+                tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles),
+                (graph_id, tensor_id))
         called = {callee.id for op in self.ir.all_ops() for callee in op.called_graphs()}
-        liveness = self.liveness.result(g.id for g in self.ir.graphs if g.id not in called)
+        roots = [g.id for g in self.ir.graphs if g.id not in called]
+        self.liveness.watch(roots)
+        self.run(self.ir)
+        liveness = self.liveness.result(roots)
         resident = self.op_peak + liveness.always_live
         budget = self.target.bytes_per_tile
         weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
@@ -228,6 +233,7 @@ class _Evaluation(Interpreter):
                                              for row in self.rows)),
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
+            fullest_tile=liveness.fullest,
         )
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
@@ -282,7 +288,8 @@ class _Evaluation(Interpreter):
                 self.on_tiles[key(tensor)] = tile_bytes(
                     self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles)
                 self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
-        self.liveness.step(callee.id for callee in op.called_graphs())
+        self.liveness.step((callee.id for callee in op.called_graphs()),
+                           op.name or op.debug_name())
 
     def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: InputTiles,
                    outputs: list[np.ndarray], need: ExchangeNeed) -> int:

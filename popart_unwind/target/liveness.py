@@ -12,6 +12,11 @@ memory, in schedule order, one graph at a time (callees first):
 - at each op, the live buffers plus, for an op that runs subgraphs, the most its callees
   ever hold at once, are one step; each tile's peak is the most over the steps.
 
+The fullest tile (the highest peak of all) is found as the walk goes: at each step of a
+graph no op calls, if some tile now holds more than any tile has before, the step is kept
+(its op, the tile, a shallow copy of what is live). That costs one argmax per step and a
+copy of the live set each time the record rises; the breakdown is of that one moment.
+
 Each tile's peak is taken on its own (the busiest moment of one tile need not be another's),
 so adding a callee's per-tile peak to the caller's live bytes at the call site is exact per
 tile. A view keeps the whole of each buffer it views live, even when it views only a slice
@@ -28,9 +33,32 @@ from collections.abc import Iterable
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.ir.tensor import qualified_id
 
 #: (graph id, tensor id), as the walk keys tensors.
 Key = tuple[str, str]
+
+
+#: How many of the fullest tile's largest holdings are named.
+FULLEST_TILE_TOP = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class FullestTile:
+    """The tile whose liveness peak is the program's highest, and what fills it then.
+
+    ``op`` is the op at whose step the peak is first reached (None when no op runs: the
+    peak is the always-live bytes alone); ``largest`` names the biggest holdings on the
+    tile at that step, (name, bytes on this tile), most first: tensors as
+    ``graph::tensor`` (the main graph's without prefix), and a subgraph the op runs as
+    ``<graph> (subgraph peak)`` — its own peak on this tile, not broken down further."""
+
+    tile: int
+    bytes: int
+    always_live_bytes: int
+    op: str | None
+    graph: str
+    largest: tuple[tuple[str, int], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +67,7 @@ class TileLiveness:
 
     always_live: np.ndarray
     peak: np.ndarray
+    fullest: FullestTile | None = None
 
     @property
     def transient(self) -> np.ndarray:
@@ -59,11 +88,28 @@ class LivenessTracker:
         self._buffers_of: dict[Key, tuple[Key, ...]] = {}  # tensor -> the buffers it holds
         self._references: dict[Key, int] = {}  # buffer -> live tensors holding it
         self._bytes: dict[Key, np.ndarray] = {}  # buffer -> bytes per tile
+        # The fullest moment so far (root graphs only, see ``watch``): the total of its
+        # tile, and what was live then (references to the arrays, which are never changed
+        # in place, so a shallow copy of the dict is the snapshot).
+        self._roots: frozenset[str] = frozenset()
+        self._always_live_of: dict[Key, np.ndarray] = {}
+        self._best = -1
+        self._best_moment: tuple[int, str, str, dict[Key, np.ndarray],
+                                 dict[str, np.ndarray]] | None = None
 
     # -- what the walk says ---------------------------------------------------------------
-    def add_always_live(self, bytes_per_tile: np.ndarray) -> None:
-        """A producer-less tensor's bytes: live for the whole program."""
-        self.always_live += self._checked(bytes_per_tile)
+    def add_always_live(self, bytes_per_tile: np.ndarray, tensor: Key | None = None) -> None:
+        """A producer-less tensor's bytes: live for the whole program. To find the fullest
+        moment the walk needs them all before the first step of a root graph."""
+        array = self._checked(bytes_per_tile)
+        self.always_live += array
+        if tensor is not None:
+            self._always_live_of[tensor] = array
+
+    def watch(self, roots: Iterable[str]) -> None:
+        """The graphs no op calls: their steps are the program's moments, where the
+        fullest tile is looked for (a callee's steps count at its call sites)."""
+        self._roots = frozenset(roots)
 
     def begin_graph(self, graph_id: str) -> None:
         if self._graph is not None:
@@ -91,14 +137,27 @@ class LivenessTracker:
         for buffer in buffers:
             self._references[buffer] += 1
 
-    def step(self, callees: Iterable[str] = ()) -> None:
-        """One op runs: what is live now, plus the most any of its callees holds at once
-        (If runs one branch: the per-tile most over them), counts towards each tile's peak."""
+    def step(self, callees: Iterable[str] = (), op: str = "") -> None:
+        """One op (named ``op``) runs: what is live now, plus the most any of its callees
+        holds at once (If runs one branch: the per-tile most over them), counts towards
+        each tile's peak."""
         now = self._live
-        peaks = [self.callee_peak(graph_id) for graph_id in callees]
-        if peaks:
-            now = now + np.maximum.reduce(peaks)
+        called = {graph_id: self.callee_peak(graph_id) for graph_id in callees}
+        if called:
+            now = now + np.maximum.reduce(list(called.values()))
         np.maximum(self._peak, now, out=self._peak)
+        if self._graph in self._roots:
+            self._consider(now, op, called)
+
+    def _consider(self, now: np.ndarray, op: str, called: dict[str, np.ndarray]) -> None:
+        """Keep this step if one of its tiles holds more than any tile has before (the
+        first such step and the lowest such tile win ties: deterministic)."""
+        total = now + self.always_live
+        tile = int(np.argmax(total)) if total.size else 0
+        if total.size and int(total[tile]) > self._best:
+            self._best = int(total[tile])
+            assert self._graph is not None
+            self._best_moment = (tile, op, self._graph, dict(self._bytes), called)
 
     def release(self, tensor: Key) -> None:
         """``tensor``'s last reader has run: its buffers die when no live view holds them."""
@@ -130,8 +189,31 @@ class LivenessTracker:
         transient = np.zeros(self.num_tiles, np.int64)
         for graph_id in roots:
             np.maximum(transient, self.callee_peak(graph_id), out=transient)
-        return TileLiveness(always_live=self.always_live.copy(),
-                            peak=self.always_live + transient)
+        peak = self.always_live + transient
+        return TileLiveness(always_live=self.always_live.copy(), peak=peak,
+                            fullest=self._fullest(peak))
+
+    def _fullest(self, peak: np.ndarray) -> FullestTile | None:
+        """The fullest tile's facts from the kept moment (or, if no root step ever ran,
+        the tile with the most always-live bytes)."""
+        if not peak.size:
+            return None
+        holdings: dict[str, int] = {}
+        if self._best_moment is None or self._best < int(peak.max()):
+            tile, op, graph, live, called = int(np.argmax(peak)), None, "", {}, {}
+        else:
+            tile, op, graph, live, called = self._best_moment
+        for source in (self._always_live_of, live):
+            for (graph_id, tensor_id), array in source.items():
+                holdings[qualified_id(graph_id, tensor_id)] = int(array[tile])
+        if called:  # the branch holding most on this tile (If runs one)
+            graph_id = max(called, key=lambda g: (int(called[g][tile]), g))
+            holdings[f"{graph_id} (subgraph peak)"] = int(called[graph_id][tile])
+        ranked = sorted(((name, held) for name, held in holdings.items() if held > 0),
+                        key=lambda item: (-item[1], item[0]))
+        return FullestTile(tile=tile, bytes=int(peak[tile]),
+                           always_live_bytes=int(self.always_live[tile]), op=op, graph=graph,
+                           largest=tuple(ranked[:FULLEST_TILE_TOP]))
 
     def _checked(self, bytes_per_tile: np.ndarray) -> np.ndarray:
         array = np.asarray(bytes_per_tile, np.int64).reshape(-1)
