@@ -47,7 +47,8 @@ class SessionOptions:
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
     #: Run the layout planner (a flag in the manner of PopART's ``enableOutlining``).
     enable_unwind_layouts: bool = True
-    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or ``exact``.
+    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or
+    #: ``exact``.
     unwind_algorithm: str = "hybrid"
     unwind_valuations: UnwindValuations = UnwindValuations()
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the

@@ -114,6 +114,10 @@ def kib(value: int) -> str:
     return f"{value / 1024:,.1f} KiB" if value >= 1024 else f"{value} B"
 
 
+def _budget(value: int) -> str:
+    return f"{value // 1024:,} KiB" if value % 1024 == 0 else kib(value)
+
+
 def fullest_tile_line(fullest: Any, budget: int) -> str:
     """One line on the fullest tile (``target.liveness.FullestTile``): its peak against
     the budget, the op at which it is first reached, what fills it then, and by how much
@@ -122,7 +126,7 @@ def fullest_tile_line(fullest: Any, budget: int) -> str:
     if fullest.op is not None and fullest.graph:
         where += f" (graph {fullest.graph})"
     largest = ", ".join(f"{name} {kib(held)}" for name, held in fullest.largest)
-    line = (f"fullest tile {fullest.tile}: {kib(fullest.bytes)} of {budget / 1024:,.0f} KiB{where}"
+    line = (f"fullest tile {fullest.tile}: {kib(fullest.bytes)} of {_budget(budget)}{where}"
             + (f" (largest: {largest})" if largest else ""))
     if fullest.bytes > budget:
         over = fullest.bytes - budget

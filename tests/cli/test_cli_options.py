@@ -1,0 +1,144 @@
+"""``--option KEY=VALUE``: every session option settable from the command line, parsed by
+its field's type; bad keys and values refused in one line (exit 2) before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from test_cli_errors import assert_refused, outputs, run
+
+from popart_unwind.errors import OptionError
+from popart_unwind.options import (
+    SessionOptions,
+    UnwindValuations,
+    option_types,
+    parse_option_value,
+    with_options,
+)
+
+PAGE = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+
+
+@pytest.mark.parametrize("text, value", [("true", True), ("1", True), ("yes", True),
+                                         ("ON", True), ("false", False), ("0", False),
+                                         ("no", False), ("Off", False)])
+def test_bools(text, value):
+    assert parse_option_value("check_transform_conditions", text) is value
+
+
+def test_ints_floats_strings_and_lists():
+    assert parse_option_value("canonicalize_max_rewrites", "2_000") == 2000
+    assert parse_option_value("unwind_valuations.matmul", "2.5") == 2.5
+    assert parse_option_value("unwind_algorithm", "exact") == "exact"
+    assert parse_option_value("pipeline", "InferShapes, Prune") == ("InferShapes", "Prune")
+
+
+@pytest.mark.parametrize("key, text, expected", [
+    ("check_transform_conditions", "maybe", "is a bool"),
+    ("canonicalize_max_iterations", "1.5", "is an int"),
+    ("canonicalize_max_iterations", "ten", "is an int"),
+    ("unwind_valuations.bias", "nan", "is a float"),
+    ("unwind_valuations.bias", "high", "is a float"),
+    ("pipeline", " , ", "list of names"),
+    ("unwind_algorithm", "", "needs a value"),
+])
+def test_bad_values_name_the_option(key, text, expected):
+    with pytest.raises(OptionError, match=expected) as caught:
+        parse_option_value(key, text)
+    assert key in str(caught.value)
+
+
+def test_a_misspelt_key_gets_the_closest_names():
+    with pytest.raises(OptionError, match="did you mean unwind_algorithm"):
+        parse_option_value("unwind_algoritm", "exact")
+    with pytest.raises(OptionError, match="did you mean unwind_valuations.matmul"):
+        parse_option_value("unwind_valuations.matmull", "1")
+    with pytest.raises(OptionError, match="options: pipeline, "):  # nothing close: all
+        parse_option_value("zzz", "1")
+
+
+def test_the_last_value_of_a_repeated_key_wins_and_nested_fields_keep_the_rest():
+    chosen = with_options(SessionOptions(), ["unwind_algorithm=exact",
+                                             "unwind_algorithm=greedy0",
+                                             "unwind_valuations.bias=7",
+                                             "enable_unwind_layouts=no"])
+    assert chosen.unwind_algorithm == "greedy0"
+    assert chosen.unwind_valuations == dataclasses.replace(UnwindValuations(), bias=7.0)
+    assert chosen.enable_unwind_layouts is False
+    assert with_options(SessionOptions(), []) == SessionOptions()
+
+
+def test_every_field_is_a_key():
+    types = option_types()
+    hints = typing.get_type_hints(SessionOptions)
+    for field in dataclasses.fields(SessionOptions):
+        if dataclasses.is_dataclass(hints[field.name]):
+            assert all(f"{field.name}.{inner.name}" in types
+                       for inner in dataclasses.fields(hints[field.name]))
+        else:
+            assert field.name in types
+
+
+def default_text(key: str) -> str:
+    value: object = SessionOptions()
+    for part in key.split("."):
+        value = getattr(value, part)
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def test_the_docs_list_exactly_the_keys():
+    """docs/cli.md's table of session options: every key once, in the class's order, with
+    its type and default, generated here from the options class (the message shows the
+    rows the page should start with when they drift)."""
+    section = PAGE.split("## Session options (`--option`)")[1].split("\n## ")[0]
+    listed = re.findall(r"^\| `([\w.]+)` \| (\w+) \| `([^`]*)` \|", section, re.M)
+    expected = [(key, kind.__name__, default_text(key))
+                for key, kind in option_types().items()]
+    rows = "\n".join(f"| `{k}` | {t} | `{d}` |" for k, t, d in expected)
+    assert listed == expected, f"docs/cli.md should list:\n{rows}"
+
+
+def test_an_option_reaches_the_planner(model_path, out_dir):
+    plan = out_dir / "plan.json"
+    status, _, err = run("plan", str(model_path), "--out", str(plan), "--tiles", "8",
+                         "--quiet", "--baseline", "none", "--option",
+                         "unwind_algorithm=exact", "--option", "unwind_algorithm=greedy0")
+    assert (status, err) == (0, "")
+    assert json.loads(plan.read_text())["planner"]["algorithm"] == "greedy0"
+
+
+def test_algo_overrides_the_option(model_path, out_dir):
+    plan = out_dir / "plan.json"
+    assert run("plan", str(model_path), "--out", str(plan), "--tiles", "8", "--quiet",
+               "--baseline", "none", "--option", "unwind_algorithm=greedy0",
+               "--algo", "exact")[0] == 0
+    assert json.loads(plan.read_text())["planner"]["algorithm"] == "exact"
+
+
+@pytest.mark.parametrize("assignment, words", [
+    ("unwind_algoritm=exact", ("unwind_algoritm", "did you mean unwind_algorithm")),
+    ("check_transform_conditions=maybe", ("check_transform_conditions", "bool")),
+    ("unwind_algorithm=fastest", ("unwind_algorithm", "fastest", "greedy0")),
+    ("pipeline=InferShapes,Nope", ("pipeline", "Nope", "Canonicalize")),
+    ("canonicalize_max_iterations", ("KEY=VALUE",)),
+])
+def test_bad_options_are_refused_in_one_line(model_path, out_dir, assignment, words):
+    assert_refused(*run("plan", str(model_path), *outputs(out_dir), "--option", assignment),
+                   out_dir, *words)
+
+
+def test_demo_takes_options_too(out_dir):
+    assert_refused(*run("demo", *outputs(out_dir), "--option", "no_such=1"), out_dir,
+                   "no_such")
+    out = io.StringIO()
+    from popart_unwind.cli import main
+    assert main(["demo", "--tiles", "16", "--quiet", "--option",
+                 "unwind_algorithm=greedy0"], stdout=out) == 0

@@ -1,0 +1,138 @@
+"""The fullest tile (CostReport.fullest_tile): which tile, its peak, the op at which the
+peak is first reached and what fills the tile then — by hand on small graphs, and against a
+brute-force replay of the schedule on random ones."""
+
+from __future__ import annotations
+
+import numpy as np
+from cost_rules import RULES, small_target
+from hypothesis import given, settings
+from test_liveness import BYTES, SHAPE, _Recording, call_ir, on, random_chains
+
+from popart_unwind.ir import Builder
+from popart_unwind.ops import REGISTRY
+from popart_unwind.report.summary import fullest_tile_line
+from popart_unwind.target import IpuModel, TileTarget, evaluate
+from popart_unwind.target.cost import tile_bytes
+from popart_unwind.target.liveness import FULLEST_TILE_TOP
+
+
+def two_chains_ir():
+    """b = neg(relu(x)) with x on tile 0; d = neg(relu(w)) with w, twice x's size, on
+    tile 1: tile 1 is fullest (w, c and d at once, at op d)."""
+    builder = Builder()
+    x = builder.add_input_tensor("float32", SHAPE, "x")
+    w = builder.add_initialized_input_tensor(np.zeros((8, 8), np.float32), "w")
+    builder.add_output_tensor(builder.ai_onnx.neg([builder.ai_onnx.relu([x], name="a")],
+                                                  name="b"))
+    builder.add_output_tensor(builder.ai_onnx.neg([builder.ai_onnx.relu([w], name="c")],
+                                                  name="d"))
+    return builder.ir()
+
+
+def test_the_fullest_tile_by_hand():
+    report = evaluate(two_chains_ir(), small_target(4),
+                      {("", "x"): on(0), ("", "w"): on(1, 64)})
+    fullest = report.fullest_tile
+    # tile 0: x, a, b = 3 × 128 B; tile 1: w, c, d = 3 × 256 B, all live at op d
+    assert report.peak_bytes_per_tile.tolist() == [3 * BYTES, 6 * BYTES, 0, 0]
+    assert (fullest.tile, fullest.bytes, fullest.always_live_bytes) == (1, 6 * BYTES,
+                                                                       2 * BYTES)
+    assert (fullest.op, fullest.graph) == ("d", "")
+    assert fullest.largest == (("c:0", 2 * BYTES), ("d:0", 2 * BYTES), ("w", 2 * BYTES))
+
+
+def test_the_summary_line_names_tile_op_tensors_and_the_overshoot():
+    target = TileTarget(IpuModel(tiles_per_ipu=4, bytes_per_tile=4 * BYTES))
+    report = evaluate(two_chains_ir(), target, {("", "x"): on(0), ("", "w"): on(1, 64)})
+    line = fullest_tile_line(report.fullest_tile, report.bytes_per_tile)
+    assert line == ("fullest tile 1: 768 B of 512 B at op d (largest: c:0 256 B, d:0 256 B, "
+                    "w 256 B); over the budget by 256 B (50.0%)")
+    roomy = fullest_tile_line(report.fullest_tile, 2 ** 20)
+    assert roomy.startswith("fullest tile 1: 768 B of 1,024 KiB at op d")
+    assert "over" not in roomy
+
+
+def test_a_call_counts_its_subgraph_peak_on_the_tile():
+    ir = call_ir()
+    report = evaluate(ir, small_target(4), {("", "x"): on(0), ("sub", "s"): on(1)},
+                      registry=RULES)
+    call = next(op for op in ir.main_graph.ops if op.called_graphs())
+    fullest = report.fullest_tile
+    # at the call: its output, the callee's own peak (two relus) and the callee input s
+    assert (fullest.tile, fullest.bytes) == (1, 4 * BYTES)
+    assert fullest.op == (call.name or call.debug_name())
+    output = call.output(0).id
+    assert fullest.largest == (("sub (subgraph peak)", 2 * BYTES), (output, BYTES),
+                               ("sub/s", BYTES))
+
+
+def test_without_ops_the_fullest_tile_holds_the_most_always_live_bytes():
+    builder = Builder()
+    x = builder.add_input_tensor("float32", SHAPE, "x")
+    builder.add_output_tensor(x)
+    report = evaluate(builder.ir(), small_target(4), {("", "x"): on(2)})
+    fullest = report.fullest_tile
+    assert (fullest.tile, fullest.bytes, fullest.op, fullest.largest) == (
+        2, BYTES, None, (("x", BYTES),))
+
+
+def replay(ir, target, plan):
+    """Per schedule step of the main graph (no calls): each tile's total and, per tile,
+    the bytes of every tensor holding memory on it (producer-less ones, and the buffers
+    of the computed tensors live then: produced by then, read at or after the step)."""
+    target.reset()
+    walk = _Recording(ir, target, plan, REGISTRY, ir.options.unwind_valuations)
+    walk.layouts = {}
+    walk.run(ir)
+    graph = ir.main_graph
+    schedule = graph.schedule()
+    step_of = {op.id: k for k, op in enumerate(schedule)}
+
+    def nbytes(tensor):
+        layout = walk.layouts[(graph.id, tensor.id)]
+        return tile_bytes(layout, target.dtype_size(tensor.dtype), target.num_tiles)
+
+    def buffers(tensor):
+        op = tensor.producer
+        rule = REGISTRY.layout_rule(op)
+        if not rule.aliases_outputs(op):
+            return {tensor.id}
+        return set().union(*(buffers(op.input(k)) for k in rule.viewed_inputs(op)
+                             if op.input(k).producer is not None))
+
+    always = {t.id: nbytes(t) for t in graph.producerless_tensors()}
+    steps = []
+    for step, op in enumerate(schedule):
+        live = set()
+        for tensor in graph.tensors:
+            if tensor.producer is None:
+                continue
+            dies = len(schedule) if tensor.id in graph.output_ids else max(
+                (step_of[reader.id] for reader in tensor.consumers),
+                default=step_of[tensor.producer.id])
+            if step_of[tensor.producer.id] <= step <= dies:
+                live |= buffers(tensor)
+        holdings = {**always, **{name: nbytes(graph.tensor(name)) for name in live}}
+        total = sum(holdings.values(), np.zeros(target.num_tiles, np.int64))
+        steps.append((op, total, holdings))
+    return steps
+
+
+@settings(max_examples=40, deadline=None)
+@given(random_chains())
+def test_the_fullest_tile_matches_a_replay_of_the_schedule(case):
+    ir, plan = case
+    report = evaluate(ir, small_target(8), plan)
+    fullest = report.fullest_tile
+    steps = replay(ir, small_target(8), plan)
+    most = max(int(total.max()) for _, total, _ in steps)
+    assert fullest.bytes == most == report.peak_tile_bytes
+    # the first step reaching it, the lowest tile at that step reaching it
+    op, total, holdings = next(s for s in steps if int(s[1].max()) == most)
+    tile = int(np.argmax(total))
+    assert (fullest.tile, fullest.op) == (tile, op.name or op.debug_name())
+    ranked = sorted(((name, int(held[tile])) for name, held in holdings.items()
+                     if held[tile] > 0), key=lambda item: (-item[1], item[0]))
+    assert fullest.largest == tuple(ranked[:FULLEST_TILE_TOP])
+    assert sum(held for _, held in fullest.largest) <= fullest.bytes
