@@ -57,7 +57,7 @@ def test_bad_values_name_the_option(key, text, expected):
 def test_a_misspelt_key_gets_the_closest_names():
     with pytest.raises(OptionError, match="did you mean unwind_algorithm"):
         parse_option_value("unwind_algoritm", "exact")
-    with pytest.raises(OptionError, match="did you mean unwind_valuations.matmul"):
+    with pytest.raises(OptionError, match=r"did you mean unwind_valuations\.matmul"):
         parse_option_value("unwind_valuations.matmull", "1")
     with pytest.raises(OptionError, match="options: pipeline, "):  # nothing close: all
         parse_option_value("zzz", "1")
