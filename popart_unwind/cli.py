@@ -155,9 +155,9 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         from popart_unwind.report.summary import ops_without_rule_line, print_summary
 
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
+        _print_fullest_tile(run, model.bytes_per_tile, stdout)
         if run.ops_without_rule:
             stdout.write(ops_without_rule_line(run.ops_without_rule) + "\n")
-        _print_fullest_tile(run, model.bytes_per_tile, stdout)
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
         stdout.write(f"{len(run.decisions)} tensors planned in "
                      f"{time.perf_counter() - started:.1f} s"

@@ -112,9 +112,11 @@ def test_plan_file_summary_and_report_name_the_ops(gaps_path, tmp_path):
     validate_plan(document)
     assert document["ops_without_rule"] == EXPECTED
     assert list(document["ops_without_rule"]) == sorted(EXPECTED)
-    lines = out.splitlines()  # the line follows the table, before the closing line
+    # the line follows the table and its fullest-tile line, before the closing line
+    lines = out.splitlines()
     assert lines[-2] == f"{LINE}Trilu ×2, com.example::Foo ×2"
-    assert lines[-3].startswith("regions") and " tensors planned in " in lines[-1]
+    assert lines[-3].startswith("fullest tile ") and lines[-4].startswith("regions")
+    assert " tensors planned in " in lines[-1]
     page = (report / "index.html").read_text()
     assert "<code>Trilu</code> ×2, <code>com.example::Foo</code> ×2" in page
     again = tmp_path / "again.json"
