@@ -40,7 +40,8 @@ class SessionOptions:
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
     #: Run the layout planner (a flag in the manner of PopART's ``enableOutlining``).
     enable_unwind_layouts: bool = True
-    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or ``exact``.
+    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or
+    #: ``exact``.
     unwind_algorithm: str = "hybrid"
     unwind_valuations: UnwindValuations = UnwindValuations()
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
@@ -51,6 +52,9 @@ class SessionOptions:
     #: Check each transform's declared assumptions, guarantees and preserved conditions
     #: around it (a debugging aid, like PopART's ``opxAliasChecking``/``opxModifyChecking``).
     check_transform_conditions: bool = False
+    #: Import op types the registry does not know (or of domains it does not model) as
+    #: opaque barriers, with an ``UnknownOpsWarning``, instead of refusing the model.
+    allow_unknown_ops: bool = False
 
     def __post_init__(self) -> None:
         # Accept any sequence of names (a list from a config file, say) but keep the
