@@ -106,12 +106,6 @@ def check_file(option: str, given: Path, inputs: Sequence[InputFile],
     if kind is not None and kind != "a regular file":
         raise OutputError(f"{option} {given} is {kind}; outputs only replace regular files")
     in_report = report is not None and path.parent == report.path
-    if not in_report and not path.parent.is_dir():
-        raise OutputError(f"{option} {given}: folder {given.parent} does not exist")
-    for source in inputs:
-        if _same_file(path, source.path):
-            raise OutputError(f"{option} {given} is {source.what} ({source.path}); writing "
-                              f"it would destroy the input, choose another file")
     if report is not None:
         if path == report.path:
             raise OutputError(f"{option} {given} is the {report.option} folder; give the "
@@ -123,6 +117,12 @@ def check_file(option: str, given: Path, inputs: Sequence[InputFile],
                                   f"put it in the folder itself")
             if path.name == REPORT_MARKER:
                 raise OutputError(f"{option} {given} is the report folder's marker file")
+    if not in_report and not path.parent.is_dir():
+        raise OutputError(f"{option} {given}: folder {given.parent} does not exist")
+    for source in inputs:
+        if _same_file(path, source.path):
+            raise OutputError(f"{option} {given} is {source.what} ({source.path}); writing "
+                              f"it would destroy the input, choose another file")
     return FileTarget(option, given, path, in_report)
 
 
