@@ -83,16 +83,25 @@ class OutputTransaction:
     def commit(self) -> None:
         """Move every output into place, or (on any failure) none: replaced files are
         restored and the new ones removed."""
-        if self._staging is not None:
-            names = os.listdir(self._staging)
-            (self._staging / REPORT_MARKER).write_text(marker_text(names), encoding="utf-8")
-            os.chmod(self._staging, 0o755)
+        if self._staging is not None and self.report is not None:
+            try:
+                names = os.listdir(self._staging)
+                (self._staging / REPORT_MARKER).write_text(marker_text(names),
+                                                           encoding="utf-8")
+                os.chmod(self._staging, 0o755)
+            except OSError as error:
+                raise OutputError(f"cannot write {self.report.option} {self.report.given}: "
+                                  f"{error.strerror or error}") from None
         moved: list[tuple[FileTarget, Path | None]] = []  # target, backup of what it replaced
         try:
             for target in self.files:
                 if target.in_report:
                     continue
-                backup = _keep_old(target.path)
+                try:
+                    backup = _keep_old(target.path)
+                except OSError as error:
+                    raise OutputError(f"cannot replace {target.option} {target.given}: "
+                                      f"{error.strerror or error}") from None
                 moved.append((target, backup))
                 temp = self._temps[target.path]
                 os.chmod(temp, 0o644)

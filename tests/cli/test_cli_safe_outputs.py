@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 from bad_inputs import make_world, snapshot
 
@@ -71,6 +72,27 @@ def test_unwritable_outputs_are_found_before_planning(world, monkeypatch):
     monkeypatch.setattr("popart_unwind.report.session.plan_session", planning)
     status, _, err = run(*PLAN, "--out", "/proc/self/plan.json")
     assert status == 2 and "/proc/self" in err
+
+
+def test_no_output_replaces_external_data_or_a_factory_module(world):
+    from conftest import linear_layer_model
+
+    folder = world / "external"
+    folder.mkdir()
+    onnx.save(linear_layer_model(), str(folder / "model.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    (world / "mymodels.py").write_text("def make():\n    raise SystemExit('not run')\n")
+    before = snapshot(world)
+    for argv, word in (
+            (("plan", "external/model.onnx", "--out", "external/weights.bin"),
+             "external data of the input model"),
+            (("plan", "external/model.onnx", "--onnx-out", "external/weights.bin"),
+             "external data of the input model"),
+            (("plan", "mymodels:make", "--out", "mymodels.py"),
+             "the source of the model's module")):
+        status, out, err = run(*argv, "--tiles", "8")
+        assert (status, out) == (2, "") and err.count("\n") == 1 and word in err, err
+    assert snapshot(world) == before
 
 
 def test_outputs_follow_symbolic_links_to_files(world):
