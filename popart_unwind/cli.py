@@ -21,6 +21,9 @@ from popart_unwind.version import __version__
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+#: A run stopped by a signal exits with 128 + the signal's number (130 for SIGINT, 143 for
+#: SIGTERM), as shells report it.
+EXIT_SIGNAL_BASE = 128
 DEFAULT_TILES = 1472
 
 
@@ -66,6 +69,17 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="no progress and no summary table (errors still go to stderr)")
 
 
+def _add_safety_options(parser: argparse.ArgumentParser, model_options: bool) -> None:
+    """The options that lift a refusal, each for one thing only (docs/cli.md)."""
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier report folder this tool made (nothing else)")
+    if model_options:
+        parser.add_argument("--allow-unknown-ops", action="store_true",
+                            help="plan op types the tool does not know (misspelled, custom "
+                                 "domains) as barriers, with a warning, instead of refusing "
+                                 "the model")
+
+
 def _algorithms() -> list[str]:
     from popart_unwind.unwind.solvers import SOLVERS
 
@@ -90,10 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "model")
     plan.add_argument("--onnx-out", metavar="PATH", type=Path,
                       help="write a copy of the ONNX model with the plan in its metadata")
+    _add_safety_options(plan, model_options=True)
     demo = commands.add_parser("demo", help="plan the embedded example (no files needed)",
                                description="Plan a small transformer block built in Python "
                                "and show how it compares with PopART's heuristic.")
     _add_common(demo)
+    _add_safety_options(demo, model_options=False)
     return parser
 
 
@@ -118,6 +134,13 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     except KeyboardInterrupt:
         print("popart-unwind: interrupted; nothing was written", file=stderr)
         return EXIT_INTERRUPTED
+    except BaseException as stop:
+        from popart_unwind.report.interrupts import Terminated
+
+        if not isinstance(stop, Terminated):
+            raise
+        print(f"popart-unwind: stopped by {stop}; nothing was written", file=stderr)
+        return EXIT_SIGNAL_BASE + stop.signum
 
 
 def _one_line(error: BaseException) -> str:
@@ -127,7 +150,6 @@ def _one_line(error: BaseException) -> str:
 
 def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from popart_unwind.machine import IpuModel
-    from popart_unwind.report.atomic import check_file_target, check_folder_target
     from popart_unwind.report.model_input import is_factory
 
     started = time.perf_counter()
@@ -136,21 +158,9 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     model = IpuModel(tiles_per_ipu=args.tiles)
     _check_options(args.options)
     onnx_out = getattr(args, "onnx_out", None)
-    if args.report is not None:
-        check_folder_target(args.report, "--report")
-    for path, option in ((args.out, "--out"), (onnx_out, "--onnx-out")):
-        if path is None or _in_report(path, args.report):
-            continue
-        if args.report is not None and path.resolve().is_relative_to(args.report.resolve()):
-            raise UsageError(f"{option} {path} lies in a subfolder of the --report folder, "
-                             f"which is replaced as a whole; put it in the folder itself")
-        check_file_target(path, option)
-    if onnx_out is not None and args.out is not None and onnx_out.resolve() == \
-            args.out.resolve():
-        raise UsageError("--out and --onnx-out name the same file")
     if onnx_out is not None and is_factory(args.model):
         raise UsageError("--onnx-out needs an ONNX model; MODEL is module:factory")
-    run, title = _plan(args, model, onnx_out, stderr)
+    run, title = _plan_safely(args, model, onnx_out, stderr)
     if not args.quiet:
         from popart_unwind.report.summary import ops_without_rule_line, print_summary
 
@@ -174,11 +184,37 @@ def _print_fullest_tile(run: Any, budget: int, stdout: TextIO) -> None:
         stdout.write(fullest_tile_line(fullest, budget) + "\n")
 
 
-def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: TextIO
-          ) -> tuple[Any, str]:
-    """Every stage, then every output written (or none); returns the session's PlanRun
-    and the title of the summary and report."""
-    from popart_unwind.report import atomic
+def _plan_safely(args: argparse.Namespace, model: Any, onnx_out: Path | None,
+                 stderr: TextIO) -> tuple[Any, str]:
+    """Check every output before any work, plan, and move the outputs into place only when
+    all of them are ready; an error or a signal (SIGTERM, SIGINT) leaves nothing behind."""
+    from popart_unwind.report.atomic import OutputTransaction
+    from popart_unwind.report.interrupts import signals_raise
+
+    files, report = _output_targets(args, onnx_out)
+    with signals_raise(), OutputTransaction(files, report) as outputs:
+        run, title = _plan(args, model, onnx_out, outputs, stderr)
+        outputs.commit()
+    return run, title
+
+
+def _output_targets(args: argparse.Namespace, onnx_out: Path | None) -> tuple[list, Any]:
+    """The checked output targets (docs/cli.md, *What is refused*)."""
+    from popart_unwind.report.model_input import input_files
+    from popart_unwind.report.output_targets import check_outputs
+
+    named = [(option, path) for option, path in (("--out", args.out), ("--onnx-out", onnx_out))
+             if path is not None]
+    if not named and args.report is None:
+        return [], None
+    inputs = [] if args.command == "demo" else input_files(args.model)
+    return check_outputs(named, args.report, inputs, force=args.force)
+
+
+def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: Any,
+          stderr: TextIO) -> tuple[Any, str]:
+    """Every stage, then every output written into its temporary; returns the session's
+    PlanRun and the title of the summary and report."""
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
     from popart_unwind.report.progress import StageProgress
@@ -189,7 +225,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: T
         f"popart-unwind plan {args.model}"
     with StageProgress(stderr, enabled=not args.quiet) as progress:
         with progress.stage("import"):
-            ir = _import(args)
+            ir = _import_reporting_warnings(args, stderr)
             proto = None
             if onnx_out is not None:
                 proto = load_for_annotation(Path(args.model), onnx_out)
@@ -199,23 +235,16 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, stderr: T
         run = plan_session(ir, model, args.algo, args.baseline, progress)
         document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
                                        run.planner(), run.ops_without_rule)
-        files: list[tuple[Path, bytes]] = []
-        if args.out is not None:
-            files.append((args.out, dumps_plan(document)))
-        if onnx_out is not None and proto is not None:
-            files.append((onnx_out, annotated_bytes(proto, compact_plan(document))))
         with progress.stage("report"):
-            if args.report is None:
-                _write_all(files)
-            else:
+            for target in outputs.files:
+                if target.option == "--out":
+                    outputs.put(target, dumps_plan(document))
+                elif proto is not None:
+                    outputs.put(target, annotated_bytes(proto, compact_plan(document)))
+            if args.report is not None:
                 from popart_unwind.report.html import write_report
 
-                with atomic.staged_folder(args.report) as staging:
-                    write_report(run, staging, title, progress.update)
-                    # Files named inside the report folder go in with it; the report only
-                    # lands if the others were written.
-                    _write_all([(staging / path.name if _in_report(path, args.report)
-                                 else path, data) for path, data in files])
+                write_report(run, outputs.report_folder, title, progress.update)
     return run, title
 
 
@@ -248,6 +277,25 @@ def session_options(options: Any, assignments: Sequence[str]) -> Any:
     return chosen
 
 
+def _import_reporting_warnings(args: argparse.Namespace, stderr: TextIO) -> Any:
+    """The model's IR; the importer's UnknownOpsWarning (``--allow-unknown-ops``) becomes
+    one ``popart-unwind: warning:`` line on stderr, shown even with --quiet."""
+    import warnings
+
+    from popart_unwind.errors import UnknownOpsWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnknownOpsWarning)
+        ir = _import(args)
+    for warning in caught:
+        if issubclass(warning.category, UnknownOpsWarning):
+            print(f"popart-unwind: warning: {_one_line(warning.message)}", file=stderr)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+    return ir
+
+
 def _import(args: argparse.Namespace) -> Any:
     if args.command == "demo":
         from popart_unwind.report.demo_model import build_demo_ir
@@ -255,20 +303,7 @@ def _import(args: argparse.Namespace) -> Any:
         return build_demo_ir()
     from popart_unwind.report.model_input import load_model
 
-    return load_model(args.model, args.training)
-
-
-def _in_report(path: Path, report: Path | None) -> bool:
-    """Whether an output file lies directly in the report folder (it is then written
-    into the staged report, since the folder is replaced as a whole)."""
-    return report is not None and path.parent.resolve() == report.resolve()
-
-
-def _write_all(files: list[tuple[Path, bytes]]) -> None:
-    from popart_unwind.report.atomic import write_bytes
-
-    for path, data in files:
-        write_bytes(path, data)
+    return load_model(args.model, args.training, args.allow_unknown_ops)
 
 
 if __name__ == "__main__":

@@ -65,3 +65,22 @@ class PlanError(PopartUnwindError, ValueError):
 
 class OptionError(PopartUnwindError, ValueError):
     """A session option was named or valued wrongly (``--option KEY=VALUE``)."""
+
+
+class UnsupportedModelError(ModelImportError):
+    """A model uses what the tool cannot read faithfully: an op type the registry does not
+    know, a domain it does not model, or an opset or IR version outside the supported range."""
+
+
+class ModelPathError(ModelImportError):
+    """The MODEL path is no regular file (a folder, a FIFO, a device, a symbolic link loop)."""
+
+
+class OutputError(PopartUnwindError, ValueError):
+    """An output cannot be written safely: it would replace an input, a device, a folder the
+    tool did not make, or its folder is missing or not writable."""
+
+
+class UnknownOpsWarning(UserWarning):
+    """Op types the registry does not know were imported as opaque barriers on request
+    (``allow_unknown_ops``): the plan maps their results linearly and counts no exchange."""

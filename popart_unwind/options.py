@@ -59,6 +59,9 @@ class SessionOptions:
     #: Check each transform's declared assumptions, guarantees and preserved conditions
     #: around it (a debugging aid, like PopART's ``opxAliasChecking``/``opxModifyChecking``).
     check_transform_conditions: bool = False
+    #: Import op types the registry does not know (or of domains it does not model) as
+    #: opaque barriers, with an ``UnknownOpsWarning``, instead of refusing the model.
+    allow_unknown_ops: bool = False
 
     def __post_init__(self) -> None:
         # Accept any sequence of names (a list from a config file, say) but keep the

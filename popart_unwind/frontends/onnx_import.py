@@ -4,8 +4,10 @@ Mapping (see docs/ir.md): graph inputs that are not initializers are Stream inpu
 main graph; float initializers are Variables (weights), other initializers and ``Constant``
 nodes are Const tensors; nodes become ops typed (domain, name, opset version of the model);
 Loop/If/Scan bodies become subgraphs whose outer-scope reads are made explicit (PopART's
-implicit inputs, appended after the explicit ones on the op and on the subgraph). Ops the
-tool does not know stay opaque, keeping the shapes ONNX's own inference gave them.
+implicit inputs, appended after the explicit ones on the op and on the subgraph). Op types
+the registry does not know are refused (``frontends/onnx_checks.py``) unless
+``allow_unknown_ops`` is set; then they stay opaque, keeping the shapes ONNX's own inference
+gave them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popart_unwind.errors import IrError, ModelImportError, ShapeError
+from popart_unwind.frontends.input_file import require_regular_file
+from popart_unwind.frontends.onnx_checks import check_op_types, check_versions
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
@@ -37,16 +41,25 @@ _PLACEMENT = {onnx_name: field for field, onnx_name in PLACEMENT_ATTRIBUTES.item
 def import_onnx(model: str | Path | bytes | onnx.ModelProto,
                 options: SessionOptions | None = None, *,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                base_dir: str | Path | None = None) -> Ir:
+                base_dir: str | Path | None = None,
+                allow_unknown_ops: bool | None = None) -> Ir:
     """Import ``model`` (a path, serialized bytes or a ModelProto) into a new Ir.
 
     ``input_shapes`` fixes dimensions the model leaves symbolic (PopART's
     ``InputShapeInfo``); ``base_dir`` is where a ModelProto's external data lives (a path's
-    own folder is used otherwise). Raises ModelImportError with one line saying what is wrong.
+    own folder is used otherwise). Raises ModelImportError with one line saying what is wrong;
+    UnsupportedModelError for an IR version or opset the installed onnx does not know, no
+    default-domain opset import, or op types the registry does not know — unless
+    ``allow_unknown_ops`` (default: the session option) imports those as opaque barriers,
+    warning with an UnknownOpsWarning that lists them.
     """
     proto, folder, source = _load(model, base_dir)
+    if allow_unknown_ops is None:
+        allow_unknown_ops = (options or SessionOptions()).allow_unknown_ops
+    opsets = check_versions(proto, source)
     try:
         proto = _prepare(proto, input_shapes or {})
+        check_op_types(proto, opsets, source, allow_unknown_ops)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
         _Importer(ir, proto, folder).run()
@@ -76,8 +89,7 @@ def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Pat
         source, folder = "<bytes>", Path(base_dir) if base_dir is not None else None
     elif isinstance(model, str | Path):
         path = Path(model)
-        if not path.is_file():
-            raise ModelImportError(f"cannot read ONNX model {path}: no such file")
+        require_regular_file(path, "ONNX model")
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as error:  # protobuf and onnx raise assorted types here
@@ -142,6 +154,12 @@ def _tensors_of(graph: onnx.GraphProto):
             yield from ((t, graph) for t in attr.tensors)
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
                 yield from _tensors_of(sub)
+
+
+def external_locations(graph: onnx.GraphProto) -> set[str]:
+    """The locations (relative to the model's folder) of the graph's external data files."""
+    return {_external_info(tensor).get("location", "") for tensor, _ in _tensors_of(graph)
+            if _is_external(tensor)} - {""}
 
 
 def _is_external(tensor: onnx.TensorProto) -> bool:

@@ -1,8 +1,11 @@
-"""Output files that are complete or absent: never a partial plan, model or report.
+"""Outputs that are all written or none: never a partial plan, model or report.
 
-Each file is written to a temporary name in its own folder and renamed over the target
-(``os.replace`` is atomic within one file system); a report folder is built in a temporary
-folder beside its target and renamed into place the same way.
+:class:`OutputTransaction` reserves, before any work, a temporary file beside every output
+file and a temporary folder beside the report folder (which proves each folder writable and
+names the output when it is not). The run writes into those; :meth:`commit` then moves them
+into place (``os.replace``, atomic within one file system), keeping the files it replaces
+until every move succeeded so that a failure part-way puts them back. Leaving the block
+without a commit, by an error or a signal, removes every temporary.
 """
 
 from __future__ import annotations
@@ -11,79 +14,181 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 
-from popart_unwind.errors import PopartUnwindError
+from popart_unwind.errors import OutputError
+from popart_unwind.report.output_targets import (
+    REPORT_MARKER,
+    FileTarget,
+    FolderTarget,
+    marker_text,
+)
 
-
-class OutputError(PopartUnwindError, ValueError):
-    """An output location cannot be written (missing folder, not a folder, not ours)."""
-
-
-#: A folder holding this file is a report we wrote, and may be replaced by a new one.
-REPORT_MARKER = "index.html"
-
-
-def check_file_target(path: Path, what: str) -> None:
-    """Refuse early (before any work) a file target whose folder is missing or which is a
-    folder itself."""
-    if path.is_dir():
-        raise OutputError(f"{what} {path} is a folder, not a file")
-    if not path.parent.is_dir():
-        raise OutputError(f"{what} {path}: folder {path.parent} does not exist")
+__all__ = ["OutputError", "OutputTransaction"]
 
 
-def check_folder_target(path: Path, what: str) -> None:
-    """Refuse a report folder whose parent is missing, or that exists and is not empty and
-    not an earlier report (a folder holding ``index.html``)."""
-    if path.exists() and not path.is_dir():
-        raise OutputError(f"{what} {path} exists and is not a folder")
-    if not path.parent.is_dir():
-        raise OutputError(f"{what} {path}: folder {path.parent} does not exist")
-    if path.is_dir() and any(path.iterdir()) and not (path / REPORT_MARKER).is_file():
-        raise OutputError(f"{what} {path} is a non-empty folder that is not a report; "
-                          f"choose a new or empty folder")
+class OutputTransaction:
+    """The temporaries of a run's outputs, and their move into place (see the module)."""
+
+    def __init__(self, files: Sequence[FileTarget], report: FolderTarget | None) -> None:
+        self.files = list(files)
+        self.report = report
+        self._temps: dict[Path, Path] = {}  # target path -> its temporary file
+        self._staging: Path | None = None
+        self._committed = False
+
+    # -- reserving and writing ----------------------------------------------------------------
+    def __enter__(self) -> OutputTransaction:
+        try:
+            if self.report is not None:
+                self._staging = _reserve(self.report.option, self.report.given,
+                                         self.report.path, folder=True)
+            for target in self.files:
+                if not target.in_report:
+                    self._temps[target.path] = _reserve(target.option, target.given,
+                                                        target.path, folder=False)
+        except BaseException:
+            self._discard()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if not self._committed:
+            self._discard()
+
+    @property
+    def report_folder(self) -> Path:
+        """The temporary folder the report is built in."""
+        if self._staging is None:
+            raise OutputError("this run writes no report folder")
+        return self._staging
+
+    def put(self, target: FileTarget, data: bytes) -> None:
+        """Write ``target``'s content into its temporary (or into the staged report)."""
+        if target.in_report:
+            temp = self.report_folder / target.path.name
+        else:
+            temp = self._temps[target.path]
+        try:
+            with open(temp, "wb") as stream:
+                stream.write(data)
+        except OSError as error:
+            raise OutputError(f"cannot write {target.option} {target.given}: "
+                              f"{error.strerror or error}") from None
+
+    # -- moving into place ----------------------------------------------------------------------
+    def commit(self) -> None:
+        """Move every output into place, or (on any failure) none: replaced files are
+        restored and the new ones removed."""
+        if self._staging is not None and self.report is not None:
+            try:
+                names = os.listdir(self._staging)
+                (self._staging / REPORT_MARKER).write_text(marker_text(names),
+                                                           encoding="utf-8")
+                os.chmod(self._staging, 0o755)
+            except OSError as error:
+                raise OutputError(f"cannot write {self.report.option} {self.report.given}: "
+                                  f"{error.strerror or error}") from None
+        moved: list[tuple[FileTarget, Path | None]] = []  # target, backup of what it replaced
+        try:
+            for target in self.files:
+                if target.in_report:
+                    continue
+                try:
+                    backup = _keep_old(target.path)
+                except OSError as error:
+                    raise OutputError(f"cannot replace {target.option} {target.given}: "
+                                      f"{error.strerror or error}") from None
+                moved.append((target, backup))
+                temp = self._temps[target.path]
+                os.chmod(temp, 0o644)
+                _move(target.option, target.given, temp, target.path)
+                del self._temps[target.path]
+            if self.report is not None and self._staging is not None:
+                _swap_folder(self.report, self._staging)
+                self._staging = None
+        except BaseException:
+            for target, backup in reversed(moved):
+                with contextlib.suppress(OSError):
+                    if backup is not None:
+                        os.replace(backup, target.path)
+                    else:
+                        target.path.unlink(missing_ok=True)
+            raise
+        finally:
+            for _, backup in moved:
+                if backup is not None:
+                    with contextlib.suppress(OSError):
+                        backup.unlink(missing_ok=True)
+        self._committed = True
+
+    def _discard(self) -> None:
+        for temp in self._temps.values():
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+        self._temps.clear()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder."""
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _reserve(option: str, given: Path, path: Path, folder: bool) -> Path:
+    """A new temporary file (or folder) beside ``path``; refuses a folder we cannot write."""
+    parent = path.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {given}: folder {given.parent} is not writable")
+    prefix, suffix = f".{path.name}.", ".tmp"
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.chmod(temp, 0o644)
+        if folder:
+            return Path(tempfile.mkdtemp(dir=parent, prefix=prefix, suffix=suffix))
+        handle, name = tempfile.mkstemp(dir=parent, prefix=prefix, suffix=suffix)
+        os.close(handle)
+        return Path(name)
+    except OSError as error:
+        raise OutputError(f"{option} {given}: cannot write in folder {given.parent}: "
+                          f"{error.strerror or error}") from None
+
+
+def _keep_old(path: Path) -> Path | None:
+    """A second name (hard link) for the file at ``path``, so that it can be put back; None
+    if nothing is there. Where hard links are not available the file is copied."""
+    if not os.path.lexists(path):
+        return None
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+    os.close(handle)
+    backup = Path(name)
+    try:
+        backup.unlink()
+        os.link(path, backup)
+    except OSError:
+        shutil.copy2(path, backup)
+    return backup
+
+
+def _move(option: str, given: Path, temp: Path, path: Path) -> None:
+    try:
         os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    except OSError as error:
+        raise OutputError(f"cannot write {option} {given}: {error.strerror or error}") from None
 
 
-@contextlib.contextmanager
-def staged_folder(path: Path) -> Iterator[Path]:
-    """A temporary folder beside ``path``; when the block ends normally it replaces
-    ``path`` (an earlier report there is removed), otherwise it is deleted."""
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    try:
-        yield staging
-        os.chmod(staging, 0o755)
-        _swap_into_place(staging, path)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _swap_into_place(staging: Path, path: Path) -> None:
-    if not path.exists():
-        os.replace(staging, path)
+def _swap_folder(report: FolderTarget, staging: Path) -> None:
+    """Put the staged report at ``report.path``: a rename over nothing or an empty folder;
+    over an earlier report, the old one is renamed aside first and removed afterwards."""
+    if report.state != "report":
+        _move(report.option, report.given, staging, report.path)
         return
-    check_folder_target(path, "report folder")
-    retired = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
-    os.replace(path, retired / "report")  # two renames: the old report, then the new one
+    retired = Path(tempfile.mkdtemp(dir=report.path.parent, prefix=f".{report.path.name}.",
+                                    suffix=".old"))
     try:
-        os.replace(staging, path)
-    except BaseException:
-        os.replace(retired / "report", path)
-        raise
+        os.replace(report.path, retired / "report")
+        try:
+            _move(report.option, report.given, staging, report.path)
+        except BaseException:
+            os.replace(retired / "report", report.path)
+            raise
     finally:
         shutil.rmtree(retired, ignore_errors=True)

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from popart_unwind.errors import ModelImportError, PopartUnwindError
+from popart_unwind.frontends.input_file import describe_unreadable
+from popart_unwind.frontends.onnx_import import external_locations
 from popart_unwind.ir import Ir
+from popart_unwind.report.output_targets import InputFile
 
 _FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
@@ -26,14 +29,54 @@ def is_factory(model: str) -> bool:
     return _FACTORY.fullmatch(model) is not None
 
 
-def load_model(model: str, training: bool) -> Ir:
-    """The model as an Ir (shapes inferred), or ModelImportError saying what is wrong."""
+def load_model(model: str, training: bool, allow_unknown_ops: bool = False) -> Ir:
+    """The model as an Ir (shapes inferred), or ModelImportError saying what is wrong.
+    ``allow_unknown_ops`` plans ONNX op types the registry does not know as barriers (the
+    PyTorch front end keeps ATen ops it does not convert as opaque ops in any case)."""
     if is_factory(model):
         return _load_factory(model, training)
     if training:
         raise ModelImportError("--training applies to PyTorch models (module:factory); an "
                                "ONNX model is planned as it is")
-    return Ir.from_onnx(model)
+    return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops)
+
+
+def input_files(model: str) -> list[InputFile]:
+    """The files a run on MODEL reads, which no output may replace: the ONNX file and its
+    external data files, or the source file of a factory's module (when it can be found
+    without running it). Unreadable models give what is known; loading them says why."""
+    if is_factory(model):
+        return _module_file(model.split(":", 1)[0])
+    path = Path(model)
+    if describe_unreadable(path) is not None:
+        return []
+    files = [InputFile("the input model", path)]
+    try:
+        import onnx
+
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not ONNX: the import reports it in its own words
+        return files
+    for location in sorted(external_locations(proto.graph)):
+        files.append(InputFile("external data of the input model", path.parent / location))
+    return files
+
+
+def _module_file(module_name: str) -> list[InputFile]:
+    """The source of a top-level module, found without importing anything."""
+    if "." in module_name:
+        return []  # finding a submodule would import its package: checked by the import
+    import importlib.util
+
+    with _cwd_importable():
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            return []
+    origin = getattr(spec, "origin", None)
+    if spec is None or not origin or not os.path.isfile(origin):
+        return []
+    return [InputFile("the source of the model's module", Path(origin))]
 
 
 def _load_factory(spec: str, training: bool) -> Ir:

@@ -69,7 +69,7 @@ def test_foreign_report_folder_is_not_overwritten(model_path, out_dir, tmp_path)
     (folder / "notes.txt").write_text("keep me")
     status, out, err = run("plan", str(model_path), "--report", str(folder), "--out",
                            str(out_dir / "plan.json"), "--tiles", "8")
-    assert_refused(status, out, err, out_dir, "not a report")
+    assert_refused(status, out, err, out_dir, "did not make")
     assert (folder / "notes.txt").read_text() == "keep me"
 
 

@@ -15,6 +15,7 @@ import onnx
 from popart_unwind.cli import main
 from popart_unwind.ir import Ir
 from popart_unwind.report.onnx_annotate import PLAN_KEY, VERSION_KEY
+from popart_unwind.report.output_targets import MARKER_HEADER, REPORT_MARKER
 from popart_unwind.report.plan_file import SUMMARY_KEYS, TENSOR_FIELDS, validate_plan
 from popart_unwind.report.session import transform
 
@@ -142,15 +143,21 @@ def test_report_is_one_self_contained_page(model_path, out_dir):
     assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def test_report_replaces_an_earlier_report(model_path, out_dir):
+def test_report_replaces_an_earlier_report_only_with_force(model_path, out_dir):
     report = out_dir / "report"
-    report.mkdir()
+    options = ("--report", str(report), "--tiles", str(TILES), "--quiet", "--baseline", "none")
+    assert run("plan", str(model_path), *options)[0] == 0
+    listed = (report / REPORT_MARKER).read_text().splitlines()
+    assert listed[0] == MARKER_HEADER and "index.html" in listed[1:]
+    assert sorted(listed[1:]) == sorted(p.name for p in report.iterdir()
+                                        if p.name != REPORT_MARKER)
     (report / "index.html").write_text("old")
-    (report / "stale.png").write_bytes(b"old")
-    assert run("plan", str(model_path), "--report", str(report), "--tiles", str(TILES),
-               "--quiet", "--baseline", "none")[0] == 0
+    status, _, err = run("plan", str(model_path), *options)
+    assert status == 2 and "--force" in err
+    assert (report / "index.html").read_text() == "old"
+    assert run("plan", str(model_path), *options, "--force")[0] == 0
     assert (report / "index.html").read_text() != "old"
-    assert not (report / "stale.png").exists()
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report"]  # nothing retired left
 
 
 def test_outputs_named_inside_the_report_folder_land_with_it(model_path, out_dir):

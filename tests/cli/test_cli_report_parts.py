@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from popart_unwind.errors import PlanError
+from popart_unwind.errors import OutputError, PlanError
 from popart_unwind.machine import IpuModel
 from popart_unwind.report import atomic
 from popart_unwind.report.demo_model import build_demo_ir
+from popart_unwind.report.output_targets import FileTarget, FolderTarget
 from popart_unwind.report.pictures import occupancy
 from popart_unwind.report.plan_file import (
     TensorDecision,
@@ -86,20 +89,43 @@ def test_summary_rows_show_shares_of_bound_and_budget():
     assert len({len(line) for line in lines[:2]}) == 1  # header as wide as the rule
 
 
-def test_staged_folder_is_removed_when_the_block_fails(tmp_path):
-    target = tmp_path / "report"
-    with pytest.raises(RuntimeError), atomic.staged_folder(target) as staging:
-        (staging / "index.html").write_text("half")
+def test_transaction_removes_its_temporaries_when_the_block_fails(tmp_path):
+    plan = FileTarget("--out", tmp_path / "plan.json", tmp_path / "plan.json")
+    report = FolderTarget("--report", tmp_path / "report", tmp_path / "report", "absent")
+    with pytest.raises(RuntimeError), atomic.OutputTransaction([plan], report) as outputs:
+        assert len(list(tmp_path.iterdir())) == 2  # reserved before any work
+        outputs.put(plan, b"half")
+        (outputs.report_folder / "index.html").write_text("half")
         raise RuntimeError("stop")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_write_bytes_replaces_whole_files(tmp_path):
-    path = tmp_path / "plan.json"
-    atomic.write_bytes(path, b"one")
-    atomic.write_bytes(path, b"two")
-    assert path.read_bytes() == b"two"
-    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+def test_transaction_replaces_whole_files_or_puts_them_back(tmp_path, monkeypatch):
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    first.write_bytes(b"old one")
+    targets = [FileTarget("--out", first, first), FileTarget("--onnx-out", second, second)]
+    with atomic.OutputTransaction(targets, None) as outputs:
+        outputs.put(targets[0], b"new one")
+        outputs.put(targets[1], b"new two")
+        real_replace = os.replace
+
+        def failing_second(source, destination):
+            if Path(destination) == second:
+                raise OSError(28, "No space left on device")
+            real_replace(source, destination)
+
+        monkeypatch.setattr(atomic.os, "replace", failing_second)
+        with pytest.raises(OutputError, match=r"cannot write --onnx-out .*two\.json: No space"):
+            outputs.commit()
+    assert first.read_bytes() == b"old one"  # put back
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json"]
+    monkeypatch.undo()
+    with atomic.OutputTransaction(targets, None) as outputs:
+        outputs.put(targets[0], b"new one")
+        outputs.put(targets[1], b"new two")
+        outputs.commit()
+    assert (first.read_bytes(), second.read_bytes()) == (b"new one", b"new two")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
 
 
 def test_occupancy_columns_are_shares():

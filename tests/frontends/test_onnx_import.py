@@ -13,10 +13,11 @@ from onnx import TensorProto as T
 from onnx import helper as oh
 from onnx import numpy_helper
 
-from popart_unwind.errors import ModelImportError
+from popart_unwind.errors import ModelImportError, UnknownOpsWarning, UnsupportedModelError
 from popart_unwind.frontends.onnx_import import import_onnx
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ops.shape_inference import check_shapes
+from popart_unwind.options import SessionOptions
 
 
 def model(nodes, inputs, outputs, initializers=(), value_info=(), opsets=(("", 18),),
@@ -245,7 +246,10 @@ def test_unknown_ops_stay_opaque_with_their_value_info_shapes(domain):
     proto = model(nodes, [info("x", [2, 2])], [info("y", None)],
                   value_info=[info("f", [4, 1]), info("g", [7], T.INT32)],
                   opsets=(("", 18), ("com.example", 2)))
-    ir = import_onnx(proto)
+    with pytest.raises(UnsupportedModelError, match=r"Frobnicate \(node 'Frobnicate'\)"):
+        import_onnx(proto)
+    with pytest.warns(UnknownOpsWarning, match="Frobnicate"):
+        ir = import_onnx(proto, allow_unknown_ops=True)
     ir.verify()
     opaque = ir.main_graph.ops[0]
     assert opaque.type.domain == (domain or "ai.onnx") and opaque.attributes == {"level": 3}
@@ -261,7 +265,8 @@ def test_placement_attributes_become_settings_and_attributes_become_python_value
                         strings=["a", "b"], t=numpy_helper.from_array(np.eye(2, dtype=np.int32)))
     proto = model([node], [info("x", [2])], [info("y", [2])], value_info=[info("y", [2])],
                   opsets=(("", 18), ("custom", 1)))
-    op = import_onnx(proto).main_graph.ops[0]
+    with pytest.warns(UnknownOpsWarning, match="custom::Frob"):
+        op = import_onnx(proto, SessionOptions(allow_unknown_ops=True)).main_graph.ops[0]
     assert (op.settings.name, op.settings.vgraph_id, op.settings.pipeline_stage,
             op.settings.execution_phase) == ("frob", 2, 1, 3)
     attributes = op.attributes
