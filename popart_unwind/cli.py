@@ -301,9 +301,12 @@ def _import(args: argparse.Namespace) -> Any:
         from popart_unwind.report.demo_model import build_demo_ir
 
         return build_demo_ir()
+    from popart_unwind.options import SessionOptions
     from popart_unwind.report.model_input import load_model
 
-    return load_model(args.model, args.training, args.allow_unknown_ops)
+    allow = args.allow_unknown_ops or session_options(
+        SessionOptions(), args.options).allow_unknown_ops  # --option allow_unknown_ops=true
+    return load_model(args.model, args.training, allow)
 
 
 if __name__ == "__main__":
