@@ -40,9 +40,16 @@ class SessionOptions:
     pipeline: tuple[str, ...] = DEFAULT_PIPELINE
     #: Run the layout planner (a flag in the manner of PopART's ``enableOutlining``).
     enable_unwind_layouts: bool = True
-    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or ``exact``.
+    #: The unwind solver: ``greedy0``, ``deferral``, ``restarts``, ``hybrid`` (default) or
+    #: ``exact``.
     unwind_algorithm: str = "hybrid"
     unwind_valuations: UnwindValuations = UnwindValuations()
+    #: Spread small layouts over lightly used tiles when the plan is realized (ours alone;
+    #: docs/planner.md, "Tile memory"): a broadcast operand (a bias, a norm's scale) takes,
+    #: among the tiles that save it equal exchange, the one holding the fewest bytes of the
+    #: tensors realized before it. It never changes what any pair of the unwinding problem
+    #: scores, nor the exchange a bias costs; off, plans are as without it.
+    balance_tile_memory: bool = False
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
