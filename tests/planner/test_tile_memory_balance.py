@@ -60,6 +60,30 @@ def test_preference_breaks_ties_among_the_most_read_tiles(rows, channels, tiles,
         most_read_tiles(readers, index, channels, tiles))
 
 
+@settings(max_examples=50, deadline=None)
+@given(rows=st.integers(1, 12), channels=st.integers(1, 12), tiles=st.integers(1, 9),
+       seed=st.integers(0, 2**32 - 1))
+def test_preference_in_the_sorted_count_path(rows, channels, tiles, seed):
+    # tables of at most one pair and no scan budget: the sort-and-merge path of large
+    # operands runs on small ones
+    from popart_unwind.machine import exchange
+
+    rng = np.random.default_rng(seed)
+    readers = rng.integers(0, tiles, size=rows * channels)
+    preference = rng.permutation(tiles)
+    rank = np.empty(tiles, np.int64)
+    rank[preference] = np.arange(tiles)
+    index = broadcast_index_view((channels,), (rows, channels))
+    saved = exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
+    exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = 1, 0
+    try:
+        found = most_read_tiles(readers, index, channels, tiles, preference=preference)
+    finally:
+        exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
+    np.testing.assert_array_equal(found, brute_most_read(
+        readers, np.asarray(index).reshape(-1), channels, tiles, rank))
+
+
 def test_a_preference_must_be_a_permutation_of_the_tiles():
     index = broadcast_index_view((2,), (3, 2))
     with pytest.raises(TargetError, match="permutation"):
