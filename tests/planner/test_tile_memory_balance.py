@@ -143,21 +143,45 @@ def test_each_bias_lies_on_a_tile_reading_it_most_off_the_lowest():
     assert len({tuple(on.tensor("", f"b{n}").tiles.tolist()) for n in range(6)}) > 1
 
 
+def moved_bound(ir, off, on) -> int:
+    """The most the exchange may rise: each element that moved costs at most one more copy
+    per input connection reading it (the readers, one of which held it, now all receive
+    it)."""
+    bound = 0
+    for before, after in zip(off.tensors, on.tensors, strict=True):
+        moved = int(np.count_nonzero(before.tiles != after.tiles))
+        if moved:
+            tensor = ir.graph(after.graph_id).tensor(after.tensor_id)
+            readers = sum(1 for op in ir.all_ops() for t in op.inputs if t is tensor)
+            bound += moved * 4 * readers  # float32 programs
+    return bound
+
+
 @SETTINGS
 @given(programs())
-def test_balancing_never_changes_exchange_and_is_deterministic(program):
+def test_balancing_moves_only_broadcast_operands_and_is_deterministic(program):
     target = small_target(8)
     off_ir, on_ir, again_ir = build(program), build(program), build(program)
     off = plan_ir(off_ir, target)
     on = plan_ir(on_ir, target, options=ON)
     again = plan_ir(again_ir, target, options=ON)
     assert on.mappings() == again.mappings()
-    mappings = [{(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors}
-                for plan in (off, on)]
-    costs = [evaluate(ir, target, mappings=m) for ir, m in zip((off_ir, on_ir), mappings,
-                                                                strict=True)]
-    assert costs[1].exchange_bytes == costs[0].exchange_bytes
     assert on.objective == off.objective  # the solver's solution is the same
+    costs = [evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
+                                            for p in plan.tensors})
+             for ir, plan in ((off_ir, off), (on_ir, on))]
+    # exact where the planner's view of each broadcast operand's readers is the cost
+    # model's; an elementwise result whose full inputs disagree is the documented exception
+    assert costs[1].exchange_bytes <= costs[0].exchange_bytes + moved_bound(on_ir, off, on)
+    sinks = {(t.graph.id, t.id): sink for t, sink in on.realizer.emitter.planned}
+    for before, after in zip(off.tensors, on.tensors, strict=True):
+        if not np.array_equal(before.tiles, after.tiles):
+            # only broadcast operands move, and linearly mapped elements (the rotating
+            # mapper meets the sinks in another order)
+            sink = sinks[(after.graph_id, after.tensor_id)]
+            assert on.realizer.linear_count(sink) > 0 or any(
+                on.unwind_graph.kind(path.src) == "sum_like_reduce"
+                for path in on.solution.paths(sink)), after.tensor_id
 
 
 def test_off_plans_equal_the_default_options():
