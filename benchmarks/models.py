@@ -35,6 +35,7 @@ for the backward pass included), "always-live" that of producer-less tensors alo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -106,6 +107,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
     report.put(("stage", "plan"))
     began = time.perf_counter()
+    if job["balance_tile_memory"]:
+        ir.options = dataclasses.replace(ir.options, balance_tile_memory=True)
     plan = plan_ir(ir, target)  # as the transform does: mappings written onto the Ir
     row["plan_s"] = time.perf_counter() - began
     row["plan_stages"] = {k: v for k, v in plan.timings.items() if k != "total"}
@@ -357,12 +360,16 @@ def main() -> None:
     parser.add_argument("--popart-tied-gather", action="store_true",
                         help="the PopART baseline with its TiedGatherPattern (off by default "
                              "in PopART): a tied embedding laid out by the LM head's matmul")
+    parser.add_argument("--balance-tile-memory", action="store_true",
+                        help="plan with SessionOptions.balance_tile_memory set (small layouts "
+                             "spread over lightly used tiles)")
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
     jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
                  memory=not args.quick, dump=args.dump, check=args.check,
-                 tied_gather=args.popart_tied_gather)
+                 tied_gather=args.popart_tied_gather,
+                 balance_tile_memory=args.balance_tile_memory)
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
@@ -371,6 +378,7 @@ def main() -> None:
         print_tables(json.loads(Path(args.from_json).read_text()), args)
         return
     variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
+    variant += "; balance_tile_memory" if args.balance_tile_memory else ""
     print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)
     rows = []
     for job in jobs:

@@ -155,9 +155,12 @@ SCAN_VISITS_MAX = 1 << 30
 
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
-                    num_tiles: int, dtype: np.dtype | type = np.int64) -> np.ndarray:
+                    num_tiles: int, dtype: np.dtype | type = np.int64,
+                    preference: np.ndarray | None = None) -> np.ndarray:
     """For each source element, the tile among those reading it (``reader_tiles[k]`` reads
     ``source_index[k]``) that reads it most, the lowest among equals; 0 if none reads it.
+    ``preference`` (a permutation of the tiles, most preferred first) breaks ties instead of
+    the tile ids: among equals the earliest in it, and its first tile for an unread element.
     Placing an element there saves the most copies of it (Poplibs' rule for a broadcast
     operand, of which a bias is the one-axis case).
 
@@ -167,6 +170,7 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     tables of at most ``DENSE_COUNTS_MAX`` pairs (see there)."""
     index = np.asarray(source_index)
     tiles = np.asarray(reader_tiles).reshape(index.shape)
+    rank = None if preference is None else _ranks(preference, num_tiles)
     if tiles.size and not 0 <= int(tiles.min()) <= int(tiles.max()) < num_tiles:
         raise TargetError(f"most_read_tiles: tile ids must lie in [0, {num_tiles}); got "
                           f"[{int(tiles.min())}, {int(tiles.max())}]")
@@ -178,7 +182,7 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
         for low in range(0, num_sources, per_pass):
             high = min(low + per_pass, num_sources)
             result[low:high] = _dense_most_read(index, tiles, blocks, low, high, num_tiles,
-                                                filtered=passes > 1)
+                                                filtered=passes > 1, preference=preference)
         return result
     found_keys, found_counts = [], []
     for block in blocks:
@@ -188,10 +192,13 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
         found_counts.append(block_counts)
     keys, counts = _merged_counts(found_keys, found_counts)
     element, tile = keys // num_tiles, keys % num_tiles
-    order = np.lexsort((tile, -counts, element))  # by element, most reads, lowest tile
+    # by element, most reads, lowest tile (or the most preferred)
+    order = np.lexsort((tile if rank is None else rank[tile], -counts, element))
     first = np.ones(order.size, dtype=bool)
     first[1:] = element[order][1:] != element[order][:-1]
     result = np.zeros(num_sources, dtype=dtype)
+    if preference is not None:
+        result[:] = preference[0]
     result[element[order][first]] = tile[order][first]
     return result
 
@@ -205,8 +212,20 @@ def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: in
     return keys
 
 
+def _ranks(preference: np.ndarray, num_tiles: int) -> np.ndarray:
+    """Each tile's place in ``preference``, which must be a permutation of the tiles."""
+    order = np.asarray(preference).reshape(-1)
+    if order.size != num_tiles or not np.array_equal(np.sort(order), np.arange(num_tiles)):
+        raise TargetError(f"most_read_tiles: the preference must be a permutation of the "
+                          f"{num_tiles} tiles, got {order.size} entries")
+    rank = np.empty(num_tiles, dtype=np.int64)
+    rank[order] = np.arange(num_tiles)
+    return rank
+
+
 def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], low: int,
-                     high: int, num_tiles: int, filtered: bool) -> np.ndarray:
+                     high: int, num_tiles: int, filtered: bool,
+                     preference: np.ndarray | None = None) -> np.ndarray:
     """``most_read_tiles`` of source elements [low, high), from one table of counts per
     (element, tile); ``filtered``: reads of other elements are skipped."""
     space = (high - low) * num_tiles
@@ -217,8 +236,13 @@ def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], 
             keys -= low * num_tiles
             keys = keys[(keys >= 0) & (keys < space)]
         np.add.at(counts, keys, 1)  # no second table as large as ``counts``
-    # argmax takes the lowest tile among equals, and tile 0 for an element no one reads
-    return counts.reshape(high - low, num_tiles).argmax(axis=1)
+    # argmax takes the lowest tile among equals, and tile 0 for an element no one reads;
+    # with a preference the columns are first put in its order
+    table = counts.reshape(high - low, num_tiles)
+    if preference is None:
+        return table.argmax(axis=1)
+    order = np.asarray(preference).reshape(-1)
+    return order[table[:, order].argmax(axis=1)]
 
 
 def _blocks(shape: tuple[int, ...], limit: int) -> list[tuple]:

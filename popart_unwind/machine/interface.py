@@ -145,9 +145,11 @@ class TileMachine(abc.ABC):
 
     @abc.abstractmethod
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
-                                small_shape: Sequence[int]) -> np.ndarray:
+                                small_shape: Sequence[int],
+                                preference: np.ndarray | None = None) -> np.ndarray:
         """The layout of an operand numpy-broadcast against a tensor laid out as
-        ``full_tiles`` (a bias against its activations)."""
+        ``full_tiles`` (a bias against its activations); ``preference`` (a permutation of
+        the tiles) breaks ties between equally good tiles instead of the lowest id."""
 
     @abc.abstractmethod
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:

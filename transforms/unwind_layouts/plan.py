@@ -133,7 +133,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     _report(progress, "solve", 1, 1)
     timings["solve"] = _lap(began, timings)
 
-    realizer = Realizer(emitter, solution)
+    realizer = Realizer(emitter, solution, options.balance_tile_memory)
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
     planned = []

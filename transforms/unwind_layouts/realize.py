@@ -57,8 +57,12 @@ class _LazyInputs(Sequence):
 class Realizer:
     """Concrete tiles of the unwind tensors a solution needs, memoised."""
 
-    def __init__(self, emitter: Emitter, solution: Solution) -> None:
+    def __init__(self, emitter: Emitter, solution: Solution,
+                 balance_memory: bool = False) -> None:
         self.emitter = emitter
+        self.balance_memory = balance_memory
+        #: bytes per tile of the sinks realized so far (kept when ``balance_memory``)
+        self.load = np.zeros(emitter.target.num_tiles, np.int64)
         self.graph = emitter.graph
         self.solution = solution
         self.target = emitter.target
@@ -72,8 +76,14 @@ class Realizer:
         """Every sink's tiles (flat), realized in dependency order."""
         order = [t for t in dependency_order(self.graph, self.solution.sink_paths())
                  if self.graph.kind(t) == "sink"]
+        if self.balance_memory:
+            # broadcast operands last, so each sees the load of every other layout (a sink
+            # realized early as another's dependency is still counted in the order below)
+            order.sort(key=self._from_broadcast_operand)  # stable: dependency order kept
         for done, sink in enumerate(order, 1):
-            self.tiles(sink)
+            tiles = self.tiles(sink)
+            if self.balance_memory:
+                self.load += self._bytes_per_tile(sink, tiles)
             if progress is not None and (done % 64 == 0 or done == len(order)):
                 progress(done, len(order))
         return {sink: self._tiles[sink] for sink in order}
@@ -98,8 +108,11 @@ class Realizer:
                 tiles = self._barrier(tensor)
             elif kind == "sum_like_reduce":
                 full = self.graph.node(tensor).inputs[0]
+                preference = (np.argsort(self.load, kind="stable") if self.balance_memory
+                              else None)  # the least loaded first, ties the lowest id
                 tiles = self.target.broadcast_operand_tiles(
-                    self.tiles(full), self.graph.shape(full), self.graph.shape(tensor))
+                    self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
+                    preference=preference)
             else:
                 tiles = self._from_paths(tensor)
             tiles = np.asarray(tiles).reshape(-1)
@@ -111,6 +124,15 @@ class Realizer:
         tiles.flags.writeable = False  # shared with the plan and its mappings
         self._tiles[tensor] = tiles
         return tiles
+
+    def _from_broadcast_operand(self, sink: TensorId) -> bool:
+        return any(path.src != sink and self.graph.kind(path.src) == "sum_like_reduce"
+                   for path in self.solution.paths(sink))
+
+    def _bytes_per_tile(self, sink: TensorId, tiles: np.ndarray) -> np.ndarray:
+        owner = self.emitter.owner(sink)
+        size = self.target.dtype_size(owner.dtype if owner is not None else "float32")
+        return np.bincount(tiles, minlength=self.target.num_tiles).astype(np.int64) * size
 
     def _name(self, tensor: TensorId) -> str:
         owner = self.emitter.owner(tensor)
