@@ -324,9 +324,10 @@ class ConvGeometry:
         return (1, self.out_channels) + (1,) * len(self.field)
 
 
-def conv_geometry(op: Op) -> ConvGeometry | None:
-    """The geometry of a Conv the model covers, or None: unknown or empty shapes, an
-    ``auto_pad`` other than NOTSET, attributes that do not fit the shapes."""
+def _window_shapes(op: Op) -> tuple[Shape, Shape, Shape, int] | None:
+    """Data, weight and output shapes and the spatial rank of a Conv or ConvTranspose the
+    model covers, or None: inputs or shapes unknown or empty, ranks that disagree, or an
+    ``auto_pad`` other than NOTSET."""
     if not (op.has_input(0) and op.has_input(1) and op.has_output(0)):
         return None
     x, w, y = op.input(0).shape, op.input(1).shape, op.output(0).shape
@@ -335,15 +336,32 @@ def conv_geometry(op: Op) -> ConvGeometry | None:
     n = len(x) - 2
     if n < 1 or len(w) != len(x) or len(y) != len(x) or min((*x, *w, *y)) < 1:
         return None
-    attributes = op.attributes
-    if attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+    if op.attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
         return None
+    return tuple(x), tuple(w), tuple(y), n
+
+
+def _window_attributes_of(attributes: dict, w: Shape, n: int
+                          ) -> tuple[Shape, Shape, Shape, Shape]:
+    """Kernel, strides, dilations and pads (ONNX defaults filled in); TypeError or
+    ValueError when one does not fit the rank."""
+    return (_exactly(attributes.get("kernel_shape", w[2:]), n),
+            _exactly(attributes.get("strides", [1] * n), n),
+            _exactly(attributes.get("dilations", [1] * n), n),
+            _exactly(attributes.get("pads", [0] * 2 * n), 2 * n))
+
+
+def conv_geometry(op: Op) -> ConvGeometry | None:
+    """The geometry of a Conv the model covers, or None: unknown or empty shapes, an
+    ``auto_pad`` other than NOTSET, attributes that do not fit the shapes."""
+    shapes = _window_shapes(op)
+    if shapes is None:
+        return None
+    x, w, y, n = shapes
+    attributes = op.attributes
     try:
         group = int(attributes.get("group", 1))
-        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
-        strides = _exactly(attributes.get("strides", [1] * n), n)
-        dilations = _exactly(attributes.get("dilations", [1] * n), n)
-        pads = _exactly(attributes.get("pads", [0] * 2 * n), 2 * n)
+        kernel, strides, dilations, pads = _window_attributes_of(attributes, w, n)
     except (TypeError, ValueError):
         return None
     if (group < 1 or x[1] != w[1] * group or w[0] % group or kernel != tuple(w[2:])
@@ -548,24 +566,14 @@ def transpose_geometry(op: Op) -> ConvGeometry | None:
     flipped along every kernel axis and transposed per group (PopART's ConvFlipWeights):
     output position o reads x[i] at kernel position kk exactly when
     ``o + p_lower = i·s + (k − 1 − kk')·d`` for the flipped position kk'."""
-    if not (op.has_input(0) and op.has_input(1) and op.has_output(0)):
+    shapes = _window_shapes(op)
+    if shapes is None or "output_shape" in op.attributes:
         return None
-    x, w, y = op.input(0).shape, op.input(1).shape, op.output(0).shape
-    if x is None or w is None or y is None:
-        return None
-    n = len(x) - 2
-    if n < 1 or len(w) != len(x) or len(y) != len(x) or min((*x, *w, *y)) < 1:
-        return None
+    x, w, y, n = shapes
     attributes = op.attributes
-    if (attributes.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET")
-            or "output_shape" in attributes):
-        return None
     try:
         group = int(attributes.get("group", 1))
-        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
-        strides = _exactly(attributes.get("strides", [1] * n), n)
-        dilations = _exactly(attributes.get("dilations", [1] * n), n)
-        pads = _exactly(attributes.get("pads", [0] * 2 * n), 2 * n)
+        kernel, strides, dilations, pads = _window_attributes_of(attributes, w, n)
         extra = _exactly(attributes.get("output_padding", [0] * n), n)
     except (TypeError, ValueError):
         return None

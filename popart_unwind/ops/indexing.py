@@ -574,7 +574,28 @@ def _sliceable_along(target: TileMachine, shape: tuple[int, ...], axis: int,
     return np.moveaxis(tiles, 0, axis).reshape(-1)
 
 
-class ScatterRule(LayoutRule):
+class _LaidOutLikeInput(LayoutRule):
+    """An op whose output has the layout of its input ``follows`` (a SumLike of that input
+    alone for the unwinding: a layout wanted at the output unwinds to it)."""
+
+    follows = 0
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        out = op.output(0)
+        result = emitter.graph.sum_like([emitter.tensor(op.input(self.follows))], [0],
+                                        {"default": emitter.valuations.elementwise},
+                                        name=out.id)
+        emitter.define(out, result.out)
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        tiles = flat_tiles(input_tiles, self.follows)
+        if tiles is None:
+            return super().output_tiles(op, input_tiles, target)
+        return [tiles.copy()]
+
+
+class ScatterRule(_LaidOutLikeInput):
     """ScatterND, ScatterElements and Scatter, as Poplibs' in-place update
     (``popops::multiUpdate`` / ``multiUpdateAdd``): the output is the data input updated
     where the indices say, so output and data have one layout (a SumLike of the data
@@ -590,6 +611,7 @@ class ScatterRule(LayoutRule):
     """
 
     kind = "scatter"
+    follows = 0  # the data
 
     def models(self, op: Op) -> bool:
         """Every reduction ONNX defines; an op with another is a barrier, listed."""
@@ -632,20 +654,6 @@ class ScatterRule(LayoutRule):
         index = (np.repeat(elements // max(row, 1), depth) * depth
                  + np.tile(np.arange(depth, dtype=np.int64), count))
         return updates, index
-
-    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
-        out = op.output(0)
-        result = emitter.graph.sum_like([emitter.tensor(op.input(0))], [0],
-                                        {"default": emitter.valuations.elementwise},
-                                        name=out.id)
-        emitter.define(out, result.out)
-
-    def output_tiles(self, op: Op, input_tiles: InputTiles,
-                     target: TileMachine) -> list[np.ndarray]:
-        data = flat_tiles(input_tiles, 0)
-        if data is None:
-            return super().output_tiles(op, input_tiles, target)
-        return [data.copy()]
 
     def exchange(self, op: Op, input_tiles: InputTiles,
                  output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
@@ -730,7 +738,7 @@ class ScatterRule(LayoutRule):
         return _sliceable_along(target, shape, self._sliced_axis(op), tensor.dtype)
 
 
-class GatherElementsRule(LayoutRule):
+class GatherElementsRule(_LaidOutLikeInput):
     """GatherElements: ``out[i][j] = data[index[i][j]][j]`` along ``axis``. The output has
     the indices' shape and is computed where they lie (elementwise partners: a SumLike of
     the indices alone); each output element reads its data element from wherever it
@@ -739,25 +747,12 @@ class GatherElementsRule(LayoutRule):
     it, so it creates nothing for the baseline."""
 
     kind = "gather"
+    follows = 1  # the indices
 
     def sources(self, op: Op) -> np.ndarray:
         """The flat data element each output element reads."""
         return _along_axis(op, known_shape(op, op.input(0)), known_shape(op, op.input(1)),
                            op.input(1))
-
-    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
-        out = op.output(0)
-        result = emitter.graph.sum_like([emitter.tensor(op.input(1))], [0],
-                                        {"default": emitter.valuations.elementwise},
-                                        name=out.id)
-        emitter.define(out, result.out)
-
-    def output_tiles(self, op: Op, input_tiles: InputTiles,
-                     target: TileMachine) -> list[np.ndarray]:
-        indices = flat_tiles(input_tiles, 1)
-        if indices is None:
-            return super().output_tiles(op, input_tiles, target)
-        return [indices.copy()]
 
     def exchange(self, op: Op, input_tiles: InputTiles,
                  output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
