@@ -51,3 +51,16 @@ def out_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "out"
     folder.mkdir()
     return folder
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder holding the bad inputs' files (``bad_inputs.make_world``), made current:
+    relative paths and ``--report .`` refer to it."""
+    from bad_inputs import make_world
+
+    root = tmp_path / "world"
+    root.mkdir()
+    make_world(root)
+    monkeypatch.chdir(root)
+    return root

@@ -5,14 +5,11 @@ included, with the same content)."""
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 
 import pytest
-from bad_inputs import BAD_MODEL_FILES, make_world, snapshot
-
-from popart_unwind.cli import main
+from bad_inputs import BAD_MODEL_FILES, run, snapshot
 
 #: Output options each bad model is tried with: none of them may appear.
 OUTPUT_SETS = {
@@ -23,20 +20,6 @@ OUTPUT_SETS = {
 }
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The test's folder, made current (relative paths and ``--report .`` refer to it)."""
-    root = tmp_path / "world"
-    root.mkdir()
-    make_world(root)
-    monkeypatch.chdir(root)
-    return root
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def assert_refused(root: Path, argv: tuple[str, ...], *words: str) -> str:

@@ -4,7 +4,6 @@ disappear with their temporaries when the run fails or is stopped by SIGTERM or 
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import signal
@@ -12,31 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import onnx
 import pytest
-from bad_inputs import make_world, snapshot
+from bad_inputs import run, snapshot
 
-from popart_unwind.cli import main
 from popart_unwind.errors import OutputError
 from popart_unwind.report import atomic
-
-
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "world"
-    root.mkdir()
-    make_world(root)
-    monkeypatch.chdir(root)
-    return root
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
-
 
 PLAN = ("plan", "model/linear.onnx", "--tiles", "8", "--baseline", "none", "--quiet")
 
