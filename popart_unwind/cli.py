@@ -38,6 +38,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+#: The most tiles ``--tiles`` accepts. Graphcore's IPUs have 1,216 (Mk1) or 1,472 (Mk2
+#: GC200, Bow) tiles; the bound leaves room for what-if models ten times larger while the
+#: per-tile vectors the cost model keeps for each live tensor stay small, instead of running
+#: out of memory deep into planning (10**8 tiles: 3.9 GB and a MemoryError).
+MAX_TILES_PER_IPU = 16_384
+
+
 def _tiles(text: str) -> int:
     try:
         value = int(text)
@@ -45,6 +52,10 @@ def _tiles(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"--tiles must be a positive integer, got {text!r}")
+    if value > MAX_TILES_PER_IPU:
+        raise argparse.ArgumentTypeError(
+            f"--tiles must be at most {MAX_TILES_PER_IPU:,} (one IPU; a GC200 has 1,472), "
+            f"got {value:,}")
     return value
 
 

@@ -117,6 +117,8 @@ BAD_OPTIONS = {
     "tiles-negative": (("model/linear.onnx", "--tiles", "-1"), "--tiles"),
     "tiles-words": (("model/linear.onnx", "--tiles", "many"), "--tiles"),
     "tiles-fraction": (("model/linear.onnx", "--tiles", "1.5"), "--tiles"),
+    "tiles-above-the-bound": (("model/linear.onnx", "--tiles", "16385"), "at most 16,384"),
+    "tiles-huge": (("model/linear.onnx", "--tiles", "100000000"), "at most 16,384"),
     "tiles-empty": (("model/linear.onnx", "--tiles", ""), "--tiles"),
     "tiles-missing-value": (("model/linear.onnx", "--tiles"), "--tiles"),
     "unknown-algo": (("model/linear.onnx", "--algo", "magic"), "magic"),
