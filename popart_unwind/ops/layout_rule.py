@@ -193,17 +193,25 @@ def output_layouts(rule: LayoutRule, op: Op, input_tiles: InputTiles,
 def planned_shape(tensor: Tensor) -> tuple[int, ...]:
     """``tensor``'s shape, or PlanError: planning and costing need every shape."""
     if tensor.shape is None:
-        raise PlanError(f"{tensor.describe()} has no known shape; layouts need every shape "
-                        f"(run InferShapes first)")
+        raise PlanError(f"{tensor.describe()} has no known shape{_undecided(tensor)}; "
+                        f"layouts need every shape")
     return tensor.shape
 
 
 def known_shape(op: Op, tensor: Tensor) -> tuple[int, ...]:
     """``tensor``'s shape, or PlanError: layouts need every shape."""
     if tensor.shape is None:
-        raise PlanError(f"op {op.debug_name()}: {tensor.id!r} has no known shape; layouts "
-                        f"need shapes (run InferShapes first)")
+        raise PlanError(f"op {op.debug_name()}: {tensor.id!r} has no known shape"
+                        f"{_undecided(tensor)}; layouts need every shape")
     return tensor.shape
+
+
+def _undecided(tensor: Tensor) -> str:
+    """Which op left ``tensor``'s shape open, and what to do about it."""
+    if tensor.producer is None:
+        return " (give the input a static shape)"
+    return (f" (op {tensor.producer.debug_name()} produces it; its shape depends on values "
+            f"not known before running, or shape inference has not run)")
 
 
 def flat_tiles(input_tiles: InputTiles, index: int) -> np.ndarray | None:
