@@ -84,7 +84,8 @@ def solve_exact(
         raise SolverError(
             f"exact solver: the graph has {total} sink elements in {len(graph.sinks())} "
             f"sinks, more than max_sink_elements={max_sink_elements}; it is meant for small "
-            "graphs (use a heuristic, or pass a larger max_sink_elements)"
+            "graphs (choose a heuristic: --algo hybrid, the default; from Python, "
+            "solve_exact(..., max_sink_elements=...) raises the guard)"
         )
     began = time.perf_counter()
     origins = Origins(graph)
