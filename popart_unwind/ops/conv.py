@@ -182,21 +182,29 @@ def _positions(kk: Sequence[int], dilations: Sequence[int], count: Sequence[int]
         for k, d, c, s in zip(kk, dilations, count, strides, strict=True)))
 
 
-def _fold_conv(op: Op, constants) -> list | None:
-    """y[b, g·N + n, o] = Σ over the group's channels c and kernel positions kk of
-    x[b, g·C/g + c, o·stride − pad + kk·dilation] · w[g·N + n, c, kk] (zero outside)."""
+def _conv_fold_operands(op: Op, constants) -> tuple | None:
+    """(x, w, bias, output shape, spatial rank, strides, dilations, pads, group) of a Conv
+    or ConvTranspose small enough to fold with every input constant, else None."""
     x, w = constants[0], constants[1]
     bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
     out = op.output(0).shape
-    if not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS or (
-            op.has_input(2) and bias is None):
+    if (not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or (op.has_input(2) and bias is None)):
         return None
     n = x.ndim - 2
     window = _window_attributes(op, n)
     if window is None:
         return None
-    strides, dilations, pads = window
-    group = int(op.attributes.get("group", 1))
+    return (x, w, bias, out, n, *window, int(op.attributes.get("group", 1)))
+
+
+def _fold_conv(op: Op, constants) -> list | None:
+    """y[b, g·N + n, o] = Σ over the group's channels c and kernel positions kk of
+    x[b, g·C/g + c, o·stride − pad + kk·dilation] · w[g·N + n, c, kk] (zero outside)."""
+    operands = _conv_fold_operands(op, constants)
+    if operands is None:
+        return None
+    x, w, bias, out, n, strides, dilations, pads, group = operands
     padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], pads[a + n]) for a in range(n)])
     per_group, cols = x.shape[1] // group, w.shape[0] // group
     y = np.zeros(out, dtype=np.result_type(x, w))
@@ -215,18 +223,12 @@ def _fold_conv_transpose(op: Op, constants) -> list | None:
     """The transpose of Conv: each x[b, g·C/g + c, i] · w[g·C/g + c, n, kk] added at
     output position i·stride + kk·dilation − pad of channel g·N + n, over the full output
     (``output_padding`` extends its end); explicit pads only."""
-    x, w = constants[0], constants[1]
-    bias = constants[2] if len(constants) > 2 and op.has_input(2) else None
-    out = op.output(0).shape
-    if (not _small(x, w) or out is None or prod(out) > FOLD_MAX_ELEMENTS
-            or "output_shape" in op.attributes or (op.has_input(2) and bias is None)):
+    if "output_shape" in op.attributes:
         return None
-    n = x.ndim - 2
-    window = _window_attributes(op, n)
-    if window is None:
+    operands = _conv_fold_operands(op, constants)
+    if operands is None:
         return None
-    strides, dilations, pads = window
-    group = int(op.attributes.get("group", 1))
+    x, w, bias, out, n, strides, dilations, pads, group = operands
     per_group, cols = x.shape[1] // group, w.shape[1]
     full = [out[2 + a] + pads[a] + pads[a + n] for a in range(n)]
     y = np.zeros((out[0], out[1], *full), dtype=np.result_type(x, w))
@@ -341,14 +343,14 @@ def _window_shapes(op: Op) -> tuple[Shape, Shape, Shape, int] | None:
     return tuple(x), tuple(w), tuple(y), n
 
 
-def _window_attributes_of(attributes: dict, w: Shape, n: int
-                          ) -> tuple[Shape, Shape, Shape, Shape]:
-    """Kernel, strides, dilations and pads (ONNX defaults filled in); TypeError or
-    ValueError when one does not fit the rank."""
-    return (_exactly(attributes.get("kernel_shape", w[2:]), n),
-            _exactly(attributes.get("strides", [1] * n), n),
-            _exactly(attributes.get("dilations", [1] * n), n),
-            _exactly(attributes.get("pads", [0] * 2 * n), 2 * n))
+def _geometry_window(op: Op, n: int) -> tuple[Shape, Shape, Shape]:
+    """Strides, dilations and pads as the folds read them (``_window_attributes``), as
+    int tuples; ValueError where the model covers no such window (negative pads)."""
+    window = _window_attributes(op, n)
+    if window is None:
+        raise ValueError(f"op {op.debug_name()}: no window the model covers")
+    strides, dilations, pads = (tuple(int(v) for v in values) for values in window)
+    return strides, dilations, pads
 
 
 def conv_geometry(op: Op) -> ConvGeometry | None:
@@ -361,8 +363,9 @@ def conv_geometry(op: Op) -> ConvGeometry | None:
     attributes = op.attributes
     try:
         group = int(attributes.get("group", 1))
-        kernel, strides, dilations, pads = _window_attributes_of(attributes, w, n)
-    except (TypeError, ValueError):
+        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
+        strides, dilations, pads = _geometry_window(op, n)
+    except (ShapeError, TypeError, ValueError):
         return None
     if (group < 1 or x[1] != w[1] * group or w[0] % group or kernel != tuple(w[2:])
             or min(strides + dilations) < 1 or min(pads) < 0 or tuple(y[:2]) != (x[0], w[0])):
@@ -573,7 +576,8 @@ def transpose_geometry(op: Op) -> ConvGeometry | None:
     attributes = op.attributes
     try:
         group = int(attributes.get("group", 1))
-        kernel, strides, dilations, pads = _window_attributes_of(attributes, w, n)
+        kernel = _exactly(attributes.get("kernel_shape", w[2:]), n)
+        strides, dilations, pads = _geometry_window(op, n)
         extra = _exactly(attributes.get("output_padding", [0] * n), n)
     except (TypeError, ValueError):
         return None
