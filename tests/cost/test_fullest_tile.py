@@ -7,13 +7,11 @@ from __future__ import annotations
 import numpy as np
 from cost_rules import RULES, small_target
 from hypothesis import given, settings
-from test_liveness import BYTES, SHAPE, _Recording, call_ir, on, random_chains
+from test_liveness import BYTES, SHAPE, call_ir, on, random_chains, replay
 
 from popart_unwind.ir import Builder
-from popart_unwind.ops import REGISTRY
 from popart_unwind.report.summary import fullest_tile_line
 from popart_unwind.target import IpuModel, TileTarget, evaluate
-from popart_unwind.target.cost import tile_bytes
 from popart_unwind.target.liveness import FULLEST_TILE_TOP
 
 
@@ -77,55 +75,13 @@ def test_without_ops_the_fullest_tile_holds_the_most_always_live_bytes():
         2, BYTES, None, (("x", BYTES),))
 
 
-def replay(ir, target, plan):
-    """Per schedule step of the main graph (no calls): each tile's total and, per tile,
-    the bytes of every tensor holding memory on it (producer-less ones, and the buffers
-    of the computed tensors live then: produced by then, read at or after the step)."""
-    target.reset()
-    walk = _Recording(ir, target, plan, REGISTRY, ir.options.unwind_valuations)
-    walk.layouts = {}
-    walk.run(ir)
-    graph = ir.main_graph
-    schedule = graph.schedule()
-    step_of = {op.id: k for k, op in enumerate(schedule)}
-
-    def nbytes(tensor):
-        layout = walk.layouts[(graph.id, tensor.id)]
-        return tile_bytes(layout, target.dtype_size(tensor.dtype), target.num_tiles)
-
-    def buffers(tensor):
-        op = tensor.producer
-        rule = REGISTRY.layout_rule(op)
-        if not rule.aliases_outputs(op):
-            return {tensor.id}
-        return set().union(*(buffers(op.input(k)) for k in rule.viewed_inputs(op)
-                             if op.input(k).producer is not None))
-
-    always = {t.id: nbytes(t) for t in graph.producerless_tensors()}
-    steps = []
-    for step, op in enumerate(schedule):
-        live = set()
-        for tensor in graph.tensors:
-            if tensor.producer is None:
-                continue
-            dies = len(schedule) if tensor.id in graph.output_ids else max(
-                (step_of[reader.id] for reader in tensor.consumers),
-                default=step_of[tensor.producer.id])
-            if step_of[tensor.producer.id] <= step <= dies:
-                live |= buffers(tensor)
-        holdings = {**always, **{name: nbytes(graph.tensor(name)) for name in live}}
-        total = sum(holdings.values(), np.zeros(target.num_tiles, np.int64))
-        steps.append((op, total, holdings))
-    return steps
-
-
 @settings(max_examples=40, deadline=None)
 @given(random_chains())
 def test_the_fullest_tile_matches_a_replay_of_the_schedule(case):
     ir, plan = case
     report = evaluate(ir, small_target(8), plan)
     fullest = report.fullest_tile
-    steps = replay(ir, small_target(8), plan)
+    _, steps = replay(ir, small_target(8), plan)
     most = max(int(total.max()) for _, total, _ in steps)
     assert fullest.bytes == most == report.peak_tile_bytes
     # the first step reaching it, the lowest tile at that step reaching it

@@ -118,10 +118,11 @@ class _Recording(_Evaluation):
         self.layouts[(tensor.graph.id, tensor.id)] = np.asarray(value).copy()
 
 
-def brute_force(ir, target, plan, registry=REGISTRY):
-    """(always live, peak) per tile of a graph without calls: at each step, the memory
-    (distinct buffers, views resolved to what they view) of every tensor produced by then
-    and read at or after it (graph outputs to the end), summed per tile."""
+def replay(ir, target, plan, registry=REGISTRY):
+    """The producer-less tensors' bytes per tile, and per schedule step of the main graph
+    (no calls): the op, each tile's total, and the bytes of every tensor holding memory
+    (producer-less ones, and the buffers of the computed tensors live then: produced by
+    then, read at or after the step; views resolved to what they view)."""
     target.reset()
     walk = _Recording(ir, target, plan, registry, ir.options.unwind_valuations)
     walk.layouts = {}
@@ -136,31 +137,39 @@ def brute_force(ir, target, plan, registry=REGISTRY):
 
     def buffers(tensor):
         op = tensor.producer
-        if op is None:
-            return set()
         rule = registry.layout_rule(op)
         if not rule.aliases_outputs(op):
             return {tensor.id}
-        return set().union(*(buffers(op.input(k)) for k in rule.viewed_inputs(op)))
+        return set().union(*(buffers(op.input(k)) for k in rule.viewed_inputs(op)
+                             if op.input(k).producer is not None))
 
-    always = sum((nbytes(t) for t in graph.producerless_tensors()),
-                 np.zeros(target.num_tiles, np.int64))
-    spans = {}
-    for tensor in graph.tensors:
-        if tensor.producer is None:
-            continue
-        born = step_of[tensor.producer.id]
-        readers = [step_of[op.id] for op in tensor.consumers]
-        dies = len(schedule) if tensor.id in graph.output_ids else max(readers, default=born)
-        spans[tensor.id] = (born, dies)
-    peak = np.zeros(target.num_tiles, np.int64)
-    for step in range(len(schedule)):
-        live = set().union(*(buffers(graph.tensor(name)) for name, (born, dies)
-                             in spans.items() if born <= step <= dies))
-        now = sum((nbytes(graph.tensor(name)) for name in live),
-                  np.zeros(target.num_tiles, np.int64))
-        peak = np.maximum(peak, now)
-    return always, always + peak
+    always = {t.id: nbytes(t) for t in graph.producerless_tensors()}
+    steps = []
+    for step, op in enumerate(schedule):
+        live = set()
+        for tensor in graph.tensors:
+            if tensor.producer is None:
+                continue
+            dies = len(schedule) if tensor.id in graph.output_ids else max(
+                (step_of[reader.id] for reader in tensor.consumers),
+                default=step_of[tensor.producer.id])
+            if step_of[tensor.producer.id] <= step <= dies:
+                live |= buffers(tensor)
+        holdings = {**always, **{name: nbytes(graph.tensor(name)) for name in live}}
+        total = sum(holdings.values(), np.zeros(target.num_tiles, np.int64))
+        steps.append((op, total, holdings))
+    return always, steps
+
+
+def brute_force(ir, target, plan, registry=REGISTRY):
+    """(always live, peak) per tile of a graph without calls: each tile's most over the
+    steps of ``replay``, never below its always-live bytes."""
+    always_by_tensor, steps = replay(ir, target, plan, registry)
+    always = sum(always_by_tensor.values(), np.zeros(target.num_tiles, np.int64))
+    peak = always.copy()
+    for _, total, _ in steps:
+        peak = np.maximum(peak, total)
+    return always, peak
 
 
 UNARY = ("relu", "neg", "sigmoid")
