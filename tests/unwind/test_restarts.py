@@ -34,7 +34,7 @@ def test_restarts_rerun_to_the_same_paths(seed):
 
 
 def test_restarts_find_what_one_deferral_trajectory_misses():
-    """A graph of 16 ops per kind on which deferral keeps about 0.90 of the proven optimum
+    """A random graph of size 16 (64 steps) on which deferral keeps about 0.90 of the optimum
     (benchmarks/unwind_quality.py's generator, seed 54)."""
     graph = graph_for(54, 16)
     optimum = graph.solve("exact", time_limit=60)
