@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "linear_mapping.hpp"
 #include "matmul_mapping.hpp"
@@ -137,6 +138,36 @@ PYBIND11_MODULE(_hooks, m) {
       py::arg("params"), py::arg("dims"),
       "The splits (gG, gM, gK, gN) of [G,M,K]x[G,K,N] (dims) with the fewest estimated\n"
       "cycles on params.num_tiles tiles.");
+  m.def(
+      "matmul_candidates",
+      [](const TileParams &params, const std::array<std::size_t, 4> &cube,
+         const std::vector<PassAxes> &passes, std::size_t count) {
+        std::vector<std::tuple<std::size_t, std::size_t, std::size_t, std::size_t>> result;
+        for (const auto &s :
+             matmulCandidates(MatmulShape{cube[0], cube[1], cube[2], cube[3]}, passes, count,
+                              params)) {
+          result.emplace_back(s.groups, s.rows, s.inner, s.cols);
+        }
+        return result;
+      },
+      py::arg("params"), py::arg("cube"), py::arg("passes"), py::arg("count"),
+      "The count partitions (gG, gM, gK, gN) of the cube [G,M,K,N] with the fewest cycles\n"
+      "summed over passes (each the cube axes of its rows, inner axis and columns), best\n"
+      "first.");
+  m.def(
+      "matmul_cost",
+      [](const TileParams &params, const std::array<std::size_t, 4> &dims,
+         const std::array<std::size_t, 4> &splits) {
+        const MatmulShape shape{dims[0], dims[1], dims[2], dims[3]};
+        const MatmulSplits s{splits[0], splits[1], splits[2], splits[3]};
+        params.check();
+        checkMatmulSplits(shape, s, params.numTiles);
+        const MatmulCost c = partitionCost(shape, s, params);
+        return std::make_tuple(c.compute, c.exchange, c.reduction, c.tempBytes);
+      },
+      py::arg("params"), py::arg("dims"), py::arg("splits"),
+      "(compute, exchange, reduction, temporary bytes) of the partition splits of\n"
+      "[G,M,K]x[G,K,N] (dims): cycles of the busiest tile, and bytes on it.");
 
   bindFills<std::int16_t>(m);
   bindFills<std::int32_t>(m);

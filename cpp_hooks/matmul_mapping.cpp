@@ -15,7 +15,9 @@ void checkShape(const MatmulShape &shape) {
   }
 }
 
-void checkSplits(const MatmulShape &shape, const MatmulSplits &s, std::size_t numTiles) {
+} // namespace
+
+void checkMatmulSplits(const MatmulShape &shape, const MatmulSplits &s, std::size_t numTiles) {
   checkShape(shape);
   const std::array<std::pair<std::size_t, std::size_t>, 4> pairs = {
       {{s.groups, shape.groups}, {s.rows, shape.rows}, {s.inner, shape.inner},
@@ -34,31 +36,7 @@ void checkSplits(const MatmulShape &shape, const MatmulSplits &s, std::size_t nu
   }
 }
 
-std::uint64_t partitionCycles(const MatmulShape &shape, const MatmulSplits &splits,
-                              const TileParams &params) {
-  const std::uint64_t gB = ceilDiv(shape.groups, splits.groups);
-  const std::uint64_t mB = ceilDiv(shape.rows, splits.rows);
-  const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
-  const std::uint64_t nB = ceilDiv(shape.cols, splits.cols);
-  const std::uint64_t compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
-  // A tile already holds its own share of each operand block and receives the rest.
-  const std::uint64_t lhsBlock = gB * mB * kB;
-  const std::uint64_t rhsBlock = gB * kB * nB;
-  const std::uint64_t received =
-      (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
-  std::uint64_t cycles = compute +
-                         ceilDiv(received * params.elementBytes, params.exchangeBytesPerCycle) +
-                         params.syncCycles;
-  if (splits.inner > 1) {
-    // Each of the gK tiles of an output block sums one share of it: it receives that share's
-    // partials from the other gK - 1 tiles.
-    const std::uint64_t share = ceilDiv(gB * mB * nB, splits.inner);
-    const std::uint64_t partials = share * (splits.inner - 1);
-    cycles += ceilDiv(partials * params.partialBytesPerElement, params.exchangeBytesPerCycle) +
-              params.syncCycles;
-  }
-  return cycles;
-}
+namespace {
 
 // Visit a row-major [A, B, C] tensor cut into blocks by `splits`: the elements of each block,
 // in the block's own row-major order, are cut into `spread` nearly equal contiguous chunks and
@@ -101,34 +79,113 @@ std::size_t matmulTile(const MatmulSplits &s, std::size_t g, std::size_t m, std:
   return ((g * s.rows + m) * s.cols + n) * s.inner + k;
 }
 
+std::size_t axisSize(const MatmulShape &s, std::size_t axis) {
+  return axis == 0 ? s.rows : axis == 1 ? s.inner : s.cols;
+}
+
+std::size_t axisSplit(const MatmulSplits &s, std::size_t axis) {
+  return axis == 0 ? s.rows : axis == 1 ? s.inner : s.cols;
+}
+
+void checkPass(const PassAxes &axes) {
+  if (axes[0] > 2 || axes[1] > 2 || axes[2] > 2 || axes[0] == axes[1] || axes[1] == axes[2] ||
+      axes[0] == axes[2]) {
+    throw std::invalid_argument("a pass must name each cube axis (0, 1, 2) once");
+  }
+}
+
 } // namespace
 
-MatmulSplits planMatmul(const MatmulShape &shape, const TileParams &params) {
-  checkShape(shape);
+MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
+                         const TileParams &params) {
+  const std::uint64_t gB = ceilDiv(shape.groups, splits.groups);
+  const std::uint64_t mB = ceilDiv(shape.rows, splits.rows);
+  const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
+  const std::uint64_t nB = ceilDiv(shape.cols, splits.cols);
+  MatmulCost cost;
+  cost.compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
+  // A tile already holds its own share of each operand block and receives the rest.
+  const std::uint64_t lhsBlock = gB * mB * kB;
+  const std::uint64_t rhsBlock = gB * kB * nB;
+  const std::uint64_t received =
+      (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
+  cost.exchange =
+      ceilDiv(received * params.elementBytes, params.exchangeBytesPerCycle) + params.syncCycles;
+  cost.tempBytes = received * params.elementBytes;
+  if (splits.inner > 1) {
+    // Each of the gK tiles of an output block sums one share of it: it receives that share's
+    // partials from the other gK - 1 tiles, and holds its own partial block meanwhile.
+    const std::uint64_t share = ceilDiv(gB * mB * nB, splits.inner);
+    const std::uint64_t partials = share * (splits.inner - 1);
+    cost.reduction =
+        ceilDiv(partials * params.partialBytesPerElement, params.exchangeBytesPerCycle) +
+        params.syncCycles;
+    cost.tempBytes += (gB * mB * nB + partials) * params.partialBytesPerElement;
+  }
+  return cost;
+}
+
+MatmulShape passShape(const MatmulShape &cube, const PassAxes &axes) {
+  checkPass(axes);
+  return {cube.groups, axisSize(cube, axes[0]), axisSize(cube, axes[1]),
+          axisSize(cube, axes[2])};
+}
+
+MatmulSplits passSplits(const MatmulSplits &cube, const PassAxes &axes) {
+  checkPass(axes);
+  return {cube.groups, axisSplit(cube, axes[0]), axisSplit(cube, axes[1]),
+          axisSplit(cube, axes[2])};
+}
+
+std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
+                                           const std::vector<PassAxes> &passes,
+                                           std::size_t count, const TileParams &params) {
+  checkShape(cube);
   params.check();
+  if (passes.empty() || count == 0) {
+    throw std::invalid_argument("matmul candidates need at least one pass and a count of 1 or more");
+  }
+  std::vector<MatmulShape> shapes;
+  for (const auto &axes : passes) {
+    shapes.push_back(passShape(cube, axes));
+  }
+  using Key = std::tuple<std::uint64_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                         std::size_t>;
+  std::vector<Key> best; // sorted, at most `count`
   const std::size_t numTiles = params.numTiles;
-  MatmulSplits best{1, 1, 1, 1};
-  auto bestKey = std::make_tuple(std::numeric_limits<std::uint64_t>::max(), std::size_t(0),
-                                 std::size_t(0), std::size_t(0), std::size_t(0), std::size_t(0));
-  for (std::size_t gG = 1; gG <= std::min(shape.groups, numTiles); ++gG) {
+  for (std::size_t gG = 1; gG <= std::min(cube.groups, numTiles); ++gG) {
     const std::size_t afterG = numTiles / gG;
-    for (std::size_t gM = 1; gM <= std::min(shape.rows, afterG); ++gM) {
+    for (std::size_t gM = 1; gM <= std::min(cube.rows, afterG); ++gM) {
       const std::size_t afterM = afterG / gM;
-      for (std::size_t gK = 1; gK <= std::min(shape.inner, afterM); ++gK) {
+      for (std::size_t gK = 1; gK <= std::min(cube.inner, afterM); ++gK) {
         const std::size_t afterK = afterM / gK;
-        for (std::size_t gN = 1; gN <= std::min(shape.cols, afterK); ++gN) {
+        for (std::size_t gN = 1; gN <= std::min(cube.cols, afterK); ++gN) {
           const MatmulSplits splits{gG, gM, gK, gN};
-          const auto key = std::make_tuple(partitionCycles(shape, splits, params),
-                                           splits.tilesUsed(), gG, gM, gK, gN);
-          if (key < bestKey) {
-            bestKey = key;
-            best = splits;
+          std::uint64_t cycles = 0;
+          for (std::size_t p = 0; p < passes.size(); ++p) {
+            cycles += partitionCost(shapes[p], passSplits(splits, passes[p]), params).cycles();
+          }
+          const Key key{cycles, splits.tilesUsed(), gG, gM, gK, gN};
+          if (best.size() == count && !(key < best.back())) {
+            continue;
+          }
+          best.insert(std::upper_bound(best.begin(), best.end(), key), key);
+          if (best.size() > count) {
+            best.pop_back();
           }
         }
       }
     }
   }
-  return best;
+  std::vector<MatmulSplits> result;
+  for (const auto &key : best) {
+    result.push_back({std::get<2>(key), std::get<3>(key), std::get<4>(key), std::get<5>(key)});
+  }
+  return result;
+}
+
+MatmulSplits planMatmul(const MatmulShape &shape, const TileParams &params) {
+  return matmulCandidates(shape, {PassAxes{0, 1, 2}}, 1, params).front();
 }
 
 std::size_t matmulElements(const MatmulShape &s, const std::string &operand) {
@@ -147,7 +204,7 @@ std::size_t matmulElements(const MatmulShape &s, const std::string &operand) {
 void forEachMatmulRun(const MatmulShape &shape, const MatmulSplits &s,
                       const std::string &operand, std::size_t numTiles,
                       const std::function<void(std::size_t, std::size_t, std::size_t)> &visit) {
-  checkSplits(shape, s, numTiles);
+  checkMatmulSplits(shape, s, numTiles);
   matmulElements(shape, operand); // refuses an unknown operand
   if (operand == "lhs") {
     forEachBlockChunk(

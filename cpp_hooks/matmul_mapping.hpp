@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "tile_params.hpp"
 
@@ -34,11 +35,45 @@ struct MatmulSplits {
   std::size_t tilesUsed() const { return groups * rows * inner * cols; }
 };
 
-// The splits with the fewest estimated cycles among all with gG*gM*gK*gN <= numTiles; ties go
-// to fewer tiles, then to the lexicographically smallest (gG, gM, gK, gN). A partition's
-// cycles: the busiest tile's multiply-accumulates, the exchange of the operand parts it does
-// not hold, one sync, and, when the inner axis is split, the exchange of partial sums for the
-// reduction plus another sync.
+// Throws std::invalid_argument unless every split lies between 1 and its axis size and the
+// partition fits on numTiles tiles.
+void checkMatmulSplits(const MatmulShape &shape, const MatmulSplits &splits,
+                       std::size_t numTiles);
+
+// What one partition of a matmul costs, in cycles of the busiest tile, and the temporary bytes
+// it needs on a tile: the multiply-accumulates; the exchange of the operand parts the tile does
+// not hold, plus one sync; when the inner axis is split, the exchange of partial sums for the
+// reduction plus another sync; the received operand parts and the partial sums it holds.
+struct MatmulCost {
+  std::uint64_t compute = 0;
+  std::uint64_t exchange = 0;
+  std::uint64_t reduction = 0;
+  std::uint64_t tempBytes = 0;
+
+  std::uint64_t cycles() const { return compute + exchange + reduction; }
+};
+
+MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
+                         const TileParams &params);
+
+// Which axes of a cube of work [G, M, K, N] one pass multiplies as its rows, inner (reduced)
+// axis and columns: 0 for M, 1 for K, 2 for N. {0, 1, 2} is the cube's own matmul; the passes
+// of a fully connected layer planned together (Poplibs' fullyConnectedPass) share one cube:
+// the backward pass is {0, 2, 1} ([M,N] x [N,K]), the weight update {1, 0, 2} ([K,M] x [M,N]).
+using PassAxes = std::array<std::size_t, 3>;
+
+// The shape and splits a pass computes, given the cube's.
+MatmulShape passShape(const MatmulShape &cube, const PassAxes &axes);
+MatmulSplits passSplits(const MatmulSplits &cube, const PassAxes &axes);
+
+// The `count` partitions of the cube with the fewest cycles summed over `passes` (each pass
+// costed as the matmul it computes), among all with gG*gM*gK*gN <= numTiles, best first; ties
+// go to fewer tiles, then to the lexicographically smallest (gG, gM, gK, gN).
+std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
+                                           const std::vector<PassAxes> &passes,
+                                           std::size_t count, const TileParams &params);
+
+// The cheapest partition of one matmul: matmulCandidates with the cube's own pass, count 1.
 MatmulSplits planMatmul(const MatmulShape &shape, const TileParams &params);
 
 // Calls visit(begin, end, tile) for runs of row-major elements of one matmul tensor

@@ -317,9 +317,10 @@ def axis_parts(size: int, count: int) -> np.ndarray:
 
 
 def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) -> np.ndarray:
-    """For each tile, the block of matmul ``operand`` ("lhs" or "rhs") it reads under a
-    partition ``plan``, -1 for tiles the plan leaves idle. Tile
-    ((g * gM + m) * gN + n) * gK + k reads LHS block (g, m, k) and RHS block (g, k, n)."""
+    """For each tile, the block of matmul ``operand`` it reads under a partition ``plan``,
+    -1 for tiles the plan leaves idle. Tile ((g * gM + m) * gN + n) * gK + k reads LHS block
+    (g, m, k), RHS block (g, k, n) and, in a pass that shares the partition and reads the
+    output, output block (g, m, n)."""
     used = plan.tiles_used
     tile = np.arange(used)
     k = tile % plan.inner
@@ -328,8 +329,10 @@ def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) ->
     g = tile // (plan.inner * plan.cols * plan.rows)
     if operand == "lhs":
         block = (g * plan.rows + m) * plan.inner + k
-    else:
+    elif operand == "rhs":
         block = (g * plan.inner + k) * plan.cols + n
+    else:
+        block = (g * plan.rows + m) * plan.cols + n
     result = np.full(num_tiles, -1, dtype=np.int64)
     result[:used] = block
     return result

@@ -18,7 +18,7 @@ import numpy as np
 from popart_unwind import _hooks
 from popart_unwind.errors import TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
-from popart_unwind.machine.interface import MATMUL_OPERANDS, MatmulPartition
+from popart_unwind.machine.interface import MATMUL_OPERANDS, MatmulCost, MatmulPartition
 
 _T = TypeVar("_T")
 #: Most elements (and matmul work G*M*K*N) a hook is asked for: sizes stay far from 64-bit
@@ -51,6 +51,23 @@ def linear_tiles(params: _hooks.TileParams, num_elements: int,
 def plan_matmul(params: _hooks.TileParams, dims: tuple[int, int, int, int]) -> MatmulPartition:
     """The cheapest partition of the grouped matmul ``dims`` (G, M, K, N)."""
     return MatmulPartition(*_call("matmul plan", _hooks.plan_matmul, params, dims))
+
+
+def matmul_candidates(params: _hooks.TileParams, cube: tuple[int, int, int, int],
+                      passes: tuple[tuple[int, int, int], ...],
+                      count: int) -> list[MatmulPartition]:
+    """The ``count`` partitions of ``cube`` with the fewest cycles summed over ``passes``
+    (each the cube axes, 0: M, 1: K, 2: N, of a pass's rows, inner axis and columns)."""
+    return [MatmulPartition(*splits) for splits in
+            _call("matmul candidates", _hooks.matmul_candidates, params, cube, list(passes),
+                  count)]
+
+
+def matmul_cost(params: _hooks.TileParams, dims: tuple[int, int, int, int],
+                partition: MatmulPartition) -> MatmulCost:
+    """What the grouped matmul ``dims`` costs cut as ``partition``."""
+    return MatmulCost(*_call("matmul cost", _hooks.matmul_cost, params, dims,
+                             partition.as_tuple()))
 
 
 def matmul_tiles(params: _hooks.TileParams, dims: tuple[int, int, int, int],

@@ -18,12 +18,19 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from popart_unwind.errors import TargetError
+
 #: The tensors of a grouped matmul [G, M, K] x [G, K, N] -> [G, M, N].
 MATMUL_OPERANDS = ("lhs", "rhs", "output")
+#: The axes of a cube of matmul work [G, M, K, N] each tensor of the cube spans, in the order
+#: of its own rows and columns: the LHS [M, K], the RHS [K, N], the output [M, N].
+CUBE_TENSORS = {"lhs": "mk", "rhs": "kn", "output": "mn"}
+#: The values of Poplibs' ``fullyConnectedPass`` matmul option (lib/poplin/MatMul.cpp).
+FC_PASSES = ("NONE", "INFERENCE_FWD", "TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")
 #: Poplibs' convolution copies an operand into the plan's own layout before broadcasting it
 #: when more tiles than this read each of its elements (``inViewMaxBroadcastDests`` and
 #: ``weightViewMaxBroadcastDests`` in lib/poplin/Convolution.cpp).
@@ -55,9 +62,93 @@ class MatmulPartition:
 
     def broadcast_destinations(self, operand: str) -> int:
         """How many tiles read each element of ``operand``: the output-channel split for
-        the LHS (activations), the batch split for the RHS (weights)."""
-        return self.cols if operand == "lhs" else self.rows
+        the LHS (activations), the batch split for the RHS (weights), and for the output
+        (read as an input by a pass that shares this partition) the inner split."""
+        return {"lhs": self.cols, "rhs": self.rows, "output": self.inner}[operand]
 
+    def split(self, axis: str) -> int:
+        """The split of cube axis ``axis``: "g", "m", "k" or "n"."""
+        return {"g": self.groups, "m": self.rows, "k": self.inner, "n": self.cols}[axis]
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulCost:
+    """What one matmul partition costs on its busiest tile (lib/poplin/ConvModel.cpp's terms,
+    simplified; docs/ipu-model.md): multiply-accumulates, the exchange of the operand parts
+    a tile does not hold (with a sync), the exchange of partial sums when the inner axis is
+    split (with a sync), and the temporary bytes a tile holds for both."""
+
+    compute_cycles: int
+    exchange_cycles: int
+    reduction_cycles: int
+    temp_bytes: int
+
+    @property
+    def cycles(self) -> int:
+        return self.compute_cycles + self.exchange_cycles + self.reduction_cycles
+
+    def __add__(self, other: MatmulCost) -> MatmulCost:
+        return MatmulCost(self.compute_cycles + other.compute_cycles,
+                          self.exchange_cycles + other.exchange_cycles,
+                          self.reduction_cycles + other.reduction_cycles,
+                          max(self.temp_bytes, other.temp_bytes))
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulPlan:
+    """How one matmul op is computed: a partition of a cube of work [G, M, K, N], and which
+    cube axes the op's own rows, inner (reduced) axis and columns are (``axes``).
+
+    A matmul planned alone is its own cube (``axes`` "mkn"). The three passes of a fully
+    connected layer planned together, as Poplibs' ``fullyConnectedPass`` does, share the
+    forward pass's cube and partition: the backward pass computes [M, N] x [N, K] ("mnk"),
+    the weight update [K, M] x [M, N] ("kmn"), so each tile computes the same block of the
+    cube in every pass and each tensor of the layer is laid out once for all three (an op
+    may also compute a pass with its operands swapped, e.g. "nmk" for the weight gradient
+    transposed). ``fc_pass`` is the pass's name in Poplibs' option; ``joint`` whether the
+    layer's passes share the partition (Poplibs' joint plan) or were planned separately.
+    """
+
+    cube: tuple[int, int, int, int]
+    partition: MatmulPartition
+    axes: str = "mkn"
+    fc_pass: str = "NONE"
+    joint: bool = False
+
+    def __post_init__(self) -> None:
+        if sorted(self.axes) != ["k", "m", "n"]:
+            raise TargetError(f"a matmul plan's axes name m, k and n once each, got "
+                             f"{self.axes!r}")
+        if self.fc_pass not in FC_PASSES:
+            raise TargetError(f"fc_pass must be one of {FC_PASSES}, got {self.fc_pass!r}")
+
+    @property
+    def dims(self) -> tuple[int, int, int, int]:
+        """The op's own (G, rows, inner, cols)."""
+        size = dict(zip("mkn", self.cube[1:], strict=True))
+        return (self.cube[0], *(size[axis] for axis in self.axes))
+
+    @property
+    def own_partition(self) -> MatmulPartition:
+        """The partition as the op's own matmul sees it."""
+        return MatmulPartition(self.partition.groups,
+                               *(self.partition.split(axis) for axis in self.axes))
+
+    @property
+    def pass_axes(self) -> tuple[int, int, int]:
+        """``axes`` as cube axis indices (0: m, 1: k, 2: n), the C++ hooks' form."""
+        return tuple("mkn".index(axis) for axis in self.axes)  # type: ignore[return-value]
+
+    def cube_tensor(self, operand: str) -> tuple[str, bool]:
+        """Which cube tensor the op's ``operand`` is (:func:`cube_tensor`)."""
+        return cube_tensor(self.axes, operand)
+
+    def describe(self) -> dict[str, object]:
+        """The plan as the plan file records it."""
+        g, m, k, n = self.partition.as_tuple()
+        return {"partition": {"groups": g, "rows": m, "inner": k, "cols": n},
+                "cube": list(self.cube), "axes": self.axes,
+                "fully_connected_pass": self.fc_pass, "joint": self.joint}
 
 class ExchangeNeed:
     """Data one op needs moved before it computes: per receiving tile, bytes and regions.
@@ -83,6 +174,17 @@ class ExchangeNeed:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(received bytes, regions): the form a machine's answer cache keeps."""
         return self.received_bytes, self.regions
+
+
+def cube_tensor(axes: str, operand: str) -> tuple[str, bool]:
+    """Which cube tensor the ``operand`` ("lhs", "rhs", "output") of a pass with cube axes
+    ``axes`` is, and whether the pass holds it transposed (its last two axes swapped)."""
+    rows, inner, cols = axes
+    own = {"lhs": rows + inner, "rhs": inner + cols, "output": rows + cols}[operand]
+    for name, spans in CUBE_TENSORS.items():
+        if set(spans) == set(own):
+            return name, spans != own
+    raise TargetError(f"cube axes {axes!r} are not a permutation of 'mkn'")
 
 
 class TileMachine(abc.ABC):
@@ -114,6 +216,14 @@ class TileMachine(abc.ABC):
         (0 when nothing moves)."""
 
     @abc.abstractmethod
+    def receive_cycles(self, num_bytes: int) -> int:
+        """Cycles a tile takes to receive ``num_bytes`` within an exchange step (no sync)."""
+
+    @abc.abstractmethod
+    def vector_elements(self, dtype: str) -> int:
+        """Elements of ``dtype`` a tile's vector unit processes per cycle."""
+
+    @abc.abstractmethod
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """``compute()``'s answer, computed once per key and read-only thereafter: rules
         ask the same matmul, table and convolution questions for every layer."""
@@ -130,18 +240,51 @@ class TileMachine(abc.ABC):
     @abc.abstractmethod
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
                     dtype: str) -> MatmulPartition:
-        """How [G,M,K] x [G,K,N] is cut over the tiles."""
+        """How [G,M,K] x [G,K,N] is cut over the tiles when planned alone (the cheapest
+        partition)."""
+
+    @abc.abstractmethod
+    def matmul_candidates(self, cube: Sequence[int], dtype: str,
+                          passes: Sequence[str] = ("mkn",),
+                          count: int = 1) -> list[MatmulPartition]:
+        """The ``count`` partitions of the cube [G,M,K,N] with the fewest cycles summed
+        over ``passes`` (each a ``MatmulPlan.axes``), best first."""
+
+    @abc.abstractmethod
+    def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                    partition: MatmulPartition) -> MatmulCost:
+        """What [G,M,K] x [G,K,N] costs cut as ``partition``."""
+
+    @abc.abstractmethod
+    def rearrangement_cycles(self, elements: int, dtype: str, tiles_used: int) -> int:
+        """Cycles of copying a tensor of ``elements`` into a new layout over ``tiles_used``
+        tiles: exchange and on-tile copy of each tile's share (Poplibs' transform
+        estimate)."""
 
     @abc.abstractmethod
     def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                     operand: str) -> np.ndarray:
-        """Where the matmul plan wants ``operand`` ([G,M,K], [G,K,N] or the output)."""
+                     operand: str, partition: MatmulPartition | None = None) -> np.ndarray:
+        """Where a matmul cut as ``partition`` (default: the cheapest) wants ``operand``
+        ([G,M,K], [G,K,N] or the output [G,M,N])."""
 
     @abc.abstractmethod
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
-        """What the matmul's tiles receive of ``operand`` ("lhs" or "rhs") laid out as
-        ``tiles`` (in grouped [G,M,K] / [G,K,N] order) before they compute."""
+                       operand: str, tiles: np.ndarray,
+                       partition: MatmulPartition | None = None) -> ExchangeNeed:
+        """What the tiles of a matmul cut as ``partition`` receive of ``operand`` laid out
+        as ``tiles`` (in grouped [G,M,K] / [G,K,N] / [G,M,N] order) before they compute:
+        "lhs" and "rhs" as read by the matmul itself, "output" as read by a pass sharing
+        the partition, whose tiles read output block (g, m, n) along the inner split."""
+
+    @abc.abstractmethod
+    def chosen_plan(self, key: tuple[str, int]) -> MatmulPlan | None:
+        """The plan chosen for the op ``key`` ((graph id, op id)) by the plans this machine
+        was given (``with_plans``), or None: the op is planned alone."""
+
+    @abc.abstractmethod
+    def with_plans(self, plans: Mapping[tuple[str, int], MatmulPlan]) -> TileMachine:
+        """This machine, answering ``chosen_plan`` from ``plans`` (sharing what it has
+        remembered)."""
 
     @abc.abstractmethod
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],

@@ -5,8 +5,9 @@ broadcast operand goes, and what a matmul's tiles must receive given an operand'
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from math import prod
 
@@ -30,7 +31,9 @@ from popart_unwind.machine.interface import (
     REARRANGE_ABOVE_DESTINATIONS,
     Answer,
     ExchangeNeed,
+    MatmulCost,
     MatmulPartition,
+    MatmulPlan,
     TileMachine,
 )
 from popart_unwind.machine.ipu_model import IpuModel
@@ -51,8 +54,19 @@ class TileTarget(TileMachine):
         self.bytes_per_tile = self.model.bytes_per_tile
         self.tile_dtype = tile_dtype(self.num_tiles)
         self._next_start_tile = 0
-        self._answers: OrderedDict[tuple, Answer] = OrderedDict()  # least recent first
-        self._answer_bytes = 0
+        self._answers = _Answers()
+        self._plans: dict[tuple[str, int], MatmulPlan] = {}
+
+    def with_plans(self, plans: Mapping[tuple[str, int], MatmulPlan]) -> TileTarget:
+        """A copy answering ``chosen_plan`` from ``plans``; it shares the answers remembered
+        (they depend on the question alone) and starts its own linear rotation at 0."""
+        view = copy.copy(self)
+        view._plans = dict(plans)
+        view._next_start_tile = 0
+        return view
+
+    def chosen_plan(self, key: tuple[str, int]) -> MatmulPlan | None:
+        return self._plans.get(key)
 
     def reset(self) -> None:
         self._next_start_tile = 0
@@ -68,21 +82,17 @@ class TileTarget(TileMachine):
     def exchange_cycles(self, busiest_tile_bytes: int) -> int:
         return self.model.exchange_cycles(busiest_tile_bytes)
 
+    def receive_cycles(self, num_bytes: int) -> int:
+        return -(-num_bytes // self.model.exchange_bytes_per_cycle)
+
+    def vector_elements(self, dtype: str) -> int:
+        """One 64-bit vector per cycle (the grain of the linear mapping)."""
+        return self.model.grain_size(dtype)
+
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """Answers are read-only, so no caller can change what the next one gets; at most
         ``ANSWER_BYTES_KEPT`` bytes of them are kept."""
-        found = self._answers.get(key)
-        if found is not None:
-            self._answers.move_to_end(key)
-            return found
-        found = compute()
-        for array in _arrays(found):
-            array.flags.writeable = False
-        self._answers[key] = found
-        self._answer_bytes += _nbytes(found)
-        while self._answer_bytes > ANSWER_BYTES_KEPT and len(self._answers) > 1:
-            self._answer_bytes -= _nbytes(self._answers.popitem(last=False)[1])
-        return found
+        return self._answers.get(key, compute)
 
     # -- hooks -------------------------------------------------------------------------------
     def linear_tiles(self, shape: Sequence[int], dtype: str) -> np.ndarray:
@@ -116,68 +126,118 @@ class TileTarget(TileMachine):
         self.dtype_size(dtype)  # an unknown (or unhashable) dtype is a TargetError
         return _plan(self.model, _matmul_dims(groups, rows, inner, cols), dtype)
 
+    def matmul_candidates(self, cube: Sequence[int], dtype: str,
+                          passes: Sequence[str] = ("mkn",),
+                          count: int = 1) -> list[MatmulPartition]:
+        """The partitions of the cube with the fewest cycles summed over ``passes`` (each
+        pass costed as the matmul it computes; docs/ipu-model.md, "Plans"), best first."""
+        self.dtype_size(dtype)
+        dims = _matmul_dims(*cube)
+        axes = tuple(_pass_axes(p) for p in passes)
+        if not axes or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise TargetError(f"matmul candidates need at least one pass and a positive count, "
+                              f"got {list(passes)} and {count!r}")
+        return list(_candidates(self.model, dims, dtype, axes, count))
+
+    def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
+                    partition: MatmulPartition) -> MatmulCost:
+        self.dtype_size(dtype)
+        return hooks.matmul_cost(self.model.tile_params(dtype),
+                                 _matmul_dims(groups, rows, inner, cols), partition)
+
+    def rearrangement_cycles(self, elements: int, dtype: str, tiles_used: int) -> int:
+        """Poplibs' estimate of rearranging a convolution operand or result
+        (``addTransformCycleEstimate``, lib/poplin/ConvModel.cpp): each tile's share of the
+        bytes is exchanged, then reordered on the tile at one element per cycle with a 5/4
+        overhead (its factor for channel counts its grain divides)."""
+        if elements <= 0:
+            return 0
+        size = self.dtype_size(dtype)
+        share = -(-elements * size // max(1, min(tiles_used, self.num_tiles)))
+        return -(-share // self.model.exchange_bytes_per_cycle) + -(-share * 5 // (size * 4))
+
     def matmul_tiles(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                     operand: str) -> np.ndarray:
+                     operand: str, partition: MatmulPartition | None = None) -> np.ndarray:
         if operand not in MATMUL_OPERANDS:
             raise TargetError(f"matmul operand must be one of {MATMUL_OPERANDS}, got "
                               f"{operand!r}")
         dims = _matmul_dims(groups, rows, inner, cols)
-        self.dtype_size(dtype)
+        partition = self._partition(dims, dtype, partition)
         return self.remembered(
-            ("matmul", *dims, dtype, operand),
-            lambda: hooks.matmul_tiles(self.model.tile_params(dtype), dims,
-                                       self.matmul_plan(*dims, dtype), operand))
+            ("matmul", *dims, dtype, operand, partition.as_tuple()),
+            lambda: hooks.matmul_tiles(self.model.tile_params(dtype), dims, partition,
+                                       operand))
 
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
-        """Tile (g, m, k, n) reads LHS block (g, m, k) and RHS block (g, k, n). An operand
-        broadcast to more than ``REARRANGE_ABOVE_DESTINATIONS`` tiles is first copied into
-        the plan's own layout (Poplibs' pre-convolution rearrangement), so it costs that copy
-        — the elements not already where the plan wants them — plus the broadcast from the
-        plan's layout; any other operand is broadcast from where it lies. See
-        docs/ipu-model.md."""
-        if operand not in ("lhs", "rhs"):
-            raise TargetError(f"matmul_readers: operand must be 'lhs' or 'rhs', got {operand!r}")
-        dims = (groups, rows, inner, cols, dtype, operand)
-        plan = self.matmul_plan(*dims[:5])  # checks the sizes and the dtype
-        numel = groups * inner * (rows if operand == "lhs" else cols)
+                       operand: str, tiles: np.ndarray,
+                       partition: MatmulPartition | None = None) -> ExchangeNeed:
+        """Tile (g, m, k, n) reads LHS block (g, m, k), RHS block (g, k, n) and, in a pass
+        sharing the partition, output block (g, m, n). An operand broadcast to more than
+        ``REARRANGE_ABOVE_DESTINATIONS`` tiles is first copied into the plan's own layout
+        (Poplibs' pre-convolution rearrangement), so it costs that copy — the elements not
+        already where the plan wants them — plus the broadcast from the plan's layout; any
+        other operand is broadcast from where it lies. See docs/ipu-model.md."""
+        if operand not in MATMUL_OPERANDS:
+            raise TargetError(f"matmul_readers: operand must be one of {MATMUL_OPERANDS}, got "
+                              f"{operand!r}")
+        dims = _matmul_dims(groups, rows, inner, cols)
+        partition = self._partition(dims, dtype, partition)
+        g, m, k, n = dims
+        numel = g * {"lhs": m * k, "rhs": k * n, "output": m * n}[operand]
         if np.size(tiles) != numel:
             raise TargetError(f"matmul_readers: {np.size(tiles)} tiles given for a {operand} of "
                               f"{numel} elements ([G,M,K] x [G,K,N] = "
                               f"{[groups, rows, inner]} x {[groups, inner, cols]})")
-        if plan.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
-            return self._block_readers(*dims, tiles)
-        wanted = self.matmul_tiles(*dims)
-        copy = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
+        question = (*dims, dtype, operand, partition)
+        if partition.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
+            return self._block_readers(*question, tiles)
+        wanted = self.matmul_tiles(*dims, dtype, operand, partition)
+        copied = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
         received, regions = self.remembered(
-            ("broadcast", *dims),
-            lambda: self._block_readers(*dims, wanted).arrays())
-        return copy + ExchangeNeed(received, regions)
+            ("broadcast", *dims, dtype, operand, partition.as_tuple()),
+            lambda: self._block_readers(*question, wanted).arrays())
+        return copied + ExchangeNeed(received, regions)
+
+    def _partition(self, dims: tuple[int, int, int, int], dtype: str,
+                   partition: MatmulPartition | None) -> MatmulPartition:
+        """``partition``, checked against the matmul, or the cheapest one."""
+        if partition is None:
+            return self.matmul_plan(*dims, dtype)
+        for axis, size, split in zip("gmkn", dims, partition.as_tuple(), strict=True):
+            if not 1 <= split <= size:
+                raise TargetError(f"matmul partition {partition.as_tuple()} splits axis {axis} "
+                                  f"of size {size} into {split} parts")
+        if partition.tiles_used > self.num_tiles:
+            raise TargetError(f"matmul partition {partition.as_tuple()} needs "
+                              f"{partition.tiles_used} tiles; the machine has {self.num_tiles}")
+        return partition
 
     def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                       operand: str, tiles: np.ndarray) -> ExchangeNeed:
+                       operand: str, partition: MatmulPartition,
+                       tiles: np.ndarray) -> ExchangeNeed:
         """Each reading tile receives the elements of its block it does not hold
         (``exchange.block_need``; an operand element lies in one block)."""
         blocks, block_starts, block_sizes, tile_block = self.remembered(
-            ("readers", groups, rows, inner, cols, dtype, operand),
-            lambda: self._reader_layout(groups, rows, inner, cols, dtype, operand))
+            ("readers", groups, rows, inner, cols, dtype, operand, partition.as_tuple()),
+            lambda: self._reader_layout(groups, rows, inner, cols, operand, partition))
         return block_need(tiles, blocks, block_starts, block_sizes, tile_block,
                           self.dtype_size(dtype), self.num_tiles)
 
-    def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                       operand: str) -> tuple[np.ndarray, ...]:
-        """What ``matmul_readers`` needs of the plan alone: each operand element's block,
-        where blocks start in flat order, each block's size, and the block each tile reads."""
-        plan = self.matmul_plan(groups, rows, inner, cols, dtype)
-        shape = (groups, rows, inner) if operand == "lhs" else (groups, inner, cols)
-        splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
-                  else (plan.groups, plan.inner, plan.cols))
-        blocks, block_sizes = _block_ids(shape, splits)
+    def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, operand: str,
+                       partition: MatmulPartition) -> tuple[np.ndarray, ...]:
+        """What ``matmul_readers`` needs of the partition alone: each operand element's
+        block, where blocks start in flat order, each block's size, and the block each tile
+        reads."""
+        axes = {"lhs": "gmk", "rhs": "gkn", "output": "gmn"}[operand]
+        size = dict(zip("gmkn", (groups, rows, inner, cols), strict=True))
+        shape = tuple(size[axis] for axis in axes)
+        splits = tuple(partition.split(axis) for axis in axes)
+        blocks, block_sizes = _block_ids(shape, splits)  # type: ignore[arg-type]
         blocks = blocks.astype(np.int32)  # at most one block per tile: kept small
         block_starts = np.ones(blocks.size, dtype=bool)
         block_starts[1:] = blocks[1:] != blocks[:-1]
         return (blocks, block_starts, block_sizes,
-                matmul_reader_blocks(plan, operand, self.num_tiles))
+                matmul_reader_blocks(partition, operand, self.num_tiles))
 
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
                                 small_shape: Sequence[int],
@@ -232,6 +292,42 @@ class TileTarget(TileMachine):
 @lru_cache(maxsize=256)
 def _plan(model: IpuModel, dims: tuple[int, int, int, int], dtype: str) -> MatmulPartition:
     return hooks.plan_matmul(model.tile_params(dtype), dims)
+
+
+@lru_cache(maxsize=1024)
+def _candidates(model: IpuModel, cube: tuple[int, int, int, int], dtype: str,
+                passes: tuple[tuple[int, int, int], ...],
+                count: int) -> tuple[MatmulPartition, ...]:
+    return tuple(hooks.matmul_candidates(model.tile_params(dtype), cube, passes, count))
+
+
+def _pass_axes(axes: str) -> tuple[int, int, int]:
+    if not isinstance(axes, str) or sorted(axes) != ["k", "m", "n"]:
+        raise TargetError(f"a pass names the cube axes m, k and n once each, got {axes!r}")
+    return tuple("mkn".index(axis) for axis in axes)  # type: ignore[return-value]
+
+
+class _Answers:
+    """Remembered hook answers, least recently used first, at most ``ANSWER_BYTES_KEPT``
+    bytes; one object shared by a target and its ``with_plans`` views."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple, Answer] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+            return found
+        found = compute()
+        for array in _arrays(found):
+            array.flags.writeable = False
+        self._kept[key] = found
+        self._bytes += _nbytes(found)
+        while self._bytes > ANSWER_BYTES_KEPT and len(self._kept) > 1:
+            self._bytes -= _nbytes(self._kept.popitem(last=False)[1])
+        return found
 
 
 def _matmul_dims(*sizes: int) -> tuple[int, int, int, int]:

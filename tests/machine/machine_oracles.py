@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+from hypothesis import strategies as st
 
 from popart_unwind.ir.tile_mapping import tile_dtype
-from popart_unwind.machine import IpuModel
+from popart_unwind.machine import IpuModel, MatmulPartition
 
 
 def byte_model(num_tiles: int, grain: int = 1, minimum: int = 0) -> IpuModel:
@@ -58,3 +61,50 @@ def tile_of_each_element(num_elements, num_tiles, grain_size, min_elements_per_t
     first_grain_of_tile = (np.arange(partitions + 1) * num_grains) // partitions
     grain_of_element = np.arange(num_elements) // grain_size
     return np.searchsorted(first_grain_of_tile, grain_of_element, side="right") - 1
+
+
+# -- the matmul partition's cost (docs/ipu-model.md, re-derived) ------------------------------
+@st.composite
+def cost_models(draw, tiles):
+    """A machine with random matmul cost figures; its dtype "t" has element size b."""
+    macs = draw(st.integers(1, 128))
+    return IpuModel(tiles_per_ipu=tiles, dtype_sizes={"t": draw(st.integers(1, 8))},
+                    partial_bytes_per_element=draw(st.integers(1, 8)),
+                    exchange_bytes_per_cycle=draw(st.integers(1, 8)),
+                    macs_per_cycle_half=macs, macs_per_cycle_float=macs,
+                    sync_cycles=draw(st.integers(0, 200)))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def cost_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel
+                ) -> tuple[int, int, int, int]:
+    """(compute, exchange, reduction, temporary bytes) of the documented cost."""
+    b, x, s = model.dtype_size("t"), model.exchange_bytes_per_cycle, model.sync_cycles
+    partial = model.partial_bytes_per_element
+    gb, mb = ceil_div(G, p.groups), ceil_div(M, p.rows)
+    kb, nb = ceil_div(K, p.inner), ceil_div(N, p.cols)
+    lhs, rhs = gb * mb * kb, gb * kb * nb
+    received = (lhs - lhs // p.cols) + (rhs - rhs // p.rows)
+    compute = ceil_div(gb * mb * kb * nb, model.macs_per_cycle("t"))
+    exchange = ceil_div(received * b, x) + s
+    reduction, temp = 0, received * b
+    if p.inner > 1:
+        share = ceil_div(gb * mb * nb, p.inner)
+        reduction = ceil_div(share * (p.inner - 1) * partial, x) + s
+        temp += (gb * mb * nb + share * (p.inner - 1)) * partial
+    return compute, exchange, reduction, temp
+
+
+def cycles_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel) -> int:
+    compute, exchange, reduction, _ = cost_oracle(G, M, K, N, p, model)
+    return compute + exchange + reduction
+
+
+def all_partitions(G, M, K, N, tiles):
+    for splits in itertools.product(range(1, G + 1), range(1, M + 1), range(1, K + 1),
+                                    range(1, N + 1)):
+        if np.prod(splits) <= tiles:
+            yield MatmulPartition(*splits)

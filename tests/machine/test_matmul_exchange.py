@@ -1,6 +1,7 @@
 """What a matmul's tiles receive (``TileTarget.matmul_readers``) against an element-by-element
 oracle of docs/ipu-model.md: direct broadcast of a block to its readers, and, above seven
-readers per element, Poplibs' copy into the plan's layout followed by the broadcast."""
+readers per element, Poplibs' copy into the plan's layout followed by the broadcast; for
+the cheapest partition or a given one, and for the output read by a pass sharing it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget
 from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
 
 
@@ -36,8 +37,9 @@ def broadcast_oracle(shape, splits, plan, operand, tiles, num_tiles, size):
         n = (tile // plan.inner) % plan.cols
         m = (tile // (plan.inner * plan.cols)) % plan.rows
         g = tile // (plan.inner * plan.cols * plan.rows)
-        block = ((g * plan.rows + m) * plan.inner + k if operand == "lhs"
-                 else (g * plan.inner + k) * plan.cols + n)
+        block = {"lhs": (g * plan.rows + m) * plan.inner + k,
+                 "rhs": (g * plan.inner + k) * plan.cols + n,
+                 "output": (g * plan.rows + m) * plan.cols + n}[operand]
         for e in range(tiles.size):
             if blocks[e] != block or tiles[e] == tile:
                 continue
@@ -66,12 +68,19 @@ def copy_oracle(wanted, tiles, num_tiles, size):
 def cases(draw):
     num_tiles = draw(st.sampled_from([4, 16, 64]))
     dims = tuple(draw(st.integers(1, n)) for n in (2, 24, 6, 24))
-    operand = draw(st.sampled_from(["lhs", "rhs"]))
+    operand = draw(st.sampled_from(["lhs", "rhs", "output"]))
     target = TileTarget(IpuModel(tiles_per_ipu=num_tiles, min_bytes_per_tile=4, grain_bytes=4))
     g, m, k, n = dims
-    count = g * (m * k if operand == "lhs" else k * n)
+    count = g * {"lhs": m * k, "rhs": k * n, "output": m * n}[operand]
+    # the cheapest partition, or any other (a pass of a layer planned with other passes)
+    partition = None
+    if draw(st.booleans()):
+        splits = [draw(st.integers(1, size)) for size in dims]
+        while np.prod(splits) > num_tiles:
+            splits[int(np.argmax(splits))] -= 1
+        partition = MatmulPartition(*splits)
     layout = draw(st.sampled_from(["random", "wanted", "linear", "mostly wanted"]))
-    wanted = np.asarray(target.matmul_tiles(*dims, "float32", operand))
+    wanted = np.asarray(target.matmul_tiles(*dims, "float32", operand, partition))
     if layout == "wanted":
         tiles = wanted.copy()
     elif layout == "linear":
@@ -81,20 +90,20 @@ def cases(draw):
         tiles = np.random.default_rng(seed).integers(0, num_tiles, count)
         if layout == "mostly wanted":
             tiles = np.where(np.arange(count) % 5 == 0, tiles, wanted)
-    return target, dims, operand, tiles.astype(np.int64)
+    return target, dims, operand, tiles.astype(np.int64), partition
 
 
 @settings(max_examples=80, deadline=None)
 @given(cases())
 def test_matmul_readers_match_the_element_oracle(case):
-    target, (g, m, k, n), operand, tiles = case
-    plan = target.matmul_plan(g, m, k, n, "float32")
-    shape = (g, m, k) if operand == "lhs" else (g, k, n)
-    splits = ((plan.groups, plan.rows, plan.inner) if operand == "lhs"
-              else (plan.groups, plan.inner, plan.cols))
-    need = target.matmul_readers(g, m, k, n, "float32", operand, tiles)
+    target, (g, m, k, n), operand, tiles, partition = case
+    plan = partition or target.matmul_plan(g, m, k, n, "float32")
+    axes = {"lhs": "gmk", "rhs": "gkn", "output": "gmn"}[operand]
+    shape = tuple({"g": g, "m": m, "k": k, "n": n}[a] for a in axes)
+    splits = tuple(plan.split(a) for a in axes)
+    need = target.matmul_readers(g, m, k, n, "float32", operand, tiles, partition)
     if plan.broadcast_destinations(operand) > REARRANGE_ABOVE_DESTINATIONS:
-        wanted = np.asarray(target.matmul_tiles(g, m, k, n, "float32", operand))
+        wanted = np.asarray(target.matmul_tiles(g, m, k, n, "float32", operand, partition))
         copied = copy_oracle(wanted, tiles, target.num_tiles, 4)
         sent = broadcast_oracle(shape, splits, plan, operand, wanted, target.num_tiles, 4)
         expected = (copied[0] + sent[0], copied[1] + sent[1])

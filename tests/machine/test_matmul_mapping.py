@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from machine_oracles import checked_layout, part_of
+from machine_oracles import all_partitions, checked_layout, cost_models, cycles_oracle, part_of
 
 from popart_unwind.errors import TargetError
 from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget, hooks
@@ -16,43 +16,6 @@ from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget, hooks
 sizes = st.integers(1, 9)
 OPERAND_SHAPES = {"lhs": lambda G, M, K, N: (G, M, K), "rhs": lambda G, M, K, N: (G, K, N),
                   "output": lambda G, M, K, N: (G, M, N)}
-
-
-@st.composite
-def cost_models(draw, tiles):
-    """A machine with random matmul cost figures; its dtype "t" has element size b."""
-    macs = draw(st.integers(1, 128))
-    return IpuModel(tiles_per_ipu=tiles, dtype_sizes={"t": draw(st.integers(1, 8))},
-                    partial_bytes_per_element=draw(st.integers(1, 8)),
-                    exchange_bytes_per_cycle=draw(st.integers(1, 8)),
-                    macs_per_cycle_half=macs, macs_per_cycle_float=macs,
-                    sync_cycles=draw(st.integers(0, 200)))
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def cycles_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel) -> int:
-    """The documented cost, re-derived from docs/ipu-model.md."""
-    b, x, s = model.dtype_size("t"), model.exchange_bytes_per_cycle, model.sync_cycles
-    gb, mb = ceil_div(G, p.groups), ceil_div(M, p.rows)
-    kb, nb = ceil_div(K, p.inner), ceil_div(N, p.cols)
-    lhs, rhs = gb * mb * kb, gb * kb * nb
-    received = (lhs - lhs // p.cols) + (rhs - rhs // p.rows)
-    cycles = ceil_div(gb * mb * kb * nb, model.macs_per_cycle("t"))
-    cycles += ceil_div(received * b, x) + s
-    if p.inner > 1:
-        share = ceil_div(gb * mb * nb, p.inner)
-        cycles += ceil_div(share * (p.inner - 1) * model.partial_bytes_per_element, x) + s
-    return cycles
-
-
-def all_partitions(G, M, K, N, tiles):
-    for splits in itertools.product(range(1, G + 1), range(1, M + 1), range(1, K + 1),
-                                    range(1, N + 1)):
-        if np.prod(splits) <= tiles:
-            yield MatmulPartition(*splits)
 
 
 def tile_of(p: MatmulPartition, g: int, m: int, k: int, n: int) -> int:
@@ -214,7 +177,7 @@ def params(tiles: int = 8):
         (lambda: TileTarget().matmul_tiles(1, 2, 2, 2, "complex64", "lhs"), "unknown dtype"),
         (lambda: TileTarget().matmul_plan(1, 2, 2, 2, "complex64"), "unknown dtype"),
         (lambda: TileTarget().matmul_tiles(1, 2, 2, 2, "float16", "bias"), "operand"),
-        (lambda: TileTarget().matmul_readers(1, 2, 2, 2, "float16", "output",
+        (lambda: TileTarget().matmul_readers(1, 2, 2, 2, "float16", "bias",
                                              np.zeros(4, np.int16)), "operand"),
         (lambda: TileTarget().matmul_readers(1, 2, 3, 2, "float16", "lhs",
                                              np.zeros(4, np.int16)),

@@ -1,0 +1,114 @@
+"""Plans for the passes of a fully connected layer: each planned alone, or all three sharing
+one partition of the layer's cube (Poplibs' joint plan), and Poplibs' choice between them.
+
+A training step computes each fully connected layer three times over one cube of work
+[G, M, K, N]: the forward pass X·W, the backward pass dY·Wᵀ and the weight update Xᵀ·dY.
+With ``fullyConnectedPass`` set (PopART sets it on every matmul of a training graph),
+Poplibs' planner (``createPlan`` in lib/poplin/ConvPlan.cpp) plans the forward pass twice:
+jointly, one partition costed as the sum of the three passes it implies, so that weights,
+activations and gradients are laid out once for all three; and separately, each pass its
+own cheapest partition, charged for rearranging the backward pass's input and the weight
+update's output into the layouts the other passes left. It keeps the separate plans only
+when they take fewer cycles. docs/ipu-model.md ("Plans of fully connected layers") says what
+the model keeps of this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from popart_unwind.machine.interface import MatmulCost, MatmulPartition, MatmulPlan, TileMachine
+
+#: The cube axes (rows, inner, columns) of the three passes in Poplibs' own orientation.
+CANONICAL_AXES = {"TRAINING_FWD": "mkn", "TRAINING_BWD": "mnk", "TRAINING_WU": "kmn"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PassOp:
+    """One pass of a layer as an op computes it: its Poplibs pass name and its cube axes."""
+
+    fc_pass: str
+    axes: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlans:
+    """One plan per pass op (in the order asked), what they cost together, and the cycles
+    of the rearrangements Poplibs charges to them (zero for a joint plan)."""
+
+    plans: tuple[MatmulPlan, ...]
+    cost: MatmulCost
+    rearrangement_cycles: int = 0
+
+    @property
+    def joint(self) -> bool:
+        return all(plan.joint for plan in self.plans)
+
+    @property
+    def cycles(self) -> int:
+        return self.cost.cycles + self.rearrangement_cycles
+
+
+def pass_cost(target: TileMachine, plan: MatmulPlan, dtype: str) -> MatmulCost:
+    """What one pass costs under its plan (its own matmul cut as the plan says)."""
+    return target.matmul_cost(*plan.dims, dtype, plan.own_partition)
+
+
+def joint_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
+                ops: Sequence[PassOp], count: int = 1) -> list[LayerPlans]:
+    """The ``count`` best partitions of ``cube`` shared by every pass op (costed as the sum
+    of their passes), best first."""
+    result = []
+    for partition in target.matmul_candidates(cube, dtype, [op.axes for op in ops], count):
+        result.append(_sharing(target, cube, dtype, ops, partition))
+    return result
+
+
+def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
+                   ops: Sequence[PassOp]) -> LayerPlans:
+    """Each pass op planned alone, as its own cube, with Poplibs' rearrangements charged:
+    the backward pass's input (dY, [G, M, N]) and the weight update's output (dW,
+    [G, K, N]) each copied over the tiles of its pass."""
+    plans = []
+    for op in ops:
+        own = MatmulPlan(cube, target.matmul_plan(*cube, dtype), op.axes).dims
+        plans.append(MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass))
+    plans_tuple = tuple(plans)
+    g, m, k, n = cube
+    rearranged = 0
+    for plan in plans_tuple:
+        if plan.fc_pass == "TRAINING_BWD":
+            rearranged += target.rearrangement_cycles(g * m * n, dtype,
+                                                      plan.partition.tiles_used)
+        elif plan.fc_pass == "TRAINING_WU":
+            rearranged += target.rearrangement_cycles(g * k * n, dtype,
+                                                      plan.partition.tiles_used)
+    return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype), rearranged)
+
+
+def poplibs_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
+                  ops: Sequence[PassOp]) -> LayerPlans:
+    """What Poplibs chooses for a layer whose forward pass is planned with
+    ``fullyConnectedPass`` TRAINING_FWD: the joint plan, its partition costed over all three
+    passes whichever are computed, unless the three passes planned separately, with their
+    rearrangements, take strictly fewer cycles (``separatePlanHasLowerCost`` without a
+    memory bound)."""
+    every_pass = [PassOp(name, axes) for name, axes in CANONICAL_AXES.items()]
+    [joint] = joint_plans(target, cube, dtype, every_pass)
+    if separate_plans(target, cube, dtype, every_pass).cycles < joint.cycles:
+        return separate_plans(target, cube, dtype, ops)
+    return _sharing(target, cube, dtype, ops, joint.plans[0].partition)
+
+
+def _sharing(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
+             ops: Sequence[PassOp], partition: MatmulPartition) -> LayerPlans:
+    plans = tuple(MatmulPlan(cube, partition, op.axes, op.fc_pass, joint=True) for op in ops)
+    return LayerPlans(plans, _summed(target, plans, dtype))
+
+
+def _summed(target: TileMachine, plans: Sequence[MatmulPlan], dtype: str) -> MatmulCost:
+    total = MatmulCost(0, 0, 0, 0)
+    for plan in plans:
+        total = total + pass_cost(target, plan, dtype)
+    return total
