@@ -40,12 +40,14 @@ from popart_unwind.machine.exchange import (
 from popart_unwind.machine.interface import (
     REARRANGE_ABOVE_DESTINATIONS,
     ExchangeNeed,
+    MatmulPlan,
     TileMachine,
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
+    OpWork,
     UnwindEmitter,
     count_equal,
     flat_tiles,
@@ -508,6 +510,25 @@ class ConvRule(LayoutRule):
                 broadcast_index(geometry.bias_shape, geometry.output_shape), bias,
                 target.dtype_size(op.input(2).dtype), target.num_tiles)
         return need
+
+    def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
+        """The im2col matmul's partition (convolutions are planned alone)."""
+        geometry = self.geometry(op)
+        if geometry is None:
+            return None
+        dims = geometry.dims
+        return MatmulPlan(dims, target.matmul_plan(*dims, geometry.dtype)).describe()
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The im2col matmul's cost under its plan: multiply-accumulates, and the partial
+        sums exchanged when the reduction is split over tiles."""
+        geometry = self.geometry(op)
+        if geometry is None:
+            return super().work(op, input_tiles, output_tiles, target)
+        cost = target.matmul_cost(*geometry.dims, geometry.dtype,
+                                  target.matmul_plan(*geometry.dims, geometry.dtype))
+        return OpWork(cost.compute_cycles, cost.reduction_cycles)
 
     def data_need(self, geometry: ConvGeometry, tiles: np.ndarray,
                   target: TileMachine) -> ExchangeNeed:

@@ -9,7 +9,8 @@ shape rules of its ops. The questions, by who asks them:
   unwindable ops, matmul operands Sources, elementwise ops SumLike, the rest Barriers);
 - the cost model (how Poplar lays out the op's results and what it moves): ``output_tiles``,
   ``aliases_outputs``, ``exchange``, ``agreement`` (the op's ValuedPairs scored on concrete
-  tiles, so that any plan is scored on the planner's scale), and ``best_input_tiles`` /
+  tiles, so that any plan is scored on the planner's scale), ``work`` (compute cycles, and
+  exchange inside the op such as a matmul's partial sums), and ``best_input_tiles`` /
   ``least_received`` (the exchange a plan leaves to save);
 - the PopART baseline: ``creates_input`` and ``wanted_input_tiles`` (PopART's
   ``Opx::createInput`` and its priority), ``popart_view`` (the element map PopART's creator
@@ -23,6 +24,7 @@ module depends on neither the IPU Model nor the planner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 
 if TYPE_CHECKING:
@@ -123,6 +126,30 @@ class LayoutRule:
         """Unmodelled ops are assumed to compute where their operands lie (no exchange)."""
         return ExchangeNeed.none(target.num_tiles)
 
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """What the op's tiles spend beyond receiving their inputs. The default is an op that
+        computes each element where it lies: its busiest tile's elements (of its largest
+        input or output there) at one vector per cycle; views compute nothing. An
+        approximation for every op but the matmuls and convolutions (docs/ipu-model.md)."""
+        if self.aliases_outputs(op):
+            return OpWork(0, 0)
+        busiest = 0
+        for tensor, tiles in [*zip(op.outputs, output_tiles, strict=True),
+                              *((op.input(i), input_tiles[i]) for i in op.input_map()
+                                if i < len(input_tiles) and input_tiles[i] is not None)]:
+            flat = np.asarray(tiles).reshape(-1)
+            if flat.size:
+                counts = tile_counts(flat, target.num_tiles)
+                busiest = max(busiest, -(-int(counts.max()) // target.vector_elements(
+                    tensor.dtype)))
+        return OpWork(busiest, 0)
+
+    def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
+        """How the op is computed over the tiles, as the plan file records it (matmuls and
+        convolutions: their partition), or None for an op without such a plan."""
+        return None
+
     def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
                   valuations: Any) -> tuple[float, float]:
         """This op's ValuedPairs scored on concrete tiles: (value of equal elements, bound).
@@ -167,6 +194,15 @@ class LayoutRule:
         """The element map from input ``in_index`` to output ``out_index`` along which
         PopART's creator search looks for a creator (``Opx::canUnwind``), or None."""
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpWork:
+    """Cycles an op spends beyond receiving its inputs: computing on its busiest tile, and
+    exchanging inside the op what no layout decides (a matmul's partial sums)."""
+
+    compute_cycles: int
+    partials_cycles: int
 
 
 BARRIER = LayoutRule()

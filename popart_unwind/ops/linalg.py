@@ -26,12 +26,19 @@ from popart_unwind.errors import PlanError, ShapeError
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import broadcast_index, read_need
-from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.machine.interface import (
+    CUBE_TENSORS,
+    ExchangeNeed,
+    MatmulCost,
+    MatmulPlan,
+    TileMachine,
+)
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.elementwise import operand_of_result
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
+    OpWork,
     UnwindEmitter,
     count_equal,
     flat_tiles,
@@ -259,8 +266,18 @@ def created_agreement(op: Op, input_tiles: InputTiles, target: TileMachine, valu
     return score, bound
 
 
+def op_key(op: Op) -> tuple[str, int]:
+    """How plans name an op: (graph id, op id)."""
+    return (op.graph.id, op.id)
+
+
 class MatMulRule(LayoutRule):
-    """MatMul: grouped products only (``matmul_groups``); any other product is a barrier."""
+    """MatMul: grouped products only (``matmul_groups``); any other product is a barrier.
+
+    The product is computed by the op's matmul plan (``plan``): the one chosen for it by
+    the plans the machine was given (a pass of a fully connected layer planned with its
+    other passes), or else the op's own cheapest partition. Operand and result layouts are
+    those of the plan's cube tensors, in the op's own orientation."""
 
     kind = "matmul"
 
@@ -276,6 +293,46 @@ class MatMulRule(LayoutRule):
         """A tensor added to the product (Gemm's C)."""
         return None
 
+    def plan(self, op: Op, target: TileMachine) -> MatmulPlan:
+        """The plan chosen for ``op`` (``target.chosen_plan``), or its cheapest alone."""
+        dims = self.dims(op)
+        if dims is None:
+            raise PlanError(f"op {op.debug_name()} is not a grouped matmul and has no plan")
+        chosen = target.chosen_plan(op_key(op))
+        if chosen is None:
+            return MatmulPlan(dims, target.matmul_plan(*dims, op.input(0).dtype))
+        if chosen.dims != dims:
+            raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, the "
+                            f"op is the grouped matmul {list(dims)}")
+        return chosen
+
+    def cost(self, op: Op, target: TileMachine) -> MatmulCost | None:
+        """What the op's plan costs, or None for a product that is not a grouped matmul."""
+        if self.dims(op) is None:
+            return None
+        plan = self.plan(op, target)
+        return target.matmul_cost(*plan.dims, op.input(0).dtype, plan.own_partition)
+
+    def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
+        return None if self.dims(op) is None else self.plan(op, target).describe()
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The plan's multiply-accumulates and partial-sum exchange (not counted: adding
+        a Gemm's C)."""
+        cost = self.cost(op, target)
+        if cost is None:
+            return super().work(op, input_tiles, output_tiles, target)
+        return OpWork(cost.compute_cycles, cost.reduction_cycles)
+
+    def _plan_tiles(self, op: Op, operand: str, target: TileMachine) -> np.ndarray:
+        """The plan's layout of the op's ``operand`` ("lhs", "rhs", "output") in the op's
+        grouped orientation, flat."""
+        plan = self.plan(op, target)
+        name, transposed = plan.cube_tensor(operand)
+        tiles = target.matmul_tiles(*plan.cube, op.input(0).dtype, name, plan.partition)
+        return _cube_to_own(tiles, plan, name, transposed)
+
     def operand_tiles(self, op: Op, index: int, target: TileMachine) -> np.ndarray:
         """The matmul plan's layout of input ``index`` (0: lhs, 1: rhs) in the input's own
         shape, flat (a transposed operand gets the transposed layout)."""
@@ -283,7 +340,7 @@ class MatMulRule(LayoutRule):
         if dims is None or index not in (0, 1):
             raise PlanError(f"op {op.debug_name()}: input {index} is not a grouped matmul "
                             f"operand")
-        tiles = target.matmul_tiles(*dims, op.input(0).dtype, ("lhs", "rhs")[index])
+        tiles = self._plan_tiles(op, ("lhs", "rhs")[index], target)
         if self.transposed(op, index):
             _, m, k, n = dims
             grid = tiles.reshape((m, k) if index == 0 else (k, n))
@@ -309,7 +366,7 @@ class MatMulRule(LayoutRule):
         return tiles.reshape(-1)
 
     def _product_tiles(self, op: Op, target: TileMachine) -> np.ndarray:
-        return target.matmul_tiles(*self.dims(op), op.input(0).dtype, "output")
+        return self._plan_tiles(op, "output", target)
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         if self.dims(op) is None:
@@ -348,12 +405,16 @@ class MatMulRule(LayoutRule):
         dims = self.dims(op)
         if dims is None:
             return super().exchange(op, input_tiles, output_tiles, target)
+        plan = self.plan(op, target)
         need = ExchangeNeed.none(target.num_tiles)
         for index, operand in enumerate(("lhs", "rhs")):
             tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
-                need = need + target.matmul_readers(*dims, op.input(0).dtype, operand,
-                                                    self._grouped(op, index, tiles))
+                name, transposed = plan.cube_tensor(operand)
+                cube_tiles = _own_to_cube(self._grouped(op, index, tiles), plan, name,
+                                          transposed)
+                need = need + target.matmul_readers(*plan.cube, op.input(0).dtype, name,
+                                                    cube_tiles, plan.partition)
         bias, bias_tiles = self.bias(op), flat_tiles(input_tiles, 2)
         if bias is not None and bias_tiles is not None:
             out_shape = known_shape(op, op.output(0))
@@ -392,6 +453,26 @@ class MatMulRule(LayoutRule):
         if index == 2 and bias is not None:
             return operand_of_result(op, bias, output_tiles[0], target)
         return None
+
+
+def _cube_to_own(tiles: np.ndarray, plan: MatmulPlan, name: str,
+                 transposed: bool) -> np.ndarray:
+    """A cube tensor's layout (flat, the cube's orientation) as the op holds it."""
+    if not transposed:
+        return tiles
+    g = plan.cube[0]
+    rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
+    return np.ascontiguousarray(tiles.reshape(g, rows, cols).transpose(0, 2, 1)).reshape(-1)
+
+
+def _own_to_cube(tiles: np.ndarray, plan: MatmulPlan, name: str,
+                 transposed: bool) -> np.ndarray:
+    """An operand's layout as the op holds it (grouped, flat) in the cube's orientation."""
+    if not transposed:
+        return tiles
+    g = plan.cube[0]
+    rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
+    return np.ascontiguousarray(tiles.reshape(g, cols, rows).transpose(0, 2, 1)).reshape(-1)
 
 
 class GemmRule(MatMulRule):

@@ -1,0 +1,318 @@
+"""The fully connected layers of a training step: each forward matmul with the matmuls that
+compute its gradients.
+
+PopART's autodiff builds the gradients of a MatMul itself and marks each op with its phase
+(``MatMulBaseOp::Phase``: Fwd, BwdLHS, BwdRHS), which its MatMulOpx hands to Poplibs as the
+``fullyConnectedPass`` option, so that the three passes of a layer are planned on one cube
+of work [G, M, K, N] (``machine.interface.MatmulPlan``). A training step exported from
+PyTorch has lost those marks: its gradients are plain MatMuls. They are recovered here from
+structure. Each operand is followed back through bijective views (reshapes, transposes) to
+a base tensor. Walking the schedule, each matmul not yet in a layer is a forward pass; its
+backward pass is a matmul that reads the same weight as the cube's RHS and contracts over
+N, its weight update one that reads the same activation as the cube's LHS and contracts
+over M, and the two read one output gradient. Which cube tensor a shared operand is, not
+merely the shared base, tells a layer's passes from sibling forward matmuls reading one
+input (Q, K, V projections) or one weight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.machine.fc_plans import PassOp
+from popart_unwind.machine.interface import MatmulPartition, MatmulPlan
+from popart_unwind.memory import Chain
+from popart_unwind.ops.linalg import MatMulRule
+from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.ops.views import ViewRule
+
+#: The forward pass's axes: the cube is the forward op's own product.
+FWD_AXES = "mkn"
+#: Axes of the backward pass (the gradient of the forward lhs: contracts over n), in the
+#: order they are tried: dY @ W^T -> dX, or W @ dY^T -> dX^T.
+BWD_AXES = ("mnk", "knm")
+#: Axes of the weight update (the gradient of the forward rhs: contracts over m), in the
+#: order they are tried: X^T @ dY -> dW, or dY^T @ X -> dW^T (PyTorch's Linear backward).
+WU_AXES = ("kmn", "nmk")
+#: Chain ops of a view that neither drops nor repeats elements.
+BIJECTIVE_CHAIN_OPS = frozenset({"Reshape", "DimShuffle"})
+#: Which cube tensor an operand is does not depend on the partition.
+ANY_PARTITION = MatmulPartition(1, 1, 1, 1)
+#: The op inputs that are matmul operands.
+OPERANDS = ("lhs", "rhs")
+
+
+@dataclasses.dataclass(frozen=True)
+class FullyConnectedLayer:
+    """A forward matmul and the matmuls computing the gradients of its operands, which
+    share its cube of work; ``axes`` gives each op present its ``MatmulPlan.axes``."""
+
+    fwd: Op
+    bwd: Op | None  # computes the gradient of fwd's lhs
+    wu: Op | None  # computes the gradient of fwd's rhs
+    cube: tuple[int, int, int, int]  # fwd's own (G, M, K, N)
+    axes: tuple[tuple[int, str], ...]  # (op id, axes) for each op present, fwd first
+    #: The cube tensors ("lhs", "rhs", "output") that are views of producer-less tensors
+    #: (weights, inputs, constants): the ones a layout plan decides.
+    producerless: frozenset[str] = frozenset()
+
+    def ops(self) -> list[Op]:
+        """The ops present: fwd, bwd, wu, in that order."""
+        return [op for op in (self.fwd, self.bwd, self.wu) if op is not None]
+
+    def passes(self) -> tuple[list[Op], list[PassOp]]:
+        """The ops present and the pass each computes (its Poplibs name and cube axes)."""
+        ops = self.ops()
+        names = {id(self.fwd): "TRAINING_FWD", id(self.bwd): "TRAINING_BWD",
+                 id(self.wu): "TRAINING_WU"}
+        return ops, [PassOp(names[id(op)], self.axes_of(op)) for op in ops]
+
+    def axes_of(self, op: Op) -> str:
+        """Which cube axes ``op``'s rows, inner axis and columns are."""
+        for op_id, axes in self.axes:
+            if op_id == op.id:
+                return axes
+        raise PlanError(f"op {op.debug_name()} is no pass of the layer of "
+                        f"{self.fwd.debug_name()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandView:
+    """A matmul operand as a bijective view of ``base``: ``chain`` leads from the base's
+    shape to the operand in its op's grouped orientation ([G, M, K] or [G, K, N])."""
+
+    base: Tensor
+    chain: Chain
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedMatmul:
+    """A matmul op whose product is a grouped one, with its place in the schedule."""
+
+    op: Op
+    position: int
+    dims: tuple[int, int, int, int]
+    operands: tuple[OperandView, OperandView]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """A matmul computing one pass of a layer, and its axes in the layer's cube."""
+
+    matmul: GroupedMatmul
+    axes: str
+
+
+# -- operands as views ------------------------------------------------------------------------
+def view_step(tensor: Tensor, registry: OpRegistry) -> tuple[Tensor, Chain] | None:
+    """The tensor ``tensor``'s producer views bijectively, and the chain from it to
+    ``tensor``; None if the producer is no such view."""
+    op = tensor.producer
+    if op is None or not op.has_input(0):
+        return None
+    rule = registry.layout_rule(op)
+    source = op.input(0)
+    if not isinstance(rule, ViewRule) or source.shape is None or tensor.shape is None:
+        return None
+    out_index = next(index for index, out in op.output_map().items() if out is tensor)
+    chain = rule.view_chain(op, 0, out_index)
+    if chain is None or any(step.type not in BIJECTIVE_CHAIN_OPS for step in chain.ops):
+        return None
+    return source, chain
+
+
+def view_of(tensor: Tensor, registry: OpRegistry) -> OperandView:
+    """``tensor`` as a bijective view of the furthest tensor reachable through views."""
+    pieces = []
+    while (step := view_step(tensor, registry)) is not None:
+        tensor, piece = step
+        pieces.append(piece)
+    chain = Chain(tensor.shape)
+    for piece in reversed(pieces):
+        chain = chain.then(piece)
+    return OperandView(tensor, chain)
+
+
+def grouped_operand(op: Op, index: int, rule: MatMulRule, dims: tuple[int, int, int, int],
+                    registry: OpRegistry) -> OperandView:
+    """Input ``index`` (0 lhs, 1 rhs) as a view reshaped to [G, M, K] or [G, K, N], a
+    transposition the op applies (Gemm's transA/transB) included."""
+    view = view_of(op.input(index), registry)
+    chain = view.chain.copy()
+    if rule.transposed(op, index):
+        rank = len(chain.out_shape)
+        chain.dim_shuffle((*range(rank - 2), rank - 1, rank - 2))
+    groups, rows, inner, cols = dims
+    grouped = (groups, rows, inner) if index == 0 else (groups, inner, cols)
+    if chain.out_shape != grouped:
+        chain.reshape(grouped)
+    return OperandView(view.base, chain)
+
+
+def grouped_matmul(op: Op, position: int, registry: OpRegistry) -> GroupedMatmul | None:
+    """``op`` as a grouped matmul, or None if it is not one (or a shape is unknown)."""
+    rule = registry.layout_rule(op)
+    if not isinstance(rule, MatMulRule) or not (op.has_input(0) and op.has_input(1)):
+        return None
+    if op.input(0).shape is None or op.input(1).shape is None:
+        return None
+    dims = rule.dims(op)
+    if dims is None:
+        return None
+    return GroupedMatmul(op, position, dims, (grouped_operand(op, 0, rule, dims, registry),
+                                              grouped_operand(op, 1, rule, dims, registry)))
+
+
+# -- one graph's matmuls ------------------------------------------------------------------------
+class GraphMatmuls:
+    """The grouped matmuls of one graph in schedule order, indexed by the base tensors
+    their operands view, with the canonical cube-oriented chains compared so far."""
+
+    def __init__(self, graph: Graph, registry: OpRegistry) -> None:
+        self.matmuls: list[GroupedMatmul] = []
+        self.readers: dict[str, list[GroupedMatmul]] = {}  # base tensor id -> matmuls
+        self._canonical: dict[tuple[int, int, bool], Chain] = {}
+        for position, op in enumerate(graph.schedule()):
+            matmul = grouped_matmul(op, position, registry)
+            if matmul is None:
+                continue
+            self.matmuls.append(matmul)
+            for base_id in dict.fromkeys(view.base.id for view in matmul.operands):
+                self.readers.setdefault(base_id, []).append(matmul)
+
+    def cube_chain(self, matmul: GroupedMatmul, index: int, transposed: bool) -> Chain:
+        """The canonical chain from operand ``index``'s base to the cube tensor it is."""
+        key = (matmul.op.id, index, transposed)
+        if key not in self._canonical:
+            chain = matmul.operands[index].chain.copy()
+            if transposed:
+                chain.dim_shuffle((0, 2, 1))
+            self._canonical[key] = chain.canonicalized()
+        return self._canonical[key]
+
+    def same_cube_tensor(self, cube: tuple[int, int, int, int], name: str,
+                         first: Pass, second: Pass) -> bool:
+        """Whether the two passes read the same elements, in the same order, as cube
+        tensor ``name``."""
+        first_index, first_transposed = operand_as(cube, first.axes, name)
+        second_index, second_transposed = operand_as(cube, second.axes, name)
+        first_base = first.matmul.operands[first_index].base
+        second_base = second.matmul.operands[second_index].base
+        first_chain = self.cube_chain(first.matmul, first_index, first_transposed)
+        second_chain = self.cube_chain(second.matmul, second_index, second_transposed)
+        if first_base is second_base:
+            return first_chain == second_chain
+        return _equal_constants(first_base, first_chain, second_base, second_chain)
+
+    def passes(self, forward: GroupedMatmul, shared: str, options: tuple[str, ...],
+               assigned: set[int]) -> list[Pass]:
+        """The unassigned matmuls that can compute a pass of ``forward``'s layer reading
+        cube tensor ``shared`` as ``forward`` does, in schedule order, each with the first
+        of ``options`` that fits."""
+        cube, fwd = forward.dims, Pass(forward, FWD_AXES)
+        index, _ = operand_as(cube, FWD_AXES, shared)
+        found = []
+        for matmul in self.readers.get(forward.operands[index].base.id, ()):
+            if matmul is forward or matmul.op.id in assigned:
+                continue
+            for axes in options:
+                candidate = Pass(matmul, axes)
+                if matmul.dims == MatmulPlan(cube, ANY_PARTITION, axes).dims \
+                        and self.same_cube_tensor(cube, shared, fwd, candidate):
+                    found.append(candidate)
+                    break
+        return found
+
+
+def _equal_constants(first: Tensor, first_chain: Chain, second: Tensor,
+                     second_chain: Chain) -> bool:
+    """Whether two constants viewed as one cube tensor hold the same values: constant
+    folding may give each pass its own copy of an output gradient that does not depend on
+    the data (a loss summing the output makes it all ones)."""
+    if first.data is None or second.data is None or first_chain.out_shape != \
+            second_chain.out_shape or first.tensor_type is not TensorType.CONST \
+            or second.tensor_type is not TensorType.CONST:
+        return False
+    return bool(np.array_equal(first_chain.apply(np.asarray(first.data)),
+                               second_chain.apply(np.asarray(second.data))))
+
+
+def operand_as(cube: tuple[int, int, int, int], axes: str, name: str) -> tuple[int, bool]:
+    """Which input (0 lhs, 1 rhs) of an op computing ``axes`` of ``cube`` is cube tensor
+    ``name``, and whether the op holds it transposed."""
+    plan = MatmulPlan(cube, ANY_PARTITION, axes)
+    for index, operand in enumerate(OPERANDS):
+        tensor, transposed = plan.cube_tensor(operand)
+        if tensor == name:
+            return index, transposed
+    raise PlanError(f"cube tensor {name!r} is no input of a pass with axes {axes!r}")
+
+
+# -- pairing ------------------------------------------------------------------------------------
+def choose_passes(matmuls: GraphMatmuls, cube: tuple[int, int, int, int], bwds: list[Pass],
+                  wus: list[Pass]) -> tuple[Pass | None, Pass | None]:
+    """The backward pass and weight update of one layer: the earliest pair that reads one
+    output gradient, else the earliest pass alone."""
+    if not bwds or not wus:
+        return (bwds[0] if bwds else None), (wus[0] if wus else None)
+    for bwd in bwds:
+        for wu in wus:
+            if bwd.matmul is not wu.matmul \
+                    and matmuls.same_cube_tensor(cube, "output", bwd, wu):
+                return bwd, wu
+    if bwds[0].matmul.position < wus[0].matmul.position:
+        return bwds[0], None
+    return None, wus[0]
+
+
+def layer_of(matmuls: GraphMatmuls, forward: GroupedMatmul,
+             assigned: set[int]) -> FullyConnectedLayer | None:
+    """``forward``'s layer among the unassigned matmuls, or None if no pass is found."""
+    cube = forward.dims
+    bwd, wu = choose_passes(matmuls, cube, matmuls.passes(forward, "rhs", BWD_AXES, assigned),
+                            matmuls.passes(forward, "lhs", WU_AXES, assigned))
+    if bwd is None and wu is None:
+        return None
+    present = [(forward.op.id, FWD_AXES)]
+    present += [(p.matmul.op.id, p.axes) for p in (bwd, wu) if p is not None]
+    bases = {name: forward.operands[operand_as(cube, FWD_AXES, name)[0]].base
+             for name in OPERANDS}
+    gradient = bwd or wu
+    if gradient is not None:
+        index, _ = operand_as(cube, gradient.axes, "output")
+        bases["output"] = gradient.matmul.operands[index].base
+    producerless = frozenset(name for name, base in bases.items() if base.producer is None)
+    return FullyConnectedLayer(forward.op, bwd.matmul.op if bwd else None,
+                               wu.matmul.op if wu else None, cube, tuple(present),
+                               producerless)
+
+
+def graph_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer]:
+    """The layers of one graph: walking its schedule, each matmul not yet in a layer is a
+    forward pass, so the earliest op of a layer is its forward one."""
+    matmuls = GraphMatmuls(graph, registry)
+    assigned: set[int] = set()
+    layers = []
+    for forward in matmuls.matmuls:
+        if forward.op.id in assigned:
+            continue
+        layer = layer_of(matmuls, forward, assigned)
+        if layer is not None:
+            layers.append(layer)
+            assigned.update(op.id for op in layer.ops())
+    return layers
+
+
+def fully_connected_layers(ir: Ir, registry: OpRegistry = REGISTRY
+                           ) -> list[FullyConnectedLayer]:
+    """The fully connected layers of every graph of ``ir``, graph by graph, each graph's in
+    the schedule order of their forward ops. A forward matmul with neither gradient
+    found is no layer (it is planned alone)."""
+    return [layer for graph in ir.graphs for layer in graph_layers(graph, registry)]
