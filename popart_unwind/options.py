@@ -37,6 +37,10 @@ class UnwindValuations:
     sliceable: float = 4.0
 
 
+#: The values of ``SessionOptions.matmul_plans``.
+MATMUL_PLAN_CHOICES = ("with_layouts", "poplibs", "alone")
+
+
 @dataclasses.dataclass(frozen=True)
 class SessionOptions:
     """Settings of one planning session (PopART: ``popart.SessionOptions``)."""
@@ -60,6 +64,13 @@ class SessionOptions:
     #: busiest tile's received bytes move too (ResNet's training step: +1.9 % exchange
     #: cycles), above the 1 % of exchange the option may trade.
     balance_tile_memory: bool = False
+    #: How the matmuls of a training step's fully connected layers are planned
+    #: (docs/planner.md, "Matmul plans"): ``with_layouts`` (default) weighs a joint plan of
+    #: the layer's passes against separate ones on the passes' cycles plus the
+    #: rearrangements their layouts leave; ``poplibs`` chooses as Poplibs does with
+    #: ``fullyConnectedPass`` (what the PopART baseline does); ``alone`` plans every matmul
+    #: by itself (Poplibs without the option).
+    matmul_plans: str = "with_layouts"
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -77,6 +88,9 @@ class SessionOptions:
         # options hashable and immutable; a bare string is left for the registry to refuse.
         if not isinstance(self.pipeline, str | tuple):
             object.__setattr__(self, "pipeline", tuple(self.pipeline))
+        if self.matmul_plans not in MATMUL_PLAN_CHOICES:
+            raise OptionError(f"option matmul_plans must be one of "
+                              f"{', '.join(MATMUL_PLAN_CHOICES)}; got {self.matmul_plans!r}")
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

@@ -26,13 +26,23 @@ from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine import TileTarget
 from popart_unwind.machine.hooks import tile_counts
-from popart_unwind.machine.interface import ExchangeNeed, TileMachine
+from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts, planned_shape
+from popart_unwind.ops.layout_rule import (
+    InputTiles,
+    LayoutRule,
+    OpWork,
+    output_layouts,
+    planned_shape,
+)
 from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
 #: (graph id, tensor id) -> flat array of each element's tile.
 Mappings = Mapping[tuple[str, str], np.ndarray]
+#: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
+NO_WORK = OpWork(0, 0)
+#: (graph id, op id) -> the matmul plan chosen for the op.
+OpPlans = Mapping[tuple[str, int], MatmulPlan]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +65,15 @@ class OpCost:
     #: Of ``exchange_bytes``, what the layouts of planned tensors (producer-less ones and
     #: views of them) add above the least any layout of them would cost this op.
     avoidable_bytes: int = 0
+    #: The busiest tile's computing (``LayoutRule.work``), and the exchange inside the op
+    #: that no layout decides (a matmul's partial sums).
+    compute_cycles: int = 0
+    partials_cycles: int = 0
+
+    @property
+    def total_cycles(self) -> int:
+        """Exchange of the inputs, exchange of partial sums, and compute."""
+        return self.cycles + self.partials_cycles + self.compute_cycles
 
 
 @dataclasses.dataclass
@@ -84,6 +103,15 @@ class CostReport:
         default_factory=lambda: np.zeros(0, np.int64))
     #: The tile with the highest liveness peak: when it is reached and what fills it.
     fullest_tile: FullestTile | None = None
+    #: Cycles spent computing, and exchanging matmul partial sums (weighted by executions).
+    compute_cycles: int = 0
+    partials_cycles: int = 0
+
+    @property
+    def cycles(self) -> int:
+        """The step's estimated cycles: exchange (inputs and partial sums) plus compute, op
+        after op (no overlap, as BSP steps do not overlap)."""
+        return self.exchange_cycles + self.partials_cycles + self.compute_cycles
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -105,6 +133,7 @@ class CostReport:
         """The figures the command line and plan files compare plans by."""
         return {"objective": self.objective, "upper_bound": self.upper_bound,
                 "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
+                "cycles": self.cycles, "compute_cycles": self.compute_cycles,
                 "max_tile_bytes": self.max_tile_bytes, "regions": self.regions,
                 "avoidable_exchange_bytes": self.avoidable_exchange_bytes,
                 "peak_tile_bytes": self.peak_tile_bytes,
@@ -119,13 +148,17 @@ class CostReport:
 
 
 def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | None = None,
-             registry: Any = REGISTRY, valuations: Any = None) -> CostReport:
+             registry: Any = REGISTRY, valuations: Any = None,
+             op_plans: OpPlans | None = None) -> CostReport:
     """Cost ``ir`` under a plan: ``mappings`` (graph id, tensor id) -> tiles for every
-    producer-less tensor, or, when None, each such tensor's ``tile_mapping`` (Poplar format).
+    producer-less tensor, or, when None, each such tensor's ``tile_mapping`` (Poplar format);
+    ``op_plans`` (graph id, op id) -> the matmul plan of each op the plan chose one for (the
+    others are planned alone).
 
     Raises PlanError naming the first producer-less tensor without a valid mapping."""
     target = target if target is not None else TileTarget()
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
+    target = target.with_plans(op_plans or {})
     target.reset()  # the rotating linear mapper must give the same tiles on every run
     return _Evaluation(ir, target, mappings, registry, valuations).report()
 
@@ -217,6 +250,8 @@ class _Evaluation(Interpreter):
         budget = self.target.bytes_per_tile
         weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
                     for row in self.rows]
+        compute = sum(row.compute_cycles * row.executions for row in self.rows)
+        partials = sum(row.partials_cycles * row.executions for row in self.rows)
         return CostReport(
             ops=self.rows,
             exchange_bytes=int(sum(b for b, _ in weighted)),
@@ -234,6 +269,8 @@ class _Evaluation(Interpreter):
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
+            compute_cycles=int(compute),
+            partials_cycles=int(partials),
         )
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
@@ -250,6 +287,7 @@ class _Evaluation(Interpreter):
         input_tiles = _indexed([self.read(t) for t in op.inputs], op)
         rule = self.registry.layout_rule(op)
         avoidable = 0
+        work = NO_WORK
         if rule.runs_subgraphs:
             outputs, need, score, bound = rule.call_cost(op, input_tiles, self, self.target,
                                                          self.valuations)
@@ -258,10 +296,11 @@ class _Evaluation(Interpreter):
             need = rule.exchange(op, input_tiles, outputs, self.target)
             avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
             score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
+            work = rule.work(op, input_tiles, outputs, self.target)
         self.objective += score
         self.upper_bound += bound
         aliases = rule.aliases_outputs(op)
-        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable)
+        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work)
         parameters = all(self.from_parameters[key(t)] for t in op.inputs)
         for tensor, out in zip(op.outputs, outputs, strict=True):
             self.write(tensor, out)
@@ -307,7 +346,7 @@ class _Evaluation(Interpreter):
         return avoidable
 
     def _charge(self, op: Op, need: ExchangeNeed, executions: int,
-                avoidable: int = 0) -> None:
+                avoidable: int = 0, work: OpWork = NO_WORK) -> None:
         received = np.asarray(need.received_bytes, np.int64).reshape(-1)
         regions = np.asarray(need.regions, np.int64).reshape(-1)
         if received.size != self.num_tiles or regions.size != self.num_tiles:
@@ -319,7 +358,7 @@ class _Evaluation(Interpreter):
         self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
                                 total, busiest, cycles, int(regions.sum()),
                                 int(regions.max()) if regions.size else 0, executions,
-                                avoidable))
+                                avoidable, work.compute_cycles, work.partials_cycles))
         self.received += received * executions
 
     def _resident(self, tensors: list[Tensor]) -> None:

@@ -13,6 +13,14 @@ LM head) is laid out for the Gather, as PopART does by default: ``GatherOpx`` cr
 table at the highest priority. ``tied_gather=True`` models PopART's ``TiedGatherPattern``
 instead (off by default in PopART): such a Gather becomes a TiedGather whose creator
 priority is -1, so the LM head's matmul lays the table out.
+
+In a training step the matmuls of each fully connected layer are planned as PopART has
+Poplibs plan them (``SessionOptions.enableFullyConnectedPass``, on by default): the forward,
+backward and weight-update passes with ``fullyConnectedPass`` set, so that Poplibs chooses
+one partition for the three (or separate ones when those are cheaper) before any operand is
+created (``machine.fc_plans.poplibs_plans``). ``fully_connected_pass=False`` plans every
+matmul alone. A matmul TiedGatherPattern matched is planned alone, as the pattern switches
+the option off for it.
 """
 
 from __future__ import annotations
@@ -29,10 +37,13 @@ from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor, TensorType
-from popart_unwind.machine.interface import TileMachine
+from popart_unwind.machine.fc_plans import poplibs_plans
+from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
+from popart_unwind.ops.linalg import op_key
 
 #: Chain ops that keep every input element in the output (so a chain of them covers all).
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
@@ -56,9 +67,11 @@ class BaselineDecision:
 
 @dataclasses.dataclass
 class BaselinePlan:
-    """PopART's layout of every producer-less tensor, in the order it decided them."""
+    """PopART's layout of every producer-less tensor, in the order it decided them, and the
+    matmul plans of the ops planned as passes of a fully connected layer."""
 
     decisions: list[BaselineDecision]
+    op_plans: dict[tuple[str, int], MatmulPlan] = dataclasses.field(default_factory=dict)
 
     @property
     def mappings(self) -> dict[tuple[str, str], np.ndarray]:
@@ -95,18 +108,38 @@ class Candidate:
 
 
 def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
-                    unwind_elementwise: bool = True, tied_gather: bool = False) -> BaselinePlan:
+                    unwind_elementwise: bool = True, tied_gather: bool = False,
+                    fully_connected_pass: bool = True) -> BaselinePlan:
     """PopART's layout for every producer-less tensor (all graphs, creation order). The IR
     is not changed. ``unwind_elementwise=False`` passes through view ops only;
-    ``tied_gather=True`` applies PopART's TiedGatherPattern (see :func:`tied_gathers`)."""
-    target.reset()
-    search = _CreatorSearch(ir, registry, unwind_elementwise,
-                            tied_gathers(ir) if tied_gather else frozenset())
+    ``tied_gather=True`` applies PopART's TiedGatherPattern (see :func:`tied_gathers`);
+    ``fully_connected_pass=False`` plans every matmul alone."""
+    tied = _tied_matches(ir) if tied_gather else {}
+    op_plans = fully_connected_plans(ir, target, registry, skip=set(tied.values())) \
+        if fully_connected_pass else {}
+    target = target.with_plans(op_plans)
+    search = _CreatorSearch(ir, registry, unwind_elementwise, frozenset(tied))
     decisions = []
     for graph in ir.graphs:
         for tensor in graph.producerless_tensors():
             decisions.append(_decide(tensor, search.candidates(tensor), target, registry))
-    return BaselinePlan(decisions)
+    return BaselinePlan(decisions, op_plans)
+
+
+def fully_connected_plans(ir: Ir, target: TileMachine, registry: Any = REGISTRY,
+                          skip: set[int] | frozenset[int] = frozenset()
+                          ) -> dict[tuple[str, int], MatmulPlan]:
+    """Poplibs' plans of every fully connected layer of a training step (the layers
+    ``ops.fully_connected`` recognises), but those whose forward op is in ``skip``."""
+    plans: dict[tuple[str, int], MatmulPlan] = {}
+    for layer in fully_connected_layers(ir, registry):
+        if layer.fwd.id in skip:
+            continue
+        ops, passes = layer.passes()
+        chosen = poplibs_plans(target, layer.cube, layer.fwd.input(0).dtype, passes)
+        for op, plan in zip(ops, chosen.plans, strict=True):
+            plans[op_key(op)] = plan
+    return plans
 
 
 def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,
@@ -318,7 +351,14 @@ class _GlobalSchedule(Interpreter):
 
 # -- PopART's TiedGatherPattern (willow/src/patterns/tiedgatherpattern.cpp) ------------------
 def tied_gathers(ir: Ir) -> frozenset[int]:
-    """Ids of the Gathers PopART's TiedGatherPattern would turn into TiedGathers.
+    """Ids of the Gathers PopART's TiedGatherPattern would turn into TiedGathers
+    (:func:`_tied_matches`)."""
+    return frozenset(_tied_matches(ir))
+
+
+def _tied_matches(ir: Ir) -> dict[int, int]:
+    """The Gathers PopART's TiedGatherPattern would turn into TiedGathers, each with the
+    MatMul it matched: gather op id -> matmul op id.
 
     PopART's match: a Gather on axis 0 whose table, followed back through single-input ops,
     is a variable or constant that a MatMul also consumes (reached forward through ops with
@@ -331,7 +371,7 @@ def tied_gathers(ir: Ir) -> frozenset[int]:
     is the match. (PopART applies the pattern in training only with gradient accumulation;
     that is the caller's choice of ``tied_gather``.)
     """
-    found = set()
+    found: dict[int, int] = {}
     for graph in ir.graphs:
         for op in graph.ops:
             if op.type.name != "Gather" or not op.has_input(0) or not op.has_input(1):
@@ -353,9 +393,9 @@ def tied_gathers(ir: Ir) -> frozenset[int]:
                 transposed = _by_transpose(rhs) or (
                     matmul.type.name == "Gemm" and bool(matmul.attributes.get("transB", 0)))
                 if transposed != gathered_transposed:
-                    found.add(op.id)
+                    found[op.id] = matmul.id
                     break
-    return frozenset(found)
+    return found
 
 
 def _by_transpose(tensor: Tensor) -> bool:

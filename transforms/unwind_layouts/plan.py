@@ -1,5 +1,6 @@
 """``plan_ir``: the layout planner end to end, and the ``Plan`` it returns.
 
+choose matmul plans (``plan_choice``, ``options.matmul_plans``) ->
 emit (the unwinding problem from the IR) -> solve (``options.unwind_algorithm``) ->
 realize (concrete tiles per sink) -> validate -> write ``tensor.tile_mapping`` (Poplar
 format) on every producer-less tensor and call output, through a rewriter (the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
 from popart_unwind.ir.tile_mapping import TileIntervals, tile_dtype, tile_mapping
-from popart_unwind.machine.interface import TileMachine
+from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
@@ -29,6 +31,7 @@ from popart_unwind.unwind import Graph, Solution, TensorId
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 from .emit import Emitter, Progress, emit_ir
+from .plan_choice import choose_plans
 from .realize import Realizer, validate
 
 UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
@@ -66,7 +69,7 @@ class Plan:
     solver: str
     proven_optimal: bool
     num_tiles: int
-    #: Seconds per stage: emit, solve, realize, write, total.
+    #: Seconds per stage: plans, emit, solve, realize, write, total.
     timings: dict[str, float]
     unwind_graph: Graph = dataclasses.field(repr=False)
     solution: Solution = dataclasses.field(repr=False)
@@ -75,6 +78,9 @@ class Plan:
     #: Whether writing the plan changed any tensor's mapping on the Ir (by the rewriter's
     #: record).
     changed: bool = False
+    #: (graph id, op id) -> the matmul plan chosen for each pass of a fully connected layer
+    #: (every other matmul is planned alone).
+    op_plans: dict[tuple[str, int], MatmulPlan] = dataclasses.field(default_factory=dict)
 
     def tensor(self, graph_id: str, tensor_id: str) -> PlannedTensor:
         for planned in self.tensors:
@@ -106,24 +112,29 @@ class Plan:
 
 def plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None = None,
             progress: Progress | None = None, registry: OpRegistry = REGISTRY,
-            write: bool = True, rewriter: Rewriter | None = None) -> Plan:
+            write: bool = True, rewriter: Rewriter | None = None,
+            op_plans: Mapping[tuple[str, int], MatmulPlan] | None = None) -> Plan:
     """Plan every producer-less tensor's (and call output's) layout and, unless ``write``
     is False, write the mappings onto the Ir through ``rewriter`` (default: one of its
-    own). ``progress(stage, done, total)`` is called as stages advance (stages: emit,
-    solve, realize, write)."""
+    own). The matmul plans are chosen as ``options.matmul_plans`` says, unless
+    ``op_plans`` gives them ((graph id, op id) -> plan; the others planned alone).
+    ``progress(stage, done, total)`` is called as stages advance (stages: emit, solve,
+    realize, write)."""
     with cyclic_gc_paused():
-        return _plan_ir(ir, target, options, progress, registry, write, rewriter)
+        return _plan_ir(ir, target, options, progress, registry, write, rewriter, op_plans)
 
 
 def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
              progress: Progress | None, registry: OpRegistry, write: bool,
-             rewriter: Rewriter | None) -> Plan:
+             rewriter: Rewriter | None,
+             op_plans: Mapping[tuple[str, int], MatmulPlan] | None) -> Plan:
     options = options if options is not None else ir.options
     began = time.perf_counter()
     timings: dict[str, float] = {}
-    reset = getattr(target, "reset", None)
-    if callable(reset):
-        reset()  # the rotating linear mapper restarts: equal Irs, equal plans
+    op_plans = dict(op_plans) if op_plans is not None else choose_plans(
+        ir, target, registry, options.matmul_plans)
+    target = target.with_plans(op_plans)  # its linear mapper starts at 0: equal Irs, equal plans
+    timings["plans"] = _lap(began, timings)
 
     emitter = emit_ir(ir, target, options.unwind_valuations, registry, progress)
     timings["emit"] = _lap(began, timings)
@@ -154,7 +165,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     timings["total"] = time.perf_counter() - began
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
                 solution.algo, solution.proven_optimal, target.num_tiles, timings,
-                emitter.graph, solution, realizer, changed)
+                emitter.graph, solution, realizer, changed, op_plans)
 
 
 def _lap(began: float, timings: dict[str, float]) -> float:

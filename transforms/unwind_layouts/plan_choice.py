@@ -1,0 +1,103 @@
+"""Matmul plans chosen with the layouts they imply, before the layouts themselves.
+
+Each fully connected layer of a training step (``ops.fully_connected``) computes one cube
+of work in up to three passes. Its passes can share one partition of the cube (a joint
+plan: each tensor of the layer — weights, activations, gradients — is wanted in one layout
+by every pass that reads it, and the weight gradient comes out where the weights lie) or
+each take its own cheapest partition (separate plans: fewer cycles for the passes
+themselves, but every pass wants its operands in another layout). Poplibs weighs the two
+on the passes' own cycles (``machine.fc_plans.poplibs_plans``); the planner weighs them on
+the passes' cycles plus the copies their layouts leave where the planner decides them:
+
+- a producer-less tensor (the weights, an input) read by several passes is laid out by the
+  planner once; under separate plans each further reader wants another layout and its
+  tiles receive their share of the tensor within that pass's exchange; a joint plan
+  wants one layout, which the planner can give;
+- the weight update adds the weight gradient to the weights: under separate plans the
+  gradient comes out in the weight-update pass's layout, which the update receives in an
+  exchange step of its own (with its sync).
+
+Activations and gradients keep their producers' layouts, which the choice does not know;
+they are charged nothing (the passes' own cycles assume every operand where the plan wants
+it). Separate plans are assumed to want distinct layouts of every shared tensor (different
+matmul shapes are cut differently). Only the passes the step computes are costed. The
+choice is per layer and local; the cost model then measures the whole step.
+``SessionOptions.matmul_plans`` selects this ("with_layouts", the default),
+Poplibs' own choice ("poplibs") or every matmul planned alone ("alone").
+"""
+
+from __future__ import annotations
+
+from popart_unwind.errors import PlanError
+from popart_unwind.ir import Ir
+from popart_unwind.machine.fc_plans import LayerPlans, joint_plans, poplibs_plans, separate_plans
+from popart_unwind.machine.interface import MatmulPlan, TileMachine, cube_tensor
+from popart_unwind.ops.fully_connected import FullyConnectedLayer, fully_connected_layers
+from popart_unwind.ops.linalg import op_key
+from popart_unwind.ops.registry import OpRegistry
+from popart_unwind.options import MATMUL_PLAN_CHOICES
+
+OpPlans = dict[tuple[str, int], MatmulPlan]
+
+
+def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
+                 how: str = "with_layouts") -> OpPlans:
+    """The plan of every matmul op that is a pass of a fully connected layer (the others
+    are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``)."""
+    if how not in MATMUL_PLAN_CHOICES:
+        raise PlanError(f"matmul_plans must be one of {MATMUL_PLAN_CHOICES}, got {how!r}")
+    plans: OpPlans = {}
+    if how == "alone":
+        return plans
+    for layer in fully_connected_layers(ir, registry):
+        ops, passes = layer.passes()
+        dtype = layer.fwd.input(0).dtype
+        if how == "poplibs":
+            chosen = poplibs_plans(target, layer.cube, dtype, passes)
+        else:
+            options = [*joint_plans(target, layer.cube, dtype, passes),
+                       separate_plans(target, layer.cube, dtype, passes)]
+            chosen = min(options, key=lambda option: estimated_cycles(target, layer, option))
+        for op, plan in zip(ops, chosen.plans, strict=True):
+            plans[op_key(op)] = plan
+    return plans
+
+
+def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
+                     option: LayerPlans) -> int:
+    """The passes' own cycles plus the copies their wanted layouts leave (the module
+    docstring says how they are counted)."""
+    dtype = layer.fwd.input(0).dtype
+    g, m, k, n = layer.cube
+    elements = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
+    cycles = option.cost.cycles
+    for name, readers in _readers(layer, option).items():
+        if name in layer.producerless and not option.joint:
+            cycles += (len(readers) - 1) * target.receive_cycles(
+                _share(target, elements[name], dtype, readers))
+    if not option.joint and "rhs" in layer.producerless and _wu_present(option):
+        # the update receives the gradient in its own exchange step
+        readers = [plan for plan in option.plans if plan.fc_pass == "TRAINING_WU"]
+        cycles += target.exchange_cycles(_share(target, elements["rhs"], dtype, readers))
+    return cycles
+
+
+def _share(target: TileMachine, elements: int, dtype: str,
+           readers: list[MatmulPlan]) -> int:
+    """Bytes of a tensor on each of the tiles of its widest reading pass."""
+    tiles = max(plan.partition.tiles_used for plan in readers)
+    return -(-elements * target.dtype_size(dtype) // tiles)
+
+
+def _readers(layer: FullyConnectedLayer, option: LayerPlans) -> dict[str, list[MatmulPlan]]:
+    """For each cube tensor ("lhs", "rhs", "output"), the plans of the passes reading it."""
+    found: dict[str, list[MatmulPlan]] = {}
+    for op, plan in zip(layer.ops(), option.plans, strict=True):
+        for operand in ("lhs", "rhs"):
+            name, _ = cube_tensor(layer.axes_of(op), operand)
+            found.setdefault(name, []).append(plan)
+    return found
+
+
+def _wu_present(option: LayerPlans) -> bool:
+    return any(plan.fc_pass == "TRAINING_WU" for plan in option.plans)
