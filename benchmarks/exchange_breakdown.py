@@ -34,6 +34,8 @@ def main() -> None:
     parser.add_argument("model", choices=models.MODELS)
     parser.add_argument("size", choices=("tiny", "real"))
     parser.add_argument("kind", choices=("forward", "training"))
+    parser.add_argument("--ops", type=int, default=0,
+                        help="also list this many ops leaving the most to save")
     args = parser.parse_args()
 
     from popart_unwind.transforms import run_pipeline
@@ -49,10 +51,12 @@ def main() -> None:
     graph = ir.main_graph
     planned = planned_tensors(graph, REGISTRY)
     ops = {op.id: op for op in graph.ops}
-    plans = {"ours": {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors},
-             "popart": dict(popart_baseline(ir, target).mappings)}
-    for name, mappings in plans.items():
-        report = evaluate(ir, target, mappings=mappings)
+    baseline = popart_baseline(ir, target)
+    plans = {"ours": ({(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors},
+                      plan.op_plans),
+             "popart": (dict(baseline.mappings), baseline.op_plans)}
+    for name, (mappings, op_plans) in plans.items():
+        report = evaluate(ir, target, mappings=mappings, op_plans=op_plans)
         spent, left = collections.Counter(), collections.Counter()
         for row in report.ops:
             op = ops.get(row.op_id)
@@ -70,7 +74,13 @@ def main() -> None:
         for (kind, reads), value in sorted(spent.items(), key=lambda item: -item[1]):
             if value:
                 print(f"  {kind:12} reads {reads:8} {100 * value / total:5.1f}% of the "
-                      f"exchange, {left[(kind, reads)] / 1e6:10,.2f} MB left to save")
+                      f"exchange, {left[(kind, reads)] / 1e6:10,.3f} MB left to save")
+        if args.ops:
+            rows = sorted(report.ops, key=lambda row: -row.avoidable_bytes * row.executions)
+            for row in rows[:args.ops]:
+                if row.avoidable_bytes:
+                    print(f"    {row.name[:60]:60} {row.type:18} "
+                          f"{row.avoidable_bytes * row.executions / 1e6:9,.3f} MB left")
 
 
 if __name__ == "__main__":

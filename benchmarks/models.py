@@ -107,8 +107,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     target = TileTarget(IpuModel(tiles_per_ipu=job["tiles"]))
     report.put(("stage", "plan"))
     began = time.perf_counter()
-    if job["balance_tile_memory"]:
-        ir.options = dataclasses.replace(ir.options, balance_tile_memory=True)
+    ir.options = dataclasses.replace(ir.options, balance_tile_memory=job["balance_tile_memory"],
+                                     matmul_plans=job["matmul_plans"])
     plan = plan_ir(ir, target)  # as the transform does: mappings written onto the Ir
     row["plan_s"] = time.perf_counter() - began
     row["plan_stages"] = {k: v for k, v in plan.timings.items() if k != "total"}
@@ -121,20 +121,26 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
                                        for p in again.tensors}, "a second planning run")
     report.put(("stage", "baseline"))
     began = time.perf_counter()
-    mappings["popart"] = dict(popart_baseline(ir, target,
-                                              tied_gather=job["tied_gather"]).mappings)
+    baseline = popart_baseline(ir, target, tied_gather=job["tied_gather"],
+                               fully_connected_pass=not job["popart_no_fc"])
+    mappings["popart"] = dict(baseline.mappings)
     row["baseline_s"] = time.perf_counter() - began
     mappings["linear"] = dict(linear_plan(ir, target))
+    op_plans = {"ours": plan.op_plans, "popart": baseline.op_plans, "linear": {}}
+    row["plans_differing"] = sum(1 for key, chosen in plan.op_plans.items()
+                                 if baseline.op_plans.get(key) != chosen)
     row["costs"] = {}
     row["evaluate_s"] = {}
     for name in PLANS:
         report.put(("stage", f"evaluate {name}"))
         began = time.perf_counter()
-        cost = evaluate(ir, target, mappings=mappings[name])
+        cost = evaluate(ir, target, mappings=mappings[name], op_plans=op_plans[name])
         row["evaluate_s"][name] = time.perf_counter() - began
         row["costs"][name] = {**cost.summary(),
                               "tile_ratio": _ratio(cost.objective, cost.upper_bound)}
     row["same_as_popart"] = same_tiles(mappings["ours"], mappings["popart"])
+    if job["sensitivity"]:
+        row["sensitivity_cases"] = sensitivity(ir, job, report)
     row["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if job["dump"]:
         _dump(Path(job["dump"]) / f"{job_name(job)}.npz", mappings, row["costs"])
@@ -144,6 +150,39 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     report.put(("done", row))
     report.close()
     report.join_thread()
+
+
+#: The IPU Model's cost figures ``--sensitivity`` halves and doubles one at a time.
+COST_PARAMETERS = ("exchange_bytes_per_cycle", "sync_cycles", "macs_per_cycle_half",
+                   "macs_per_cycle_float", "partial_bytes_per_element")
+
+
+def sensitivity(ir: Any, job: dict[str, Any], report: Any) -> list[dict[str, Any]]:
+    """Ours against PopART with each cost figure of the IPU Model halved and doubled: both
+    plans made again on the changed model (plans depend on the figures) and costed there."""
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    from popart_unwind.target import IpuModel, TileTarget, evaluate, popart_baseline
+
+    found = []
+    for parameter in COST_PARAMETERS:
+        for factor in (0.5, 2.0):
+            report.put(("stage", f"sensitivity {parameter} x{factor:g}"))
+            base = IpuModel(tiles_per_ipu=job["tiles"])
+            value = max(1, round(getattr(base, parameter) * factor))
+            target = TileTarget(dataclasses.replace(base, **{parameter: value}))
+            ours = plan_ir(ir, target, write=False)
+            baseline = popart_baseline(ir, target, tied_gather=job["tied_gather"],
+                                       fully_connected_pass=not job["popart_no_fc"])
+            costs = {
+                "ours": evaluate(ir, target, {(p.graph_id, p.tensor_id): p.tiles
+                                              for p in ours.tensors}, op_plans=ours.op_plans),
+                "popart": evaluate(ir, target, baseline.mappings, op_plans=baseline.op_plans)}
+            found.append({"parameter": parameter, "factor": factor, "value": value,
+                          **{f"{name}_{figure}": getattr(cost, figure)
+                             for name, cost in costs.items()
+                             for figure in ("exchange_bytes", "cycles")}})
+    return found
 
 
 def same_tiles(ours: dict, theirs: dict) -> float:
@@ -257,9 +296,10 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB", "RSS MiB",
                 "baseline s", "evaluate s", "solver obj/bound", "ops without rule")
 COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
-                "left to save MB o/P/L", "max tile KiB o/P/L", "peak tile KiB o/P/L",
-                "always-live KiB o/P/L", "fits o/P/L", "o÷P exchange",
-                "same tiles as P")
+                "cycles k o/P/L", "left to save MB o/P/L", "max tile KiB o/P/L",
+                "peak tile KiB o/P/L", "always-live KiB o/P/L", "fits o/P/L", "o÷P exchange",
+                "o÷P cycles", "o÷P left", "plans ≠ P", "same tiles as P")
+SENSITIVITY_COLUMNS = ("graph", "figure", "×", "o÷P exchange", "o÷P cycles", "ours ≤ PopART")
 
 
 def time_cells(row: dict[str, Any]) -> list[str]:
@@ -289,10 +329,16 @@ def cost_cells(row: dict[str, Any]) -> list[str]:
     def three(text: Any) -> str:
         return " / ".join(text(c) for c in costs)
 
-    ours, popart = costs[0]["exchange_bytes"], costs[1]["exchange_bytes"]
+    def ratio(figure: str) -> str:
+        if any(figure not in c for c in costs[:2]):
+            return "-"  # rows of older runs lack it
+        ours, popart = costs[0][figure], costs[1][figure]
+        return f"{ours / popart:.3f}" if popart else ("1.000" if not ours else "inf")
+
     return [job_name(row), three(lambda c: f"{c['tile_ratio']:.3f}"),
             three(lambda c: f"{c['exchange_bytes'] / 1e6:,.2f}"),
             three(lambda c: f"{c['exchange_cycles'] / 1e3:,.1f}"),
+            three(lambda c: f"{c['cycles'] / 1e3:,.1f}" if "cycles" in c else "-"),
             three(lambda c: f"{c['avoidable_exchange_bytes'] / 1e6:,.3f}"
                   if "avoidable_exchange_bytes" in c else "-"),  # rows of older runs lack it
             three(lambda c: f"{c['max_tile_bytes'] / 1024:,.1f}"),
@@ -301,8 +347,23 @@ def cost_cells(row: dict[str, Any]) -> list[str]:
             three(lambda c: f"{c['always_live_max_tile_bytes'] / 1024:,.1f}"
                   if "fits" in c else "-"),
             three(lambda c: ("yes" if c["fits"] else "no") if "fits" in c else "-"),
-            f"{ours / popart:.3f}" if popart else ("1.000" if not ours else "inf"),
+            ratio("exchange_bytes"), ratio("cycles"), ratio("avoidable_exchange_bytes"),
+            f"{row['plans_differing']:,}" if "plans_differing" in row else "-",
             f"{100 * row['same_as_popart']:.1f}%" if "same_as_popart" in row else "-"]
+
+
+def sensitivity_rows(row: dict[str, Any]) -> list[list[str]]:
+    """One row per changed figure: ours ÷ PopART in exchange bytes and cycles."""
+    found = []
+    for case in row.get("sensitivity_cases", ()):
+        exchange = case["ours_exchange_bytes"] / max(case["popart_exchange_bytes"], 1)
+        cycles = case["ours_cycles"] / max(case["popart_cycles"], 1)
+        holds = case["ours_exchange_bytes"] <= case["popart_exchange_bytes"] \
+            and case["ours_cycles"] <= case["popart_cycles"]
+        found.append([job_name(row), f"{case['parameter']} = {case['value']}",
+                      f"{case['factor']:g}", f"{exchange:.3f}", f"{cycles:.3f}",
+                      "yes" if holds else "NO"])
+    return found
 
 
 def print_table(columns: tuple[str, ...], rows: list[list[str]], markdown: bool) -> None:
@@ -363,13 +424,25 @@ def main() -> None:
     parser.add_argument("--balance-tile-memory", action="store_true",
                         help="plan with SessionOptions.balance_tile_memory set (small layouts "
                              "spread over lightly used tiles)")
+    parser.add_argument("--matmul-plans", default="with_layouts",
+                        choices=("with_layouts", "poplibs", "alone"),
+                        help="how our plan chooses matmul plans (SessionOptions.matmul_plans)")
+    parser.add_argument("--popart-no-fc", action="store_true",
+                        help="the PopART baseline without fullyConnectedPass planning "
+                             "(SessionOptions.enableFullyConnectedPass off): every matmul "
+                             "planned alone")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="also compare ours with PopART with each cost figure of the IPU "
+                             "Model halved and doubled")
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
     jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
                  memory=not args.quick, dump=args.dump, check=args.check,
                  tied_gather=args.popart_tied_gather,
-                 balance_tile_memory=args.balance_tile_memory)
+                 balance_tile_memory=args.balance_tile_memory,
+                 matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
+                 sensitivity=args.sensitivity)
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
@@ -379,6 +452,8 @@ def main() -> None:
         return
     variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
     variant += "; balance_tile_memory" if args.balance_tile_memory else ""
+    variant += f"; matmul_plans={args.matmul_plans}"
+    variant += "; PopART without fullyConnectedPass" if args.popart_no_fc else ""
     print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)
     rows = []
     for job in jobs:
@@ -395,6 +470,9 @@ def print_tables(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """Both tables, the comparison with a dump, and the planner's stage times."""
     print_table(TIME_COLUMNS, [time_cells(r) for r in rows], args.markdown)
     print_table(COST_COLUMNS, [cost_cells(r) for r in rows], args.markdown)
+    sensitive = [cells for r in rows for cells in sensitivity_rows(r)]
+    if sensitive:
+        print_table(SENSITIVITY_COLUMNS, sensitive, args.markdown)
     compared = [f"{job_name(r)}: {r['compared']}" for r in rows if "compared" in r]
     if compared:
         print("plans compared with the dump in", rows[0]["check"], "\n  " + "\n  ".join(compared))

@@ -2,9 +2,10 @@
 CSS inline, no scripts, no network) with the PNGs also saved beside it.
 
 Sections: the model, target and solver (with any ops no layout rule models); the summary
-table; per-tile memory and exchange bars; the ops that move the most
-data; tiles × elements maps of the largest tensors (ours beside PopART's); for small
-problems the unwinding diagram; and every tensor's method and explanation.
+table; per-tile memory and exchange bars; the ops that move the most data; the matmuls
+whose plan differs from PopART's; tiles × elements maps of the largest tensors (ours beside
+PopART's); for small problems the unwinding diagram; and every tensor's method and
+explanation.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def write_report(run: PlanRun, folder: Path, title: str,
         ("per-tile bars", lambda: _per_tile(run, images)),
         ("memory map", lambda: _memory_map(run, images)),
         ("ops", lambda: _top_ops(run)),
+        ("matmul plans", lambda: _matmul_plans(run)),
         ("tile maps", lambda: _heatmaps(run, images, progress)),
         ("diagram", lambda: _diagram(run, folder, images)),
         ("tensors", lambda: _tensor_list(run)),
@@ -117,6 +119,44 @@ def _ops_without_rule(run: PlanRun) -> str:
                       for name, count in ops_without_rule_order(run.ops_without_rule))
     return (f'<p class="meta">Ops without a layout rule (barriers: outputs mapped linearly, '
             f"no exchange counted): {names}</p>")
+
+
+def _plan_text(plan: dict[str, Any] | None) -> str:
+    """A plan in a few words: its partition, and the pass it computes."""
+    if plan is None:
+        return "-"
+    part = plan["partition"]
+    text = f"{part['groups']}×{part['rows']}×{part['inner']}×{part['cols']} tiles"
+    if plan.get("fully_connected_pass", "NONE") != "NONE":
+        text += (f", {plan['fully_connected_pass']} " +
+                 ("with its layer" if plan.get("joint") else "alone"))
+    return text
+
+
+def _matmul_plans(run: PlanRun) -> str:
+    """The matmuls and convolutions whose plan differs from PopART's, by what the
+    difference gains in cycles (the op's own: its input exchange, partial sums and
+    compute; the layouts it leads to elsewhere are in the summary)."""
+    if "popart" not in run.costs:
+        return ""
+    ops = run.planned_ops()
+    differing = [op for op in ops if op.plans.get("ours") != op.plans.get("popart")]
+    intro = (f"<p>{len(ops)} matmuls and convolutions; {len(differing)} planned otherwise "
+             f"than PopART plans them (partition G×M×K×N of the tiles, and whether a fully "
+             f"connected layer's passes share it).</p>")
+    if not differing:
+        return f"<h2>Matmul plans</h2>\n{intro}"
+    differing.sort(key=lambda op: (op.cycles.get("ours", 0) - op.cycles.get("popart", 0),
+                                   op.name))
+    rows = [[op.name, op.type, _plan_text(op.plans.get("ours")),
+             _plan_text(op.plans.get("popart")), f"{op.cycles.get('ours', 0):,}",
+             f"{op.cycles.get('popart', 0):,}",
+             f"{op.cycles.get('ours', 0) - op.cycles.get('popart', 0):+,}"]
+            for op in differing[:TOP_OPS]]
+    table = _table(["op", "type", "our plan", "PopART's plan", "cycles ours",
+                    "cycles PopART", "difference"], rows, numeric_from=4)
+    more = f"<p>and {len(differing) - TOP_OPS} more.</p>" if len(differing) > TOP_OPS else ""
+    return f"<h2>Matmul plans</h2>\n{intro}\n{table}\n{more}"
 
 
 def _summary(run: PlanRun) -> str:

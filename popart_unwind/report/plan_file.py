@@ -24,7 +24,9 @@ PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).
 SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
                 "max_tile_bytes", "regions", "avoidable_exchange_bytes", "peak_tile_bytes",
-                "always_live_max_tile_bytes", "fits")
+                "always_live_max_tile_bytes", "fits", "cycles", "compute_cycles")
+#: Fields of each planned op's entry (matmuls and convolutions).
+OP_FIELDS = ("type", "graph", "plan", "cycles")
 #: Fields of each tensor entry.
 TENSOR_FIELDS = ("shape", "dtype", "tile_mapping", "method", "explanation", "graph")
 
@@ -64,13 +66,34 @@ def summary_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _plain(summary[key]) for key in SUMMARY_KEYS if key in summary}
 
 
+def op_entries(planned_ops: Iterable[Any]) -> dict[str, Any]:
+    """The ``ops`` object: each planned op (``report.session.PlannedOp``) by name (qualified
+    by its graph outside the main graph, and by its id where two share a name): its type,
+    our plan and its cycles, and each baseline's plan and cycles where it has one."""
+    planned_ops = list(planned_ops)
+    names = [tensor_key(op.graph_id, op.name) for op in planned_ops]
+    entries: dict[str, Any] = {}
+    for op, name in zip(planned_ops, names, strict=True):
+        key = name if names.count(name) == 1 else f"{name}#{op.op_id}"
+        entry: dict[str, Any] = {"type": op.type, "graph": op.graph_id,
+                                 "plan": op.plans.get("ours"),
+                                 "cycles": _plain(op.cycles.get("ours"))}
+        for plan in sorted(op.plans):
+            if plan != "ours":
+                entry[plan] = {"plan": op.plans[plan], "cycles": _plain(op.cycles.get(plan))}
+        entries[key] = entry
+    return entries
+
+
 def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                         summaries: Mapping[str, Mapping[str, Any]],
                         source: Mapping[str, str], planner: Mapping[str, Any],
-                        ops_without_rule: Mapping[str, int]) -> dict[str, Any]:
+                        ops_without_rule: Mapping[str, int],
+                        planned_ops: Iterable[Any] = ()) -> dict[str, Any]:
     """The plan file's content (a JSON-ready dict). ``planner``: the solver's name and its
     own figures (objective and upper bound on the unwinding graph); ``ops_without_rule``:
-    per op type, how many ops no layout rule models (barriers, no exchange counted)."""
+    per op type, how many ops no layout rule models (barriers, no exchange counted);
+    ``planned_ops``: the matmuls and convolutions with their plans (``op_entries``)."""
     tensors: dict[str, Any] = {}
     for decision in decisions:
         key = tensor_key(decision.graph_id, decision.tensor_id)
@@ -92,6 +115,7 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
         "planner": {key: _plain(value) for key, value in planner.items()},
         "target": target_entry(model),
         "tensors": tensors,
+        "ops": op_entries(planned_ops),
         "ops_without_rule": {str(name): int(count)
                              for name, count in sorted(ops_without_rule.items())},
         "summary": {name: summary_entry(values) for name, values in summaries.items()},
@@ -147,6 +171,19 @@ def validate_plan(document: Mapping[str, Any]) -> None:
         if missing:
             raise PlanError(f"summary {name!r} lacks {missing}")
     _check_ops_without_rule(document.get("ops_without_rule"))
+    _check_ops(document.get("ops"))
+
+
+def _check_ops(ops: Any) -> None:
+    """Each planned op names its type, graph, plan (a partition) and cycles."""
+    if not isinstance(ops, Mapping):
+        raise PlanError(f"the plan's 'ops' is not an object: {ops!r}")
+    for name, entry in ops.items():
+        missing = [field for field in OP_FIELDS if field not in entry]
+        if missing:
+            raise PlanError(f"op {name!r} lacks {missing}")
+        if not isinstance(entry["plan"], Mapping) or "partition" not in entry["plan"]:
+            raise PlanError(f"op {name!r} has no partition in its plan: {entry['plan']!r}")
 
 
 def _check_ops_without_rule(counts: Any) -> None:

@@ -17,6 +17,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
@@ -26,6 +27,20 @@ from popart_unwind.target.cost import evaluate
 BASELINE_PLANS = {"popart": ("popart", "linear"), "linear": ("linear",), "none": ()}
 
 TensorKey = tuple[str, str]  # (graph id, tensor id)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedOp:
+    """A matmul or convolution: how each plan computes it and what it costs there."""
+
+    graph_id: str
+    op_id: int
+    name: str
+    type: str
+    #: plan name -> the op's plan as the plan file records it
+    plans: dict[str, dict[str, Any]]
+    #: plan name -> the op's cycles (input exchange, partial sums, compute)
+    cycles: dict[str, int]
 
 
 @dataclasses.dataclass
@@ -45,9 +60,34 @@ class PlanRun:
     costs: dict[str, Any]
     #: op type -> how many ops of the planned IR have no layout rule (barriers)
     ops_without_rule: dict[str, int]
+    #: plan name -> (graph id, op id) -> the matmul plan chosen for each op the plan chose
+    #: one for (the others are planned alone)
+    op_plans: dict[str, dict[tuple[str, int], Any]] = dataclasses.field(default_factory=dict)
 
     def summaries(self) -> dict[str, dict[str, Any]]:
         return {name: dict(report.summary()) for name, report in self.costs.items()}
+
+    def planned_ops(self) -> list[PlannedOp]:
+        """Every matmul and convolution with a plan (all graphs, schedule order): its plan
+        and cycles under each plan costed."""
+        rows = {name: {(row.graph_id, row.op_id): row for row in report.ops}
+                for name, report in self.costs.items()}
+        targets = {name: TileTarget(self.model).with_plans(self.op_plans.get(name, {}))
+                   for name in self.costs}
+        found = []
+        for graph in self.ir.graphs:
+            for op in graph.ops:
+                rule = REGISTRY.layout_rule(op)
+                records = {name: rule.plan_record(op, target)
+                           for name, target in targets.items()}
+                if all(record is None for record in records.values()):
+                    continue
+                found.append(PlannedOp(
+                    graph.id, op.id, op.name or op.debug_name(), op.type.name,
+                    {name: record for name, record in records.items() if record is not None},
+                    {name: rows[name][(graph.id, op.id)].total_cycles for name in rows
+                     if (graph.id, op.id) in rows[name]}))
+        return found
 
     def planner(self) -> dict[str, Any]:
         """The solver's own account: its name and objective on the unwinding graph."""
@@ -86,31 +126,35 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
     layouts = {"ours": ours}
     methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
         "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
+    op_plans = {"ours": dict(plan.op_plans)}
     with progress.stage("baseline"):
         for name in BASELINE_PLANS[baseline]:
-            layouts[name], methods[name] = _baseline(name, ir, model)
+            layouts[name], methods[name], op_plans[name] = _baseline(name, ir, model)
     costs: dict[str, Any] = {}
     with progress.stage("evaluate"):
         for step, (name, mappings) in enumerate(layouts.items()):
             progress.update(name, step, len(layouts))
-            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings)
+            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings,
+                                   op_plans=op_plans[name])
     return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
-                   costs, ops_without_rule(ir))
+                   costs, ops_without_rule(ir), op_plans)
 
 
 def _baseline(name: str, ir: Ir, model: IpuModel
-              ) -> tuple[dict[TensorKey, np.ndarray], dict[TensorKey, tuple[str, str]]]:
+              ) -> tuple[dict[TensorKey, np.ndarray], dict[TensorKey, tuple[str, str]],
+                         dict[tuple[str, int], Any]]:
+    """A baseline's mappings, how it decided each, and its matmul plans."""
     if name == "popart":
         from popart_unwind.target.popart_baseline import popart_baseline
 
         baseline = popart_baseline(ir, TileTarget(model))
         return (dict(baseline.mappings),
                 {(d.graph_id, d.tensor_id): (d.method, d.explanation)
-                 for d in baseline.decisions})
+                 for d in baseline.decisions}, dict(baseline.op_plans))
     from popart_unwind.target.linear_plan import linear_plan
 
     mappings = dict(linear_plan(ir, TileTarget(model)))
-    return mappings, dict.fromkeys(mappings, ("linear", "linear mapping"))
+    return mappings, dict.fromkeys(mappings, ("linear", "linear mapping")), {}
 
 
 def _decisions(ir: Ir, plan: Any

@@ -45,6 +45,8 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
         ("upper bound", lambda s: _number(s["upper_bound"])),
         ("exchange bytes", lambda s: _number(s["exchange_bytes"])),
         ("exchange cycles", lambda s: _number(s["exchange_cycles"])),
+        ("compute cycles", lambda s: _number(s["compute_cycles"])),
+        ("cycles (exchange, partial sums, compute)", lambda s: _number(s["cycles"])),
         ("exchange left to save", lambda s: _number(s["avoidable_exchange_bytes"])),
         ("max tile memory", lambda s: _memory(s, bytes_per_tile)),
         ("peak tile memory", lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes")),

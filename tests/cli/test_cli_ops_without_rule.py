@@ -154,7 +154,7 @@ def plan_with(counts: object) -> dict:
     return {"version": 1, "target": {"tiles": 1}, "summary": {},
             "tensors": {"w": {"shape": [2], "dtype": "float32", "tile_mapping": [[[0, 2]]],
                               "method": "linear", "explanation": "-", "graph": ""}},
-            "ops_without_rule": counts}
+            "ops": {}, "ops_without_rule": counts}
 
 
 def test_validate_plan_accepts_counts():

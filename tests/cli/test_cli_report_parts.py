@@ -30,7 +30,8 @@ from popart_unwind.report.summary import plain_table, summary_rows
 SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
            "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,
            "avoidable_exchange_bytes": 0, "peak_tile_bytes": 700000,
-           "always_live_max_tile_bytes": 3195, "fits": False}
+           "always_live_max_tile_bytes": 3195, "fits": False, "compute_cycles": 1013,
+           "cycles": 2000}
 
 
 def document(mapping=None):
@@ -78,6 +79,8 @@ def test_summary_rows_show_shares_of_bound_and_budget():
     cells = {row[0]: row[1] for row in rows}
     assert cells["objective"] == "30 (75.0%)"
     assert cells["exchange bytes"] == "1,234,567"
+    assert cells["compute cycles"] == "1,013"
+    assert cells["cycles (exchange, partial sums, compute)"] == "2,000"
     assert cells["max tile memory"] == "6,390 B (1.0%)"
     assert cells["peak tile memory"] == "700,000 B (109.6%)"
     assert cells["always-live tile memory"] == "3,195 B (0.5%)"

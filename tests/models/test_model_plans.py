@@ -38,7 +38,30 @@ def check_plan(path: Path) -> dict:
     ours, popart = plan["summary"]["ours"], plan["summary"]["popart"]
     assert 0 < ours["objective"] <= ours["upper_bound"]
     assert popart["upper_bound"] == ours["upper_bound"]
+    check_ops(plan)
     return plan
+
+
+def check_ops(plan: dict) -> None:
+    """A training step's matmuls are planned as passes of their layers, ours and PopART's:
+    each pass's partition is the one its layer shares (joint) or its own (separate), and
+    each op's cycles are part of the step's."""
+    ops = plan["ops"]
+    matmuls = {name: entry for name, entry in ops.items() if entry["type"] in ("MatMul", "Gemm")}
+    assert matmuls
+    for source in ("ours", "popart"):
+        passes = [entry["plan"] if source == "ours" else entry["popart"]["plan"]
+                  for entry in matmuls.values()]
+        counts = {name: sum(p["fully_connected_pass"] == name for p in passes)
+                  for name in ("TRAINING_FWD", "TRAINING_BWD", "TRAINING_WU")}
+        assert counts["TRAINING_FWD"] > 0 and counts["TRAINING_WU"] > 0, counts
+        for entry in passes:
+            assert not entry["joint"] or entry["fully_connected_pass"] != "NONE"
+            if not entry["joint"]:
+                assert entry["axes"] == "mkn"  # planned alone: its own cube
+        cycles = [entry["cycles"] if source == "ours" else entry["popart"]["cycles"]
+                  for entry in ops.values()]
+        assert 0 < sum(cycles) <= plan["summary"][source]["cycles"]
 
 
 def test_plan_a_tiny_bert_training_graph_from_onnx(tmp_path):
@@ -54,6 +77,7 @@ def test_plan_a_tiny_bert_training_graph_from_onnx(tmp_path):
     assert "exchange bytes" in out
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count("data:image/png;base64,") >= 3 and "http://" not in html
+    assert "<h2>Matmul plans</h2>" in html
     annotated = onnx.load(str(tmp_path / "bert.planned.onnx"))
     assert any(p.key == "popart_unwind.plan" for p in annotated.metadata_props)
 
