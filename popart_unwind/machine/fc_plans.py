@@ -35,15 +35,23 @@ class PassOp:
 @dataclasses.dataclass(frozen=True)
 class LayerPlans:
     """One plan per pass op (in the order asked), what they cost together, and the cycles
-    of the rearrangements Poplibs charges to them (zero for a joint plan)."""
+    of the rearrangements Poplibs charges them, by pass (none for a joint plan)."""
 
     plans: tuple[MatmulPlan, ...]
     cost: MatmulCost
-    rearrangement_cycles: int = 0
+    rearrangements: tuple[tuple[str, int], ...] = ()
 
     @property
     def joint(self) -> bool:
         return all(plan.joint for plan in self.plans)
+
+    @property
+    def rearrangement_cycles(self) -> int:
+        return sum(cycles for _, cycles in self.rearrangements)
+
+    def rearranged(self, fc_pass: str) -> int:
+        """The cycles Poplibs charges pass ``fc_pass`` for rearranging (0 if none)."""
+        return sum(cycles for name, cycles in self.rearrangements if name == fc_pass)
 
     @property
     def cycles(self) -> int:
@@ -76,15 +84,12 @@ def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: 
         plans.append(MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass))
     plans_tuple = tuple(plans)
     g, m, k, n = cube
-    rearranged = 0
-    for plan in plans_tuple:
-        if plan.fc_pass == "TRAINING_BWD":
-            rearranged += target.rearrangement_cycles(g * m * n, dtype,
-                                                      plan.partition.tiles_used)
-        elif plan.fc_pass == "TRAINING_WU":
-            rearranged += target.rearrangement_cycles(g * k * n, dtype,
-                                                      plan.partition.tiles_used)
-    return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype), rearranged)
+    rearranged = {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}  # dY in, dW out
+    rearrangements = tuple(
+        (plan.fc_pass, target.rearrangement_cycles(rearranged[plan.fc_pass], dtype,
+                                                   plan.partition.tiles_used))
+        for plan in plans_tuple if plan.fc_pass in rearranged)
+    return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype), rearrangements)
 
 
 def poplibs_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,

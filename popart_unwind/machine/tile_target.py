@@ -130,7 +130,8 @@ class TileTarget(TileMachine):
                           passes: Sequence[str] = ("mkn",),
                           count: int = 1) -> list[MatmulPartition]:
         """The partitions of the cube with the fewest cycles summed over ``passes`` (each
-        pass costed as the matmul it computes; docs/ipu-model.md, "Plans"), best first."""
+        pass costed as the matmul it computes; docs/ipu-model.md, "Plans as decisions"), best
+        first."""
         self.dtype_size(dtype)
         dims = _matmul_dims(*cube)
         axes = tuple(_pass_axes(p) for p in passes)
@@ -200,7 +201,9 @@ class TileTarget(TileMachine):
 
     def _partition(self, dims: tuple[int, int, int, int], dtype: str,
                    partition: MatmulPartition | None) -> MatmulPartition:
-        """``partition``, checked against the matmul, or the cheapest one."""
+        """``partition``, checked against the matmul, or the cheapest one (the dtype checked
+        either way)."""
+        self.dtype_size(dtype)
         if partition is None:
             return self.matmul_plan(*dims, dtype)
         for axis, size, split in zip("gmkn", dims, partition.as_tuple(), strict=True):

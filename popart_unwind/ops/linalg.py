@@ -458,21 +458,26 @@ class MatMulRule(LayoutRule):
 def _cube_to_own(tiles: np.ndarray, plan: MatmulPlan, name: str,
                  transposed: bool) -> np.ndarray:
     """A cube tensor's layout (flat, the cube's orientation) as the op holds it."""
-    if not transposed:
-        return tiles
-    g = plan.cube[0]
-    rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
-    return np.ascontiguousarray(tiles.reshape(g, rows, cols).transpose(0, 2, 1)).reshape(-1)
+    groups, rows, cols = _cube_shape(plan, name)
+    return _swapped(tiles, groups, rows, cols) if transposed else tiles
 
 
 def _own_to_cube(tiles: np.ndarray, plan: MatmulPlan, name: str,
                  transposed: bool) -> np.ndarray:
     """An operand's layout as the op holds it (grouped, flat) in the cube's orientation."""
-    if not transposed:
-        return tiles
-    g = plan.cube[0]
+    groups, rows, cols = _cube_shape(plan, name)
+    return _swapped(tiles, groups, cols, rows) if transposed else tiles
+
+
+def _cube_shape(plan: MatmulPlan, name: str) -> tuple[int, int, int]:
+    """[G, rows, cols] of cube tensor ``name``."""
     rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
-    return np.ascontiguousarray(tiles.reshape(g, cols, rows).transpose(0, 2, 1)).reshape(-1)
+    return plan.cube[0], rows, cols
+
+
+def _swapped(tiles: np.ndarray, groups: int, rows: int, cols: int) -> np.ndarray:
+    """The flat layout of a [G, rows, cols] tensor as its [G, cols, rows] transpose's."""
+    return np.ascontiguousarray(tiles.reshape(groups, rows, cols).transpose(0, 2, 1)).reshape(-1)
 
 
 class GemmRule(MatMulRule):

@@ -18,7 +18,7 @@ In a training step the matmuls of each fully connected layer are planned as PopA
 Poplibs plan them (``SessionOptions.enableFullyConnectedPass``, on by default): the forward,
 backward and weight-update passes with ``fullyConnectedPass`` set, so that Poplibs chooses
 one partition for the three (or separate ones when those are cheaper) before any operand is
-created (``machine.fc_plans.poplibs_plans``). ``fully_connected_pass=False`` plans every
+created (``choose_plans`` with ``"poplibs"``). ``fully_connected_pass=False`` plans every
 matmul alone. A matmul TiedGatherPattern matched is planned alone, as the pattern switches
 the option off for it.
 """
@@ -37,13 +37,11 @@ from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor, TensorType
-from popart_unwind.machine.fc_plans import poplibs_plans
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
-from popart_unwind.ops.linalg import op_key
+from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
 
 #: Chain ops that keep every input element in the output (so a chain of them covers all).
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
@@ -115,8 +113,8 @@ def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
     ``tied_gather=True`` applies PopART's TiedGatherPattern (see :func:`tied_gathers`);
     ``fully_connected_pass=False`` plans every matmul alone."""
     tied = _tied_matches(ir) if tied_gather else {}
-    op_plans = fully_connected_plans(ir, target, registry, skip=set(tied.values())) \
-        if fully_connected_pass else {}
+    op_plans = choose_plans(ir, target, registry, "poplibs" if fully_connected_pass else "alone",
+                            skip=frozenset(tied.values()))
     target = target.with_plans(op_plans)
     search = _CreatorSearch(ir, registry, unwind_elementwise, frozenset(tied))
     decisions = []
@@ -124,22 +122,6 @@ def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
         for tensor in graph.producerless_tensors():
             decisions.append(_decide(tensor, search.candidates(tensor), target, registry))
     return BaselinePlan(decisions, op_plans)
-
-
-def fully_connected_plans(ir: Ir, target: TileMachine, registry: Any = REGISTRY,
-                          skip: set[int] | frozenset[int] = frozenset()
-                          ) -> dict[tuple[str, int], MatmulPlan]:
-    """Poplibs' plans of every fully connected layer of a training step (the layers
-    ``ops.fully_connected`` recognises), but those whose forward op is in ``skip``."""
-    plans: dict[tuple[str, int], MatmulPlan] = {}
-    for layer in fully_connected_layers(ir, registry):
-        if layer.fwd.id in skip:
-            continue
-        ops, passes = layer.passes()
-        chosen = poplibs_plans(target, layer.cube, layer.fwd.input(0).dtype, passes)
-        for op, plan in zip(ops, chosen.plans, strict=True):
-            plans[op_key(op)] = plan
-    return plans
 
 
 def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,

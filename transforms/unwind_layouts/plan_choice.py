@@ -15,11 +15,17 @@ the passes' cycles plus the copies their layouts leave where the planner decides
   wants one layout, which the planner can give;
 - the weight update adds the weight gradient to the weights: under separate plans the
   gradient comes out in the weight-update pass's layout, which the update receives in an
-  exchange step of its own (with its sync).
+  exchange step of its own (with its sync). (Laying the weights out where the gradient
+  comes out instead moves the cost to the passes and the ops that follow them, which
+  measure worse on the benchmark models.)
 
-Activations and gradients keep their producers' layouts, which the choice does not know;
-they are charged nothing (the passes' own cycles assume every operand where the plan wants
-it). Separate plans are assumed to want distinct layouts of every shared tensor (different
+Separate plans are also charged what Poplibs charges them: rearranging the backward pass's
+input (the output gradient) and, unless the update's copy above stands for it, the weight
+update's output (``machine.fc_plans.separate_plans``).
+
+Beyond that, activations and gradients keep their producers' layouts, which the choice
+does not know (the passes' own cycles assume every operand where the plan wants it).
+Separate plans are assumed to want distinct layouts of every shared tensor (different
 matmul shapes are cut differently). Only the passes the step computes are costed. The
 choice is per layer and local; the cost model then measures the whole step.
 ``SessionOptions.matmul_plans`` selects this ("with_layouts", the default),
@@ -41,15 +47,18 @@ OpPlans = dict[tuple[str, int], MatmulPlan]
 
 
 def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
-                 how: str = "with_layouts") -> OpPlans:
+                 how: str = "with_layouts", skip: frozenset[int] = frozenset()) -> OpPlans:
     """The plan of every matmul op that is a pass of a fully connected layer (the others
-    are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``)."""
+    are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``); the layers whose
+    forward op's id is in ``skip`` are planned alone too."""
     if how not in MATMUL_PLAN_CHOICES:
         raise PlanError(f"matmul_plans must be one of {MATMUL_PLAN_CHOICES}, got {how!r}")
     plans: OpPlans = {}
     if how == "alone":
         return plans
     for layer in fully_connected_layers(ir, registry):
+        if layer.fwd.id in skip:
+            continue
         ops, passes = layer.passes()
         dtype = layer.fwd.input(0).dtype
         if how == "poplibs":
@@ -70,16 +79,20 @@ def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
     dtype = layer.fwd.input(0).dtype
     g, m, k, n = layer.cube
     elements = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
-    cycles = option.cost.cycles
+    cycles = option.cost.cycles + option.rearranged("TRAINING_BWD")
+    if option.joint:
+        return cycles + option.rearranged("TRAINING_WU")
+    updated = "rhs" in layer.producerless and _wu_present(option)
     for name, readers in _readers(layer, option).items():
-        if name in layer.producerless and not option.joint:
-            cycles += (len(readers) - 1) * target.receive_cycles(
-                _share(target, elements[name], dtype, readers))
-    if not option.joint and "rhs" in layer.producerless and _wu_present(option):
-        # the update receives the gradient in its own exchange step
-        readers = [plan for plan in option.plans if plan.fc_pass == "TRAINING_WU"]
-        cycles += target.exchange_cycles(_share(target, elements["rhs"], dtype, readers))
-    return cycles
+        if name not in layer.producerless:
+            continue
+        copy = target.receive_cycles(_share(target, elements[name], dtype, readers))
+        cycles += (len(readers) - 1) * copy
+        if name == "rhs" and updated:
+            # the update receives the gradient in an exchange step of its own
+            wu = [plan for plan in option.plans if plan.fc_pass == "TRAINING_WU"]
+            cycles += target.exchange_cycles(_share(target, elements[name], dtype, wu))
+    return cycles + (0 if updated else option.rearranged("TRAINING_WU"))
 
 
 def _share(target: TileMachine, elements: int, dtype: str,
