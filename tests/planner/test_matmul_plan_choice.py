@@ -10,6 +10,9 @@ import itertools
 
 import numpy as np
 import pytest
+from popart_unwind.transforms import run_pipeline
+from popart_unwind.transforms.unwind_layouts import plan_ir
+from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans, estimated_cycles
 
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
@@ -19,9 +22,6 @@ from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.linalg import op_key
 from popart_unwind.target import evaluate, popart_baseline
-from popart_unwind.transforms import run_pipeline
-from popart_unwind.transforms.unwind_layouts import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans, estimated_cycles
 
 LEARNING_RATE = np.float32(0.01)
 
