@@ -168,14 +168,14 @@ def test_the_estimate_charges_separate_plans_for_their_copies():
     ir = training_step((64, 48))
     target = TileTarget(IpuModel(tiles_per_ipu=64))
     [layer] = fully_connected_layers(ir)
-    ops, passes = layer.passes()
+    _, passes = layer.passes()
     [joint] = joint_plans(target, layer.cube, "float32", passes)
     separate = separate_plans(target, layer.cube, "float32", passes)
     # a joint plan copies nothing; separate ones pay Poplibs' rearrangement of the output
     # gradient for the backward pass, copy x and w for each reader but the first (the
     # planner lays them out for one), and the gradient for the update in a step of its own
     assert estimated_cycles(target, layer, joint) == joint.cost.cycles
-    g, m, k, n = layer.cube
+    _, m, k, n = layer.cube
     w_share = -(-k * n * 4 // max(p.partition.tiles_used for p in separate.plans[:2]))
     x_share = -(-m * k * 4 // max(p.partition.tiles_used
                                   for p in (separate.plans[0], separate.plans[2])))
