@@ -65,12 +65,12 @@ def pass_cost(target: TileMachine, plan: MatmulPlan, dtype: str) -> MatmulCost:
 
 def joint_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
                 ops: Sequence[PassOp], count: int = 1) -> list[LayerPlans]:
-    """The ``count`` best partitions of ``cube`` shared by every pass op (costed as the sum
-    of their passes), best first."""
-    result = []
-    for partition in target.matmul_candidates(cube, dtype, [op.axes for op in ops], count):
-        result.append(_sharing(target, cube, dtype, ops, partition))
-    return result
+    """The ``count`` best partitions of ``cube`` shared by every pass op, best first. As
+    in Poplibs, a partition is costed as the sum of all three passes, whichever the ops
+    compute (a pass a step computes may be one the recognition did not find)."""
+    passes = list(CANONICAL_AXES.values())
+    return [_sharing(target, cube, dtype, ops, partition)
+            for partition in target.matmul_candidates(cube, dtype, passes, count)]
 
 
 def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,

@@ -178,7 +178,7 @@ class GraphMatmuls:
     def __init__(self, graph: Graph, registry: OpRegistry) -> None:
         self.matmuls: list[GroupedMatmul] = []
         self.readers: dict[str, list[GroupedMatmul]] = {}  # base tensor id -> matmuls
-        self._canonical: dict[tuple[int, int, bool], Chain] = {}
+        self._forms: dict[tuple[int, int, bool], tuple | None] = {}
         for position, op in enumerate(graph.schedule()):
             matmul = grouped_matmul(op, position, registry)
             if matmul is None:
@@ -188,14 +188,20 @@ class GraphMatmuls:
                 self.readers.setdefault(base_id, []).append(matmul)
 
     def cube_chain(self, matmul: GroupedMatmul, index: int, transposed: bool) -> Chain:
-        """The canonical chain from operand ``index``'s base to the cube tensor it is."""
+        """The chain from operand ``index``'s base to the cube tensor it is."""
+        chain = matmul.operands[index].chain.copy()
+        if transposed:
+            chain.dim_shuffle((0, 2, 1))
+        return chain
+
+    def cube_permutation(self, matmul: GroupedMatmul, index: int,
+                         transposed: bool) -> tuple | None:
+        """Which base element each element of the cube tensor is, in a normal form
+        (:func:`permutation_form`), remembered per operand."""
         key = (matmul.op.id, index, transposed)
-        if key not in self._canonical:
-            chain = matmul.operands[index].chain.copy()
-            if transposed:
-                chain.dim_shuffle((0, 2, 1))
-            self._canonical[key] = chain.canonicalized()
-        return self._canonical[key]
+        if key not in self._forms:
+            self._forms[key] = permutation_form(self.cube_chain(matmul, index, transposed))
+        return self._forms[key]
 
     def same_cube_tensor(self, cube: tuple[int, int, int, int], name: str,
                          first: Pass, second: Pass) -> bool:
@@ -208,7 +214,9 @@ class GraphMatmuls:
         first_chain = self.cube_chain(first.matmul, first_index, first_transposed)
         second_chain = self.cube_chain(second.matmul, second_index, second_transposed)
         if first_base is second_base:
-            return first_chain == second_chain
+            form = self.cube_permutation(first.matmul, first_index, first_transposed)
+            return form is not None and form == self.cube_permutation(
+                second.matmul, second_index, second_transposed)
         return _equal_constants(first_base, first_chain, second_base, second_chain)
 
     def passes(self, forward: GroupedMatmul, shared: str, options: tuple[str, ...],
@@ -229,6 +237,92 @@ class GraphMatmuls:
                     found.append(candidate)
                     break
         return found
+
+
+def permutation_form(chain: Chain) -> tuple | None:
+    """A normal form of the element permutation a chain of Reshapes and DimShuffles makes:
+    equal forms, equal permutations (chains from one shape to one shape). The tensor is cut
+    into atoms — runs of axes that every reshape and shuffle keeps whole, split where a
+    reshape cuts a dimension — and the form lists the atoms in the output's order, each by
+    its place in the input's order and its size, neighbours that stay neighbours merged.
+    None when a reshape cuts across atoms in a way no splitting expresses, a permutation in
+    mixed radix (such views are not compared: no layer is recognised through them). Canonical chains are not enough: equal permutations can have different
+    canonical chains (a transpose of merged heads against a split, shuffle and merge)."""
+    memory: list[int] = []  # atom ids in the input's row-major order
+    sizes: dict[int, int] = {}
+    dims: list[list[int]] = []
+    for size in chain.in_shape:
+        atom = len(sizes)
+        sizes[atom] = size
+        memory.append(atom)
+        dims.append([atom])
+    for op in chain.ops:
+        if op.type == "DimShuffle":
+            dims = [dims[axis] for axis in op.attr]
+            continue
+        if op.type != "Reshape":
+            return None
+        atoms = _fused([atom for dim in dims for atom in dim], sizes, memory)
+        dims = []
+        for target in op.attr:
+            dim: list[int] = []
+            filled = 1
+            while filled < target:
+                atom = atoms.pop(0)
+                if filled * sizes[atom] > target:
+                    need = target // filled
+                    if target % filled or sizes[atom] % need:
+                        return None
+                    atom = _split(atom, need, sizes, memory, atoms)
+                dim.append(atom)
+                filled *= sizes[atom]
+            dims.append(dim)
+    return _merged(memory, sizes, [atom for dim in dims for atom in dim])
+
+
+def _fused(order: list[int], sizes: dict[int, int], memory: list[int]) -> list[int]:
+    """``order`` (atoms in view order) with each atom that follows its predecessor both in
+    the view and in memory fused into it: a reshape may then cut the fused atom anywhere."""
+    fused: list[int] = []
+    for atom in order:
+        if fused and memory.index(atom) == memory.index(fused[-1]) + 1:
+            sizes[fused[-1]] *= sizes.pop(atom)
+            memory.remove(atom)
+        else:
+            fused.append(atom)
+    return fused
+
+
+def _split(atom: int, outer: int, sizes: dict[int, int], memory: list[int],
+           pending: list[int]) -> int:
+    """Split ``atom`` into an outer part of size ``outer`` and the inner rest (adjacent in
+    memory, the outer first); return the outer part and put the inner one back in front of
+    ``pending``."""
+    inner = max(sizes) + 1
+    sizes[inner] = sizes[atom] // outer
+    sizes[atom] = outer
+    memory.insert(memory.index(atom) + 1, inner)
+    pending.insert(0, inner)
+    return atom
+
+
+def _merged(memory: list[int], sizes: dict[int, int], order: list[int]) -> tuple:
+    """The atoms in ``order`` (output order) as (rank in memory, size), size-1 atoms
+    dropped and neighbours adjacent in memory, in the same order, merged."""
+    kept = [atom for atom in memory if sizes[atom] > 1]
+    place = {atom: rank for rank, atom in enumerate(kept)}
+    runs: list[list[int]] = []  # [first memory rank, last memory rank, size]
+    for atom in order:
+        if sizes[atom] == 1:
+            continue
+        rank = place[atom]
+        if runs and runs[-1][1] + 1 == rank:
+            runs[-1][1] = rank
+            runs[-1][2] *= sizes[atom]
+        else:
+            runs.append([rank, rank, sizes[atom]])
+    firsts = sorted(run[0] for run in runs)
+    return tuple((firsts.index(run[0]), run[2]) for run in runs)
 
 
 def _equal_constants(first: Tensor, first_chain: Chain, second: Tensor,

@@ -11,12 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from popart_unwind import transforms
 from popart_unwind.ir import Builder, Ir, TensorType
 from popart_unwind.machine.interface import MatmulPartition, MatmulPlan
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.fully_connected import FullyConnectedLayer, fully_connected_layers
+from popart_unwind.memory import Chain
+from popart_unwind.ops.fully_connected import (
+    FullyConnectedLayer,
+    fully_connected_layers,
+    permutation_form,
+)
 from popart_unwind.options import SessionOptions
 
 
@@ -217,15 +224,16 @@ def test_axes_of_an_op_outside_the_layer_is_an_error():
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
-def import_bert(training: bool) -> Ir:
-    """The tiny BERT (masked LM) imported and transformed as benchmarks/models.py does."""
+def import_bert(training: bool, model: str = "bert") -> Ir:
+    """The tiny BERT (masked LM), or another of tests/models, imported and transformed as
+    benchmarks/models.py does."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     if str(MODELS_DIR) not in sys.path:
         sys.path.insert(0, str(MODELS_DIR))
     import make_models
 
-    module, args = make_models.tiny_model("bert")
+    module, args = make_models.tiny_model(model)
     ir = Ir.from_torch(module, args, training=training,
                        options=SessionOptions(enable_unwind_layouts=False))
     transforms.run_pipeline(ir)
@@ -326,3 +334,73 @@ def test_bert_layers_are_deterministic(bert):
     _, layers = bert
     again = fully_connected_layers(import_bert(training=True))
     assert by_names(again) == by_names(layers)
+
+
+# -- the permutation a view makes, in normal form -----------------------------------------------
+@st.composite
+def views(draw, shape):
+    """A chain of DimShuffles and Reshapes that split a dimension or merge neighbours."""
+    chain = Chain(shape)
+    for _ in range(draw(st.integers(0, 5))):
+        current = list(chain.out_shape)
+        kind = draw(st.sampled_from(["shuffle", "split", "merge"]))
+        if kind == "shuffle":
+            chain.dim_shuffle(draw(st.permutations(range(len(current)))))
+        elif kind == "split":
+            axis = draw(st.integers(0, len(current) - 1))
+            factors = [f for f in range(1, current[axis] + 1) if current[axis] % f == 0]
+            outer = draw(st.sampled_from(factors))
+            chain.reshape((*current[:axis], outer, current[axis] // outer,
+                           *current[axis + 1:]))
+        elif len(current) > 1:
+            axis = draw(st.integers(0, len(current) - 2))
+            chain.reshape((*current[:axis], current[axis] * current[axis + 1],
+                           *current[axis + 2:]))
+    return chain
+
+
+def same_elements(first: Chain, second: Chain) -> bool:
+    probe = np.arange(int(np.prod(first.in_shape))).reshape(first.in_shape)
+    return np.array_equal(first.apply(probe).reshape(-1), second.apply(probe).reshape(-1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_equal_forms_are_equal_permutations(data):
+    shape = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3, 4, 6]), min_size=1,
+                                     max_size=4)))
+    first = data.draw(views(shape))
+    if data.draw(st.booleans()):  # the same permutation written another way
+        detour = data.draw(views(first.out_shape))
+        second = first.then(detour).then(detour.mirror())
+    else:
+        second = data.draw(views(shape))
+    flat = (int(np.prod(shape)),)
+    first, second = (c.then(Chain(c.out_shape).reshape(flat)) for c in (first, second))
+    first_form, second_form = permutation_form(first), permutation_form(second)
+    # a reshape cutting a transposed tensor across its axes has no form (mixed radix)
+    assume(first_form is not None and second_form is not None)
+    assert (first_form == second_form) == same_elements(first, second)
+
+
+def test_a_transpose_of_merged_heads_is_the_split_shuffle_and_merge():
+    """Two ways to view [2, 16, 2*64] as [4, 64, 16] per head, transposed: their canonical
+    chains differ, their permutations do not."""
+    heads = Chain((2, 16, 128)).reshape((2, 16, 2, 64)).dim_shuffle((0, 2, 1, 3)) \
+        .reshape((4, 16, 64)).dim_shuffle((0, 2, 1))
+    merged = Chain((2, 16, 128)).dim_shuffle((0, 2, 1)).reshape((4, 64, 16))
+    assert permutation_form(heads) == permutation_form(merged)
+    assert same_elements(heads, merged)
+    other = Chain((2, 16, 128)).reshape((4, 16, 64)).dim_shuffle((0, 2, 1))
+    assert permutation_form(heads) != permutation_form(other)
+
+
+def test_every_matmul_of_the_gpt2_training_step_is_in_a_whole_layer():
+    """GPT-2 splits one projection into Q, K and V and views each per head; the backward
+    passes read them transposed another way, which only the permutation form matches."""
+    ir = import_bert(training=True, model="gpt2")
+    layers = fully_connected_layers(ir)
+    matmuls = [op for op in ir.main_graph.ops if op.is_type("MatMul")]
+    assert sorted(op.id for layer in layers for op in layer.ops()) == \
+        sorted(op.id for op in matmuls)
+    assert all(layer.bwd is not None and layer.wu is not None for layer in layers)

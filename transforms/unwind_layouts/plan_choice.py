@@ -26,8 +26,9 @@ update's output (``machine.fc_plans.separate_plans``).
 Beyond that, activations and gradients keep their producers' layouts, which the choice
 does not know (the passes' own cycles assume every operand where the plan wants it).
 Separate plans are assumed to want distinct layouts of every shared tensor (different
-matmul shapes are cut differently). Only the passes the step computes are costed. The
-choice is per layer and local; the cost model then measures the whole step.
+matmul shapes are cut differently). A joint partition is the one Poplibs would share (the
+best for all three passes); the options are compared on the passes the layer's ops
+compute. The choice is per layer and local; the cost model then measures the whole step.
 ``SessionOptions.matmul_plans`` selects this ("with_layouts", the default),
 Poplibs' own choice ("poplibs") or every matmul planned alone ("alone").
 """
