@@ -246,8 +246,9 @@ def permutation_form(chain: Chain) -> tuple | None:
     reshape cuts a dimension — and the form lists the atoms in the output's order, each by
     its place in the input's order and its size, neighbours that stay neighbours merged.
     None when a reshape cuts across atoms in a way no splitting expresses, a permutation in
-    mixed radix (such views are not compared: no layer is recognised through them). Canonical chains are not enough: equal permutations can have different
-    canonical chains (a transpose of merged heads against a split, shuffle and merge)."""
+    mixed radix (such views are not compared: no layer is recognised through them).
+    Canonical chains are not enough: equal permutations can have different canonical
+    chains (a transpose of merged heads against a split, shuffle and merge)."""
     memory: list[int] = []  # atom ids in the input's row-major order
     sizes: dict[int, int] = {}
     dims: list[list[int]] = []
