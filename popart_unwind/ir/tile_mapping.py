@@ -8,7 +8,7 @@ exact both ways and validate: every element on exactly one tile, tile ids in ran
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -202,9 +202,26 @@ class TileIntervals(Sequence):
     def num_runs(self) -> int:
         return self._num_runs
 
+    def __iter__(self) -> Iterator[list]:
+        """Each tile's runs in turn, from one conversion of the arrays (indexing tile by
+        tile costs a numpy slice each: minutes for thousands of tensors on 1472 tiles)."""
+        return iter(self.to_lists())
+
     def to_lists(self) -> TileMapping:
         """The same mapping as nested Python lists (for JSON)."""
-        return [self[t] for t in range(len(self))]
+        lists: TileMapping = [[] for _ in range(len(self))]
+        for tile, runs in self.held():
+            lists[tile] = runs
+        return lists
+
+    def held(self) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+        """(tile, its runs) for each tile holding any, in tile order: a small tensor on a
+        big machine leaves most tiles empty."""
+        bounds = self._bounds
+        begins, ends = self._begins.tolist(), self._ends.tolist()
+        for tile in np.flatnonzero(np.diff(bounds)).tolist():
+            low, high = int(bounds[tile]), int(bounds[tile + 1])
+            yield tile, list(zip(begins[low:high], ends[low:high], strict=True))
 
     def owners(self) -> tuple[np.ndarray, np.ndarray]:
         """((begin, end) rows, the tile of each row), without building tuples."""

@@ -219,13 +219,15 @@ class ConcatRule(LayoutRule):
     def input_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
         """(axis, begin, end): where input ``in_index`` lies along the output's axis."""
         axis = self._axis(op)
-        begin = 0
-        for index, tensor in op.input_map().items():
-            size = known_shape(op, tensor)[axis]
-            if index == in_index:
-                return axis, begin, begin + size
-            begin += size
-        raise PlanError(f"op {op.debug_name()} has no input {in_index}")
+        inputs = op.inputs  # Concat's inputs are 0 .. k-1, none optional
+        if not 0 <= in_index < len(inputs):
+            raise PlanError(f"op {op.debug_name()} has no input {in_index}")
+        before = inputs[:in_index]
+        unknown = next((t for t in (*before, inputs[in_index]) if t.shape is None), None)
+        if unknown is not None:
+            known_shape(op, unknown)  # raises, naming it
+        begin = sum(tensor.shape[axis] for tensor in before)
+        return axis, begin, begin + inputs[in_index].shape[axis]
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         inputs = [emitter.tensor(t) for t in op.inputs]

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import PlanError
+from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import IpuModel
+from popart_unwind.unwind.solvers import cyclic_gc_paused
 from popart_unwind.version import __version__
 
 PLAN_VERSION = 1
@@ -39,7 +41,8 @@ class TensorDecision:
     tensor_id: str
     shape: tuple[int, ...]
     dtype: str
-    tile_mapping: list  # Poplar format: per tile, [begin, end) intervals
+    #: Poplar's format: per tile, [begin, end) intervals (nested lists or ``TileIntervals``)
+    tile_mapping: Any
     method: str
     explanation: str
 
@@ -95,19 +98,19 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
     per op type, how many ops no layout rule models (barriers, no exchange counted);
     ``planned_ops``: the matmuls and convolutions with their plans (``op_entries``)."""
     tensors: dict[str, Any] = {}
-    for decision in decisions:
-        key = tensor_key(decision.graph_id, decision.tensor_id)
-        if key in tensors:
-            raise PlanError(f"the plan has tensor {key!r} twice")
-        tensors[key] = {
-            "shape": [int(d) for d in decision.shape],
-            "dtype": decision.dtype,
-            "tile_mapping": [[[int(b), int(e)] for b, e in tile]
-                             for tile in decision.tile_mapping],
-            "method": decision.method,
-            "explanation": decision.explanation,
-            "graph": decision.graph_id,
-        }
+    with cyclic_gc_paused():  # a list per tile per tensor: millions of small lists
+        for decision in decisions:
+            key = tensor_key(decision.graph_id, decision.tensor_id)
+            if key in tensors:
+                raise PlanError(f"the plan has tensor {key!r} twice")
+            tensors[key] = {
+                "shape": [int(d) for d in decision.shape],
+                "dtype": decision.dtype,
+                "tile_mapping": _intervals(decision.tile_mapping),
+                "method": decision.method,
+                "explanation": decision.explanation,
+                "graph": decision.graph_id,
+            }
     return {
         "version": PLAN_VERSION,
         "generator": f"popart-unwind {__version__}",
@@ -120,6 +123,17 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                              for name, count in sorted(ops_without_rule.items())},
         "summary": {name: summary_entry(values) for name, values in summaries.items()},
     }
+
+
+def _intervals(mapping: Any) -> list:
+    """Poplar's format as JSON lists: a ``TileIntervals`` converts all its runs at once (one
+    list per tile of the target, thousands of tensors)."""
+    if isinstance(mapping, TileIntervals):
+        lists: list = [[] for _ in range(len(mapping))]
+        for tile, runs in mapping.held():
+            lists[tile] = [list(run) for run in runs]
+        return lists
+    return [[[int(b), int(e)] for b, e in tile] for tile in mapping]
 
 
 def dumps_plan(document: Mapping[str, Any]) -> bytes:

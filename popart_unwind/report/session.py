@@ -179,8 +179,8 @@ def _decisions(ir: Ir, plan: Any
 
 def _decision(entry: Any) -> TensorDecision:
     return TensorDecision(entry.graph_id, entry.tensor_id, tuple(int(d) for d in entry.shape),
-                          str(entry.dtype), [list(tile) for tile in entry.tile_mapping],
-                          str(entry.method), str(entry.explanation))
+                          str(entry.dtype), entry.tile_mapping, str(entry.method),
+                          str(entry.explanation))
 
 
 def largest_tensors(run: PlanRun, count: int) -> list[TensorDecision]:

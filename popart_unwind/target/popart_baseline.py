@@ -42,6 +42,7 @@ from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
 from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
+from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 #: Chain ops that keep every input element in the output (so a chain of them covers all).
 _SURJECTIVE = frozenset({"Reshape", "DimShuffle", "Reverse", "Expand"})
@@ -116,11 +117,12 @@ def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
     op_plans = choose_plans(ir, target, registry, "poplibs" if fully_connected_pass else "alone",
                             skip=frozenset(tied.values()))
     target = target.with_plans(op_plans)
-    search = _CreatorSearch(ir, registry, unwind_elementwise, frozenset(tied))
     decisions = []
-    for graph in ir.graphs:
-        for tensor in graph.producerless_tensors():
-            decisions.append(_decide(tensor, search.candidates(tensor), target, registry))
+    with cyclic_gc_paused():  # the search makes many small chains and regions
+        search = _CreatorSearch(ir, registry, unwind_elementwise, frozenset(tied))
+        for graph in ir.graphs:
+            for tensor in graph.producerless_tensors():
+                decisions.append(_decide(tensor, search.candidates(tensor), target, registry))
     return BaselinePlan(decisions, op_plans)
 
 
