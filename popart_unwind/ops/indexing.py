@@ -439,6 +439,10 @@ class GatherRule(LayoutRule):
 
     kind = "gather"
 
+    def worked_inputs(self, op: Op) -> list[int]:
+        """The indices, not the table it copies rows from (the rows are the output)."""
+        return [1]
+
     def table_dims(self, op: Op) -> tuple[int, int] | None:
         """(entries, embedding size) of the table, or None if this is not a table lookup."""
         table = known_shape(op, op.input(0))
@@ -613,6 +617,10 @@ class ScatterRule(_LaidOutLikeInput):
     kind = "scatter"
     follows = 0  # the data
 
+    def worked_inputs(self, op: Op) -> list[int]:
+        """The indices and updates: the data is updated in place, row by row."""
+        return [1, 2]
+
     def models(self, op: Op) -> bool:
         """Every reduction ONNX defines; an op with another is a barrier, listed."""
         return (op.attributes.get("reduction", "none") in SCATTER_REDUCTIONS
@@ -748,6 +756,10 @@ class GatherElementsRule(_LaidOutLikeInput):
 
     kind = "gather"
     follows = 1  # the indices
+
+    def worked_inputs(self, op: Op) -> list[int]:
+        """The indices, not the data it looks elements up in."""
+        return [1]
 
     def sources(self, op: Op) -> np.ndarray:
         """The flat data element each output element reads."""

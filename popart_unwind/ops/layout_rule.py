@@ -136,7 +136,7 @@ class LayoutRule:
             return OpWork(0, 0)
         busiest = 0
         for tensor, tiles in [*zip(op.outputs, output_tiles, strict=True),
-                              *((op.input(i), input_tiles[i]) for i in op.input_map()
+                              *((op.input(i), input_tiles[i]) for i in self.worked_inputs(op)
                                 if i < len(input_tiles) and input_tiles[i] is not None)]:
             flat = np.asarray(tiles).reshape(-1)
             if flat.size:
@@ -144,6 +144,11 @@ class LayoutRule:
                 busiest = max(busiest, -(-int(counts.max()) // target.vector_elements(
                     tensor.dtype)))
         return OpWork(busiest, 0)
+
+    def worked_inputs(self, op: Op) -> list[int]:
+        """The inputs whose every element the op's default ``work`` visits (all; a lookup
+        or an in-place update visits only its indices and rows)."""
+        return list(op.input_map())
 
     def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
         """How the op is computed over the tiles, as the plan file records it (matmuls and
