@@ -275,3 +275,33 @@ def test_loop_copies_in_out_and_between_iterations():
     copied_in, copied_out, fed_back = 1 + 1 + NUMEL, NUMEL, 1 + NUMEL
     assert report.upper_bound == copied_in + copied_out + fed_back
     assert report.objective == report.upper_bound - NUMEL
+
+
+def test_compute_cycles_count_the_busiest_tile_a_vector_per_cycle():
+    """An elementwise op computes its busiest tile's elements at one 64-bit vector (two
+    float32) per cycle; a view computes nothing."""
+    b = Builder()
+    a = b.add_input_tensor("float32", SHAPE, "a")
+    c = b.add_input_tensor("float32", SHAPE, "c")
+    total = b.ai_onnx.add([a, c], name="add")
+    b.add_output_tensor(b.ai_onnx.transpose([total], perm=[1, 0], name="flat"))
+    ir = b.ir()
+    tiles = np.repeat(np.array([0, 1, 2], np.int16), [20, 8, 4])  # 20 on the busiest tile
+    report = evaluate(ir, small_target(), {("", "a"): tiles, ("", "c"): tiles.copy()})
+    rows = {row.name: row for row in report.ops}
+    assert rows["add"].compute_cycles == 20 // 2
+    assert rows["flat"].compute_cycles == 0
+    assert report.compute_cycles == sum(row.compute_cycles for row in report.ops)
+
+
+def test_a_lookup_computes_its_rows_not_its_table():
+    b = Builder()
+    table = weight(b, (1000, 8), "table")
+    ids = b.add_input_tensor("int64", (4,), "ids")
+    b.add_output_tensor(b.ai_onnx.gather([table, ids], axis=0, name="lookup"))
+    ir = b.ir()
+    target = small_target()
+    on_one_tile = {("", "table"): np.zeros(8000, np.int16), ("", "ids"): np.zeros(4, np.int16)}
+    row = next(r for r in evaluate(ir, target, on_one_tile).ops if r.name == "lookup")
+    # at most the 32 output elements (or the 4 ids) on one tile: 16 cycles, not 4,000
+    assert row.compute_cycles <= 32 // 2
