@@ -106,6 +106,12 @@ def test_a_joint_layer_leaves_nothing_to_save_on_its_weight(how):
     readers = {"fwd0", "bwd0", "update0"}
     rows = [row for row in cost.ops if row.name in readers]
     assert len(rows) == 3 and all(row.avoidable_bytes == 0 for row in rows)
+    for row in cost.ops:  # each pass computes and sums partials as its plan says
+        if row.type == "MatMul":
+            chosen = plan.op_plans[("", row.op_id)]
+            pass_cost = target.matmul_cost(*chosen.dims, "float32", chosen.own_partition)
+            assert (row.compute_cycles, row.partials_cycles) == \
+                (pass_cost.compute_cycles, pass_cost.reduction_cycles)
     ir.options = dataclasses.replace(ir.options, matmul_plans="alone")
     alone, alone_cost = plan_and_cost(ir, target)
     assert alone.op_plans == {}
