@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+from math import prod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,8 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
     if plan is None:
         return "-"
     part = plan["partition"]
-    text = f"{part['groups']}×{part['rows']}×{part['inner']}×{part['cols']} tiles"
+    splits = (part["groups"], part["rows"], part["inner"], part["cols"])
+    text = "×".join(map(str, splits)) + f" ({prod(splits):,} tiles)"
     if plan.get("fully_connected_pass", "NONE") != "NONE":
         text += (f", {plan['fully_connected_pass']} " +
                  ("with its layer" if plan.get("joint") else "alone"))
