@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import html
-from math import prod
 from collections.abc import Sequence
+from math import prod
 from pathlib import Path
 from typing import Any
 
