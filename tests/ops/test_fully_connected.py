@@ -150,13 +150,14 @@ def test_projections_of_one_input_each_get_their_own_passes():
         [(name, "mkn"), (f"bwd_{name}", "mnk"), (f"wu_{name}", "nmk")] for name in "qkv"]
 
 
-def test_layers_do_not_depend_on_the_hash_seed():
+def test_layers_do_not_depend_on_the_hash_seed(tmp_path):
     script = ("import sys; sys.path.insert(0, sys.argv[1]); import test_fully_connected as t; "
               "print([t.passes_of(layer) for layer in "
               "t.fully_connected_layers(t.projections_training_step())])")
+    # run outside the source tree: the installed package, not the sources, is imported
     outputs = {subprocess.run([sys.executable, "-c", script, str(Path(__file__).parent)],
                               env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
-                              capture_output=True, text=True).stdout
+                              capture_output=True, text=True, cwd=tmp_path).stdout
                for seed in ("0", "1", "12345")}
     assert len(outputs) == 1
 
