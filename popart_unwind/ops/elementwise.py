@@ -261,6 +261,14 @@ def _fold_rule(kernel: Kernel):
 
 
 # -- layouts ----------------------------------------------------------------------------
+def _expanded(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is an Expand of a tensor with fewer elements."""
+    producer = tensor.producer
+    return (producer is not None and producer.type.name == "Expand" and producer.has_input(0)
+            and producer.input(0).shape is not None and tensor.shape is not None
+            and prod(producer.input(0).shape) < prod(tensor.shape))
+
+
 def operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
                        target: TileMachine) -> np.ndarray:
     """The layout of an elementwise operand that its result's tiles read without exchange
@@ -304,18 +312,31 @@ class ElementwiseRule(LayoutRule):
         out = known_shape(op, op.output(0))
         return [k for k, (_, t) in enumerate(self.operands(op)) if known_shape(op, t) == out]
 
-    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+    def _partners(self, op: Op) -> list[int]:
+        """The full-shape inputs whose layouts the planner ties: those not made by a
+        broadcasting Expand (unless every one is). An expanded input repeats each element
+        of a smaller tensor; tying a partner to its layout would pile the partner on the
+        few tiles of the smaller one (a zero tensor a gradient is scattered into, say),
+        where Poplar reads the expanded input as the broadcast operand it is."""
         full = self._full(op)
+        operands = self.operands(op)
+        kept = [k for k in full if not _expanded(operands[k][1])]
+        return kept or full
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        full = self._partners(op)
         if not full:  # every input broadcasts: nothing has the result's layout
             emitter.barrier(op)
             return
-        operands = self.operands(op)
+        operands = [t for k, (_, t) in enumerate(self.operands(op))
+                    if k in full or k not in self._full(op)]  # expanded inputs left out
+        full = [operands.index(self.operands(op)[k][1]) for k in full]
         values: dict[Any, float] = {"default": emitter.valuations.elementwise}
         for k in range(len(operands)):
             if k not in full:
                 values[(full[0], k)] = emitter.valuations.bias
         out = op.output(0)
-        result = emitter.graph.sum_like([emitter.tensor(t) for _, t in operands], full,
+        result = emitter.graph.sum_like([emitter.tensor(t) for t in operands], full,
                                         values, name=out.id)
         emitter.define(out, result.out)
 
@@ -349,10 +370,12 @@ class ElementwiseRule(LayoutRule):
 
     def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
                   valuations: Any) -> tuple[float, float]:
-        full = self._full(op)
-        if not full:
+        full, partners = self._full(op), self._partners(op)
+        if not partners:
             return 0.0, 0.0
         operands = self.operands(op)
+        left_out = set(full) - set(partners)  # expanded inputs: no pair (see _partners)
+        full = partners
         tiles = [flat_tiles(input_tiles, i) for i, _ in operands]
         out_shape = known_shape(op, op.output(0))
         score = bound = 0.0
@@ -362,7 +385,7 @@ class ElementwiseRule(LayoutRule):
                 score += valuations.elementwise * count_equal(tiles[a], tiles[b])
         first = tiles[full[0]]
         for k, (_, tensor) in enumerate(operands):
-            if k in full:
+            if k in full or k in left_out:
                 continue
             shape = known_shape(op, tensor)
             bound += valuations.bias * prod(shape)

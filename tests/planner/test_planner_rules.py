@@ -163,3 +163,29 @@ def test_rule_agreement_bounds_add_up_to_the_unwind_upper_bound(program):
         none = [None] * (max(op.input_map(), default=-1) + 1)
         total += REGISTRY.layout_rule(op).agreement(op, none, TARGET, values)[1]
     assert total == result.upper_bound
+
+
+def test_a_partner_is_not_tied_to_an_expanded_layout():
+    """Where(cond, Expand(g), zeros): the zeros are not laid out like the expanded g, which
+    repeats each element of g along the new axis (a layout piled on g's few tiles); the
+    result is computed where the zeros lie and reads g as a broadcast operand."""
+    b = Builder()
+    small = b.add_input_tensor("float32", (2, 1, 8), "g")
+    cond = b.add_input_tensor("bool", (2, 16, 8), "cond")
+    zeros = weight(b, (2, 16, 8), "zeros")
+    shape = b.add_constant(np.array([2, 16, 8], np.int64), "shape")
+    expanded = b.ai_onnx.expand([small, shape], name="expand")
+    b.add_output_tensor(b.ai_onnx.where([cond, expanded, zeros], name="where"))
+    ir = b.ir()
+    target = small_target(16)
+    plan = plan_ir(ir, target, write=False)
+    tiles = {p.tensor_id: p.tiles for p in plan.tensors}
+    expanded_tiles = np.broadcast_to(tiles["g"].reshape(2, 1, 8), (2, 16, 8)).reshape(-1)
+    assert not np.array_equal(tiles["zeros"], expanded_tiles)
+    # the tie between cond and zeros stays (both full-shape, neither expanded)
+    np.testing.assert_array_equal(tiles["cond"], tiles["zeros"])
+    where = next(op for op in ir.main_graph.ops if op.name == "where")
+    rule = REGISTRY.layout_rule(where)
+    score, bound = rule.agreement(where, [tiles["cond"], expanded_tiles, tiles["zeros"]],
+                                  target, UnwindValuations())
+    assert score == bound == UnwindValuations().elementwise * 2 * 16 * 8
