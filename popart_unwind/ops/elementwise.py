@@ -324,13 +324,14 @@ class ElementwiseRule(LayoutRule):
         return kept or full
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
-        full = self._partners(op)
-        if not full:  # every input broadcasts: nothing has the result's layout
+        partners = self._partners(op)
+        if not partners:  # every input broadcasts: nothing has the result's layout
             emitter.barrier(op)
             return
-        operands = [t for k, (_, t) in enumerate(self.operands(op))
-                    if k in full or k not in self._full(op)]  # expanded inputs left out
-        full = [operands.index(self.operands(op)[k][1]) for k in full]
+        left_out = set(self._full(op)) - set(partners)  # expanded inputs (see _partners)
+        kept = [k for k in range(len(self.operands(op))) if k not in left_out]
+        operands = [self.operands(op)[k][1] for k in kept]
+        full = [kept.index(k) for k in partners]
         values: dict[Any, float] = {"default": emitter.valuations.elementwise}
         for k in range(len(operands)):
             if k not in full:
