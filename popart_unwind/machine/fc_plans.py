@@ -9,8 +9,8 @@ jointly, one partition costed as the sum of the three passes it implies, so that
 activations and gradients are laid out once for all three; and separately, each pass its
 own cheapest partition, charged for rearranging the backward pass's input and the weight
 update's output into the layouts the other passes left. It keeps the separate plans only
-when they take fewer cycles. docs/ipu-model.md ("Plans of fully connected layers") says what
-the model keeps of this.
+when they take fewer cycles. docs/ipu-model.md ("Plans as decisions") and docs/baseline.md
+(section 6) say what the model keeps of this.
 """
 
 from __future__ import annotations
@@ -18,7 +18,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from popart_unwind.machine.interface import MatmulCost, MatmulPartition, MatmulPlan, TileMachine
+from popart_unwind.machine.interface import (
+    MatmulCost,
+    MatmulPartition,
+    MatmulPlan,
+    TileMachine,
+    pass_dims,
+)
 
 #: The cube axes (rows, inner, columns) of the three passes in Poplibs' own orientation.
 CANONICAL_AXES = {"TRAINING_FWD": "mkn", "TRAINING_BWD": "mnk", "TRAINING_WU": "kmn"}
@@ -78,11 +84,9 @@ def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: 
     """Each pass op planned alone, as its own cube, with Poplibs' rearrangements charged:
     the backward pass's input (dY, [G, M, N]) and the weight update's output (dW,
     [G, K, N]) each copied over the tiles of its pass."""
-    plans = []
-    for op in ops:
-        own = MatmulPlan(cube, target.matmul_plan(*cube, dtype), op.axes).dims
-        plans.append(MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass))
-    plans_tuple = tuple(plans)
+    plans_tuple = tuple(
+        MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass)
+        for op in ops for own in [pass_dims(cube, op.axes)])
     g, m, k, n = cube
     rearranged = {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}  # dY in, dW out
     rearrangements = tuple(

@@ -125,8 +125,7 @@ class MatmulPlan:
     @property
     def dims(self) -> tuple[int, int, int, int]:
         """The op's own (G, rows, inner, cols)."""
-        size = dict(zip("mkn", self.cube[1:], strict=True))
-        return (self.cube[0], *(size[axis] for axis in self.axes))
+        return pass_dims(self.cube, self.axes)
 
     @property
     def own_partition(self) -> MatmulPartition:
@@ -174,6 +173,12 @@ class ExchangeNeed:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(received bytes, regions): the form a machine's answer cache keeps."""
         return self.received_bytes, self.regions
+
+
+def pass_dims(cube: Sequence[int], axes: str) -> tuple[int, int, int, int]:
+    """The (G, rows, inner, cols) of the pass with cube axes ``axes`` over ``cube``."""
+    size = dict(zip("mkn", cube[1:], strict=True))
+    return (cube[0], *(size[axis] for axis in axes))  # type: ignore[return-value]
 
 
 def cube_tensor(axes: str, operand: str) -> tuple[str, bool]:
