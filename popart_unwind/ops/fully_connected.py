@@ -27,7 +27,7 @@ from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.fc_plans import PassOp
-from popart_unwind.machine.interface import MatmulPartition, MatmulPlan
+from popart_unwind.machine.interface import cube_tensor, pass_dims
 from popart_unwind.memory import Chain
 from popart_unwind.ops.linalg import MatMulRule
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
@@ -43,8 +43,6 @@ BWD_AXES = ("mnk", "knm")
 WU_AXES = ("kmn", "nmk")
 #: Chain ops of a view that neither drops nor repeats elements.
 BIJECTIVE_CHAIN_OPS = frozenset({"Reshape", "DimShuffle"})
-#: Which cube tensor an operand is does not depend on the partition.
-ANY_PARTITION = MatmulPartition(1, 1, 1, 1)
 #: The op inputs that are matmul operands.
 OPERANDS = ("lhs", "rhs")
 
@@ -232,7 +230,7 @@ class GraphMatmuls:
                 continue
             for axes in options:
                 candidate = Pass(matmul, axes)
-                if matmul.dims == MatmulPlan(cube, ANY_PARTITION, axes).dims \
+                if matmul.dims == pass_dims(cube, axes) \
                         and self.same_cube_tensor(cube, shared, fwd, candidate):
                     found.append(candidate)
                     break
@@ -342,9 +340,8 @@ def _equal_constants(first: Tensor, first_chain: Chain, second: Tensor,
 def operand_as(cube: tuple[int, int, int, int], axes: str, name: str) -> tuple[int, bool]:
     """Which input (0 lhs, 1 rhs) of an op computing ``axes`` of ``cube`` is cube tensor
     ``name``, and whether the op holds it transposed."""
-    plan = MatmulPlan(cube, ANY_PARTITION, axes)
     for index, operand in enumerate(OPERANDS):
-        tensor, transposed = plan.cube_tensor(operand)
+        tensor, transposed = cube_tensor(axes, operand)
         if tensor == name:
             return index, transposed
     raise PlanError(f"cube tensor {name!r} is no input of a pass with axes {axes!r}")
