@@ -153,7 +153,7 @@ def test_the_choice_against_every_combination_of_layer_options(widths):
     found by the exact solver, the step costed by the cost model. The planner's choice is
     one of those combinations, so none costs less. Its estimate knows neither the layouts
     the activations will have nor what the passes' result layouts cost the ops after them,
-    so it can miss the best: on these steps it is 0%, 3.5% and 8.3% above it (at this
+    so it can miss the best: on these steps it is 0%, 8.3% and 3.4% above it (at this
     size a sync, 90 cycles, outweighs moving a whole tensor)."""
     ir = training_step(widths)
     target = small_target()
