@@ -80,9 +80,9 @@ def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
     dtype = layer.fwd.input(0).dtype
     g, m, k, n = layer.cube
     elements = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
+    if option.joint:  # one layout of each tensor; Poplibs charges no rearrangement
+        return option.cost.cycles
     cycles = option.cost.cycles + option.rearranged("TRAINING_BWD")
-    if option.joint:
-        return cycles + option.rearranged("TRAINING_WU")
     updated = "rhs" in layer.producerless and _wu_present(option)
     for name, readers in _readers(layer, option).items():
         if name not in layer.producerless:
