@@ -245,7 +245,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             transform(ir)
         run = plan_session(ir, model, args.algo, args.baseline, progress)
         document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
-                                       run.planner(), run.ops_without_rule, run.planned_ops())
+                                       run.planner(), run.ops_without_rule, run.planned_ops)
         with progress.stage("report"):
             for target in outputs.files:
                 if target.option == "--out":

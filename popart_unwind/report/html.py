@@ -141,7 +141,7 @@ def _matmul_plans(run: PlanRun) -> str:
     compute; the layouts it leads to elsewhere are in the summary)."""
     if "popart" not in run.costs:
         return ""
-    ops = run.planned_ops()
+    ops = run.planned_ops
     differing = [op for op in ops if op.plans.get("ours") != op.plans.get("popart")]
     intro = (f"<p>{len(ops)} matmuls and convolutions; {len(differing)} planned otherwise "
              f"than PopART plans them (partition G×M×K×N of the tiles, and whether a fully "

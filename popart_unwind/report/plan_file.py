@@ -9,6 +9,7 @@ runs on one model give identical files. Nested levels are indented for reading; 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from math import prod
@@ -75,9 +76,10 @@ def op_entries(planned_ops: Iterable[Any]) -> dict[str, Any]:
     our plan and its cycles, and each baseline's plan and cycles where it has one."""
     planned_ops = list(planned_ops)
     names = [tensor_key(op.graph_id, op.name) for op in planned_ops]
+    uses = Counter(names)
     entries: dict[str, Any] = {}
     for op, name in zip(planned_ops, names, strict=True):
-        key = name if names.count(name) == 1 else f"{name}#{op.op_id}"
+        key = name if uses[name] == 1 else f"{name}#{op.op_id}"
         entry: dict[str, Any] = {"type": op.type, "graph": op.graph_id,
                                  "plan": op.plans.get("ours"),
                                  "cycles": _plain(op.cycles.get("ours"))}

@@ -8,6 +8,7 @@ mappings of their own, and the cost model scores each plan from its mappings on 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,9 +68,11 @@ class PlanRun:
     def summaries(self) -> dict[str, dict[str, Any]]:
         return {name: dict(report.summary()) for name, report in self.costs.items()}
 
+    @functools.cached_property
     def planned_ops(self) -> list[PlannedOp]:
         """Every matmul and convolution with a plan (all graphs, schedule order): its plan
-        and cycles under each plan costed."""
+        and cycles under each plan costed (made once: the plan file and the report read
+        it)."""
         rows = {name: {(row.graph_id, row.op_id): row for row in report.ops}
                 for name, report in self.costs.items()}
         targets = {name: TileTarget(self.model).with_plans(self.op_plans.get(name, {}))
