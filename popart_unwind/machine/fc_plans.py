@@ -70,23 +70,27 @@ def pass_cost(target: TileMachine, plan: MatmulPlan, dtype: str) -> MatmulCost:
 
 
 def joint_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
-                ops: Sequence[PassOp], count: int = 1) -> list[LayerPlans]:
-    """The ``count`` best partitions of ``cube`` shared by every pass op, best first. As
-    in Poplibs, a partition is costed as the sum of all three passes, whichever the ops
-    compute (a pass a step computes may be one the recognition did not find)."""
-    passes = list(CANONICAL_AXES.values())
+                ops: Sequence[PassOp], count: int = 1,
+                over: Sequence[str] | None = None) -> list[LayerPlans]:
+    """The ``count`` best partitions of ``cube`` shared by every pass op, best first, each
+    costed as the sum of the passes ``over`` (cube axes). By default, as in Poplibs, all
+    three passes, whichever the ops compute (a pass a step computes may be one the
+    recognition did not find)."""
+    passes = list(CANONICAL_AXES.values()) if over is None else list(over)
     return [_sharing(target, cube, dtype, ops, partition)
             for partition in target.matmul_candidates(cube, dtype, passes, count)]
 
 
 def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
-                   ops: Sequence[PassOp]) -> LayerPlans:
-    """Each pass op planned alone, as its own cube, with Poplibs' rearrangements charged:
-    the backward pass's input (dY, [G, M, N]) and the weight update's output (dW,
-    [G, K, N]) each copied over the tiles of its pass."""
+                   ops: Sequence[PassOp], charged: bool = True) -> LayerPlans:
+    """Each pass op planned alone, as its own cube, with Poplibs' rearrangements charged
+    unless ``charged`` is false: the backward pass's input (dY, [G, M, N]) and the weight
+    update's output (dW, [G, K, N]) each copied over the tiles of its pass."""
     plans_tuple = tuple(
         MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass)
         for op in ops for own in [pass_dims(cube, op.axes)])
+    if not charged:
+        return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype))
     g, m, k, n = cube
     rearranged = {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}  # dY in, dW out
     rearrangements = tuple(

@@ -192,6 +192,38 @@ def cube_tensor(axes: str, operand: str) -> tuple[str, bool]:
     raise TargetError(f"cube axes {axes!r} are not a permutation of 'mkn'")
 
 
+def plan_operand_tiles(target: TileMachine, plan: MatmulPlan, operand: str,
+                       dtype: str) -> np.ndarray:
+    """Where ``plan`` wants its op's ``operand`` ("lhs", "rhs", "output"), flat, in the op's
+    own grouped orientation ([G, M, K], [G, K, N] or [G, M, N] of ``plan.dims``): the cube
+    tensor it is, laid out by the cube's partition, transposed where the op holds it so."""
+    name, transposed = plan.cube_tensor(operand)
+    tiles = np.asarray(target.matmul_tiles(*plan.cube, dtype, name, plan.partition))
+    return _cube_oriented(tiles.reshape(-1), plan, name, transposed, to_cube=False)
+
+
+def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dtype: str,
+                         tiles: np.ndarray) -> ExchangeNeed:
+    """What the tiles of ``plan`` receive of its op's ``operand`` laid out as ``tiles``
+    (flat, the op's own grouped orientation)."""
+    name, transposed = plan.cube_tensor(operand)
+    cube_tiles = _cube_oriented(np.asarray(tiles).reshape(-1), plan, name, transposed,
+                                to_cube=True)
+    return target.matmul_readers(*plan.cube, dtype, name, cube_tiles, plan.partition)
+
+
+def _cube_oriented(tiles: np.ndarray, plan: MatmulPlan, name: str, transposed: bool,
+                   to_cube: bool) -> np.ndarray:
+    """A cube tensor's flat layout moved between the cube's orientation and the op's."""
+    if not transposed:
+        return tiles
+    rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
+    if to_cube:
+        rows, cols = cols, rows
+    return np.ascontiguousarray(
+        tiles.reshape(plan.cube[0], rows, cols).transpose(0, 2, 1)).reshape(-1)
+
+
 class TileMachine(abc.ABC):
     """The questions a layout rule may ask of the machine, answered in flat tile arrays.
 

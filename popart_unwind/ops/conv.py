@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import PlanError, ShapeError
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.exchange import (
     axis_parts,
@@ -42,6 +42,8 @@ from popart_unwind.machine.interface import (
     ExchangeNeed,
     MatmulPlan,
     TileMachine,
+    plan_operand_readers,
+    plan_operand_tiles,
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.layout_rule import (
@@ -53,7 +55,7 @@ from popart_unwind.ops.layout_rule import (
     flat_tiles,
     known_shape,
 )
-from popart_unwind.ops.linalg import created_agreement, tie_created_operands
+from popart_unwind.ops.linalg import created_agreement, op_key, tie_created_operands
 from popart_unwind.ops.reduce import ReductionRule
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.validation import Shape
@@ -393,7 +395,11 @@ def _exactly(values: Any, count: int) -> Shape:
 class ConvRule(LayoutRule):
     """ONNX Conv (N-d, grouped, strided, padded, dilated; ``auto_pad`` NOTSET) as PopART's
     ConvOpx lowers it: data and weights created by poplin (createInput, createWeights), the
-    output laid out by the convolution's plan, a bias added per output channel."""
+    output laid out by the convolution's plan, a bias added per output channel.
+
+    The plan is the im2col matmul's: the one chosen for the op (``target.chosen_plan``:
+    a pass of a convolution layer sharing its cube, ``ops.conv_layers``) or, by default,
+    its cheapest partition alone. Every layout and read below follows it."""
 
     kind = "conv"
 
@@ -411,25 +417,45 @@ class ConvRule(LayoutRule):
         return np.arange(groups * inner * cols).reshape(groups, inner, cols).transpose(
             0, 2, 1).reshape(-1)
 
-    # -- layouts ---------------------------------------------------------------------------
-    def weight_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
-        """poplin's createWeights: the plan's RHS layout, seen through ``rhs_index``."""
-        rhs = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "rhs"))
-        return np.ascontiguousarray(rhs.reshape(-1)[self.rhs_index(geometry)])
+    def plan(self, op: Op, target: TileMachine) -> MatmulPlan:
+        """The plan chosen for ``op``, or its im2col matmul's cheapest partition alone."""
+        geometry = self.geometry(op)
+        if geometry is None:
+            raise PlanError(f"op {op.debug_name()} is no convolution the model covers and "
+                            f"has no plan")
+        chosen = target.chosen_plan(op_key(op))
+        if chosen is None:
+            return alone_plan(geometry, target)
+        if chosen.dims != geometry.dims:
+            raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, "
+                            f"the convolution is the grouped matmul {list(geometry.dims)}")
+        return chosen
 
-    def product_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
+    # -- layouts ---------------------------------------------------------------------------
+    def weight_tiles(self, geometry: ConvGeometry, target: TileMachine,
+                     plan: MatmulPlan | None = None) -> np.ndarray:
+        """poplin's createWeights: the plan's RHS layout, seen through ``rhs_index``."""
+        plan = plan or alone_plan(geometry, target)
+        rhs = plan_operand_tiles(target, plan, "rhs", geometry.dtype)
+        return np.ascontiguousarray(rhs[self.rhs_index(geometry)])
+
+    def product_tiles(self, geometry: ConvGeometry, target: TileMachine,
+                      plan: MatmulPlan | None = None) -> np.ndarray:
         """The plan's output layout, seen as ``y[b, g*N + n, *o] = out[g, (b, *o), n]``."""
+        plan = plan or alone_plan(geometry, target)
         groups, _, _, cols = geometry.dims
-        out = np.asarray(target.matmul_tiles(*geometry.dims, geometry.dtype, "output"))
+        out = plan_operand_tiles(target, plan, "output", geometry.dtype)
         return np.ascontiguousarray(out.reshape(groups, geometry.batch, -1, cols)
                                     .transpose(1, 0, 3, 2)).reshape(-1)
 
-    def data_tiles(self, geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
+    def data_tiles(self, geometry: ConvGeometry, target: TileMachine,
+                   plan: MatmulPlan | None = None) -> np.ndarray:
         """poplin's createInput, approximated: each element on the LHS tile of the first
         im2col position reading it; unread elements (stride gaps) extend their preceding
         neighbour's tile, as Poplibs extends partial usage."""
-        return target.remembered(("conv data", geometry),
-                                 lambda: _create_input_tiles(geometry, target))
+        plan = plan or alone_plan(geometry, target)
+        return target.remembered(("conv data", geometry, plan),
+                                 lambda: _create_input_tiles(geometry, target, plan))
 
     def bias_tiles(self, geometry: ConvGeometry, output_tiles: np.ndarray,
                    target: TileMachine) -> np.ndarray:
@@ -443,11 +469,12 @@ class ConvRule(LayoutRule):
         geometry = self.geometry(op)
         if geometry is None or not op.has_input(index) or index not in (0, 1, 2):
             return None
+        plan = self.plan(op, target)
         if index == 0:
-            return self.data_tiles(geometry, target)
+            return self.data_tiles(geometry, target, plan)
         if index == 1:
-            return self.weight_tiles(geometry, target)
-        return self.bias_tiles(geometry, self.product_tiles(geometry, target), target)
+            return self.weight_tiles(geometry, target, plan)
+        return self.bias_tiles(geometry, self.product_tiles(geometry, target, plan), target)
 
     def wanted_input_tiles(self, op: Op, in_index: int,
                            target: TileMachine) -> np.ndarray | None:
@@ -472,7 +499,8 @@ class ConvRule(LayoutRule):
         out = op.output(0)
         [product] = emitter.fixed_point(
             operands, [geometry.output_shape],
-            [lambda target: self.product_tiles(geometry, target)], f"{op.debug_name()} output")
+            [lambda target: self.product_tiles(geometry, target, self.plan(op, target))],
+            f"{op.debug_name()} output")
         if not op.has_input(2):
             emitter.define(out, product)
             return
@@ -487,22 +515,23 @@ class ConvRule(LayoutRule):
         geometry = self.geometry(op)
         if geometry is None:
             return super().output_tiles(op, input_tiles, target)
-        return [self.product_tiles(geometry, target)]
+        return [self.product_tiles(geometry, target, self.plan(op, target))]
 
     def exchange(self, op: Op, input_tiles: InputTiles,
                  output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:
         geometry = self.geometry(op)
         if geometry is None:
             return super().exchange(op, input_tiles, output_tiles, target)
+        plan = self.plan(op, target)
         need = ExchangeNeed.none(target.num_tiles)
         weights = flat_tiles(input_tiles, 1)
         if weights is not None:
             grouped = np.empty_like(weights)
             grouped[self.rhs_index(geometry)] = weights  # the weights' tiles in RHS order
-            need = need + target.matmul_readers(*geometry.dims, geometry.dtype, "rhs", grouped)
+            need = need + plan_operand_readers(target, plan, "rhs", geometry.dtype, grouped)
         data = flat_tiles(input_tiles, 0)
         if data is not None:
-            need = need + self.data_need(geometry, data, target)
+            need = need + self.data_need(geometry, data, target, plan)
         bias = flat_tiles(input_tiles, 2)
         if bias is not None:
             need = need + read_need(
@@ -512,12 +541,8 @@ class ConvRule(LayoutRule):
         return need
 
     def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
-        """The im2col matmul's partition (convolutions are planned alone)."""
-        geometry = self.geometry(op)
-        if geometry is None:
-            return None
-        dims = geometry.dims
-        return MatmulPlan(dims, target.matmul_plan(*dims, geometry.dtype)).describe()
+        """The im2col matmul's plan."""
+        return None if self.geometry(op) is None else self.plan(op, target).describe()
 
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
@@ -526,26 +551,27 @@ class ConvRule(LayoutRule):
         geometry = self.geometry(op)
         if geometry is None:
             return super().work(op, input_tiles, output_tiles, target)
-        cost = target.matmul_cost(*geometry.dims, geometry.dtype,
-                                  target.matmul_plan(*geometry.dims, geometry.dtype))
+        plan = self.plan(op, target)
+        cost = target.matmul_cost(*plan.dims, geometry.dtype, plan.own_partition)
         return OpWork(cost.compute_cycles, cost.reduction_cycles)
 
-    def data_need(self, geometry: ConvGeometry, tiles: np.ndarray,
-                  target: TileMachine) -> ExchangeNeed:
+    def data_need(self, geometry: ConvGeometry, tiles: np.ndarray, target: TileMachine,
+                  plan: MatmulPlan | None = None) -> ExchangeNeed:
         """What the partition's tiles receive of the data input laid out as ``tiles``: each
         tile the distinct elements its LHS block reads and it does not hold. Above
         ``REARRANGE_ABOVE_DESTINATIONS`` readers per element the data is first copied into
         the createInput layout and broadcast from there."""
+        plan = plan or alone_plan(geometry, target)
         size = target.dtype_size(geometry.dtype)
-        reads = target.remembered(("conv reads", geometry),
-                                  lambda: _read_structure(geometry, target))
-        plan = target.matmul_plan(*geometry.dims, geometry.dtype)
-        if plan.broadcast_destinations("lhs") <= REARRANGE_ABOVE_DESTINATIONS:
+        reads = target.remembered(("conv reads", geometry, plan),
+                                  lambda: _read_structure(geometry, target, plan))
+        name, _ = plan.cube_tensor("lhs")
+        if plan.partition.broadcast_destinations(name) <= REARRANGE_ABOVE_DESTINATIONS:
             return reads.need(tiles, size, target.num_tiles)
-        wanted = self.data_tiles(geometry, target)
+        wanted = self.data_tiles(geometry, target, plan)
         copy = read_need(wanted, None, tiles, size, target.num_tiles)
         received, regions = target.remembered(
-            ("conv broadcast", geometry),
+            ("conv broadcast", geometry, plan),
             lambda: reads.need(wanted, size, target.num_tiles).arrays())
         return copy + ExchangeNeed(received, regions)
 
@@ -577,6 +603,9 @@ class ConvRule(LayoutRule):
         return self.operand_tiles(op, index, target)
 
 
+def alone_plan(geometry: ConvGeometry, target: TileMachine) -> MatmulPlan:
+    """The im2col matmul planned alone: its own cube, its cheapest partition."""
+    return MatmulPlan(geometry.dims, target.matmul_plan(*geometry.dims, geometry.dtype))
 
 
 def transpose_geometry(op: Op) -> ConvGeometry | None:
@@ -813,10 +842,10 @@ def _first_readers(size: int, out: int, kernel: int, stride: int, pad: int, dila
     return first, at
 
 
-def _create_input_tiles(geometry: ConvGeometry, target: TileMachine) -> np.ndarray:
-    groups, rows, inner, cols = geometry.dims
-    lhs = np.asarray(target.matmul_tiles(groups, rows, inner, cols, geometry.dtype, "lhs")
-                     ).reshape(-1)
+def _create_input_tiles(geometry: ConvGeometry, target: TileMachine,
+                        plan: MatmulPlan) -> np.ndarray:
+    groups, rows, inner, _ = geometry.dims
+    lhs = plan_operand_tiles(target, plan, "lhs", geometry.dtype)
     n = len(geometry.field)
     out_strides, kernel_strides = _strides(geometry.out_field), _strides(geometry.kernel)
     # The lowest flat LHS index reading an element has the lowest output position m, and
@@ -896,9 +925,10 @@ def _window(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return out_index, kernel_index, offset[out_index, kernel_index]
 
 
-def _read_structure(geometry: ConvGeometry, target: TileMachine) -> _Reads:
-    groups, rows, inner, cols = geometry.dims
-    plan = target.matmul_plan(groups, rows, inner, cols, geometry.dtype)
+def _read_structure(geometry: ConvGeometry, target: TileMachine,
+                    chosen: MatmulPlan) -> _Reads:
+    groups, rows, inner, _ = geometry.dims
+    plan = chosen.own_partition
     per_group = geometry.in_channels // groups
     positions, kernel_size = prod(geometry.out_field), prod(geometry.kernel)
     spatial = prod(geometry.field)
@@ -906,8 +936,14 @@ def _read_structure(geometry: ConvGeometry, target: TileMachine) -> _Reads:
     out_index, kernel_index, offset = _window(geometry)
     row_block, inner_block = axis_parts(rows, plan.rows), axis_parts(inner, plan.inner)
     group_block = axis_parts(groups, plan.groups)
+    # Blocks are numbered as the cube tensor the LHS is: (g, row, inner) blocks, or
+    # (g, inner, row) ones where the pass holds that tensor transposed.
+    name, transposed = chosen.cube_tensor("lhs")
+    group_weight = plan.rows * plan.inner
+    row_weight, inner_weight = (1, plan.rows) if transposed else (plan.inner, 1)
     # k = (ci, kk): the inner block of each (input channel, readable window pair)
-    inner_part = inner_block.reshape(per_group, kernel_size)[:, kernel_index]  # [Cg, V]
+    inner_part = inner_block.reshape(per_group, kernel_size)[:, kernel_index] \
+        * inner_weight  # [Cg, V]
     # Enumerate im2col rows (b, g) in chunks: element ids of different rows never meet.
     width = per_group * max(out_index.size, 1)
     step = max(1, CHUNK_POSITIONS // width)
@@ -918,7 +954,7 @@ def _read_structure(geometry: ConvGeometry, target: TileMachine) -> _Reads:
         base = ((b * geometry.in_channels + g * per_group)[:, None]
                 + np.arange(per_group)[None, :]) * spatial  # [R, Cg]
         m = (b * positions)[:, None] + out_index[None, :]  # [R, V]
-        row_part = (group_block[g][:, None] * plan.rows + row_block[m]) * plan.inner
+        row_part = group_block[g][:, None] * group_weight + row_block[m] * row_weight
         block = row_part[:, None, :] + inner_part[None, :, :]  # [R, Cg, V]
         element = base[:, :, None] + offset[None, None, :]
         chunks.append(_distinct(block.reshape(-1) * numel + element.reshape(-1)))
@@ -930,7 +966,7 @@ def _read_structure(geometry: ConvGeometry, target: TileMachine) -> _Reads:
     starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
     return _Reads(block, element, starts,
                   np.bincount(block, minlength=num_blocks).astype(np.int64),
-                  matmul_reader_blocks(plan, "lhs", target.num_tiles))
+                  matmul_reader_blocks(chosen.partition, name, target.num_tiles))
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:

@@ -61,6 +61,14 @@ class FullyConnectedLayer:
     #: (weights, inputs, constants): the ones a layout plan decides.
     producerless: frozenset[str] = frozenset()
 
+    #: Poplibs plans a fully connected layer's passes together (``fullyConnectedPass``).
+    poplibs_joint = True
+
+    def tensor_elements(self, name: str) -> int:
+        """Elements of the tensor that cube tensor ``name`` ("lhs", "rhs", "output") is."""
+        g, m, k, n = self.cube
+        return {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}[name]
+
     def ops(self) -> list[Op]:
         """The ops present: fwd, bwd, wu, in that order."""
         return [op for op in (self.fwd, self.bwd, self.wu) if op is not None]
@@ -215,7 +223,7 @@ class GraphMatmuls:
             form = self.cube_permutation(first.matmul, first_index, first_transposed)
             return form is not None and form == self.cube_permutation(
                 second.matmul, second_index, second_transposed)
-        return _equal_constants(first_base, first_chain, second_base, second_chain)
+        return equal_constants(first_base, first_chain, second_base, second_chain)
 
     def passes(self, forward: GroupedMatmul, shared: str, options: tuple[str, ...],
                assigned: set[int]) -> list[Pass]:
@@ -324,7 +332,7 @@ def _merged(memory: list[int], sizes: dict[int, int], order: list[int]) -> tuple
     return tuple((firsts.index(run[0]), run[2]) for run in runs)
 
 
-def _equal_constants(first: Tensor, first_chain: Chain, second: Tensor,
+def equal_constants(first: Tensor, first_chain: Chain, second: Tensor,
                      second_chain: Chain) -> bool:
     """Whether two constants viewed as one cube tensor hold the same values: constant
     folding may give each pass its own copy of an output gradient that does not depend on

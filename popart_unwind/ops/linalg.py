@@ -27,11 +27,12 @@ from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import (
-    CUBE_TENSORS,
     ExchangeNeed,
     MatmulCost,
     MatmulPlan,
     TileMachine,
+    plan_operand_readers,
+    plan_operand_tiles,
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.elementwise import operand_of_result
@@ -328,10 +329,7 @@ class MatMulRule(LayoutRule):
     def _plan_tiles(self, op: Op, operand: str, target: TileMachine) -> np.ndarray:
         """The plan's layout of the op's ``operand`` ("lhs", "rhs", "output") in the op's
         grouped orientation, flat."""
-        plan = self.plan(op, target)
-        name, transposed = plan.cube_tensor(operand)
-        tiles = target.matmul_tiles(*plan.cube, op.input(0).dtype, name, plan.partition)
-        return _cube_to_own(tiles, plan, name, transposed)
+        return plan_operand_tiles(target, self.plan(op, target), operand, op.input(0).dtype)
 
     def operand_tiles(self, op: Op, index: int, target: TileMachine) -> np.ndarray:
         """The matmul plan's layout of input ``index`` (0: lhs, 1: rhs) in the input's own
@@ -410,11 +408,8 @@ class MatMulRule(LayoutRule):
         for index, operand in enumerate(("lhs", "rhs")):
             tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
-                name, transposed = plan.cube_tensor(operand)
-                cube_tiles = _own_to_cube(self._grouped(op, index, tiles), plan, name,
-                                          transposed)
-                need = need + target.matmul_readers(*plan.cube, op.input(0).dtype, name,
-                                                    cube_tiles, plan.partition)
+                need = need + plan_operand_readers(target, plan, operand, op.input(0).dtype,
+                                                   self._grouped(op, index, tiles))
         bias, bias_tiles = self.bias(op), flat_tiles(input_tiles, 2)
         if bias is not None and bias_tiles is not None:
             out_shape = known_shape(op, op.output(0))
@@ -453,31 +448,6 @@ class MatMulRule(LayoutRule):
         if index == 2 and bias is not None:
             return operand_of_result(op, bias, output_tiles[0], target)
         return None
-
-
-def _cube_to_own(tiles: np.ndarray, plan: MatmulPlan, name: str,
-                 transposed: bool) -> np.ndarray:
-    """A cube tensor's layout (flat, the cube's orientation) as the op holds it."""
-    groups, rows, cols = _cube_shape(plan, name)
-    return _swapped(tiles, groups, rows, cols) if transposed else tiles
-
-
-def _own_to_cube(tiles: np.ndarray, plan: MatmulPlan, name: str,
-                 transposed: bool) -> np.ndarray:
-    """An operand's layout as the op holds it (grouped, flat) in the cube's orientation."""
-    groups, rows, cols = _cube_shape(plan, name)
-    return _swapped(tiles, groups, cols, rows) if transposed else tiles
-
-
-def _cube_shape(plan: MatmulPlan, name: str) -> tuple[int, int, int]:
-    """[G, rows, cols] of cube tensor ``name``."""
-    rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
-    return plan.cube[0], rows, cols
-
-
-def _swapped(tiles: np.ndarray, groups: int, rows: int, cols: int) -> np.ndarray:
-    """The flat layout of a [G, rows, cols] tensor as its [G, cols, rows] transpose's."""
-    return np.ascontiguousarray(tiles.reshape(groups, rows, cols).transpose(0, 2, 1)).reshape(-1)
 
 
 class GemmRule(MatMulRule):

@@ -39,6 +39,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.machine.fc_plans import LayerPlans, joint_plans, poplibs_plans, separate_plans
 from popart_unwind.machine.interface import MatmulPlan, TileMachine, cube_tensor
+from popart_unwind.ops.conv_layers import convolution_layers
 from popart_unwind.ops.fully_connected import FullyConnectedLayer, fully_connected_layers
 from popart_unwind.ops.linalg import op_key
 from popart_unwind.ops.registry import OpRegistry
@@ -57,7 +58,10 @@ def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
     plans: OpPlans = {}
     if how == "alone":
         return plans
-    for layer in fully_connected_layers(ir, registry):
+    layers: list[FullyConnectedLayer] = list(fully_connected_layers(ir, registry))
+    if how == "with_layouts":  # Poplibs plans each pass of a convolution alone
+        layers += convolution_layers(ir, registry)
+    for layer in layers:
         if layer.fwd.id in skip:
             continue
         ops, passes = layer.passes()
@@ -65,8 +69,10 @@ def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
         if how == "poplibs":
             chosen = poplibs_plans(target, layer.cube, dtype, passes)
         else:
-            options = [*joint_plans(target, layer.cube, dtype, passes),
-                       separate_plans(target, layer.cube, dtype, passes)]
+            over = None if layer.poplibs_joint else [p.axes for p in passes]
+            options = [*joint_plans(target, layer.cube, dtype, passes, over=over),
+                       separate_plans(target, layer.cube, dtype, passes,
+                                      charged=layer.poplibs_joint)]
             chosen = min(options, key=lambda option: estimated_cycles(target, layer, option))
         for op, plan in zip(ops, chosen.plans, strict=True):
             plans[op_key(op)] = plan
@@ -78,8 +84,7 @@ def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
     """The passes' own cycles plus the copies their wanted layouts leave (the module
     docstring says how they are counted)."""
     dtype = layer.fwd.input(0).dtype
-    g, m, k, n = layer.cube
-    elements = {"lhs": g * m * k, "rhs": g * k * n, "output": g * m * n}
+    elements = {name: layer.tensor_elements(name) for name in ("lhs", "rhs", "output")}
     if option.joint:  # one layout of each tensor; Poplibs charges no rearrangement
         return option.cost.cycles
     cycles = option.cost.cycles + option.rearranged("TRAINING_BWD")
