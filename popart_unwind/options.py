@@ -64,12 +64,13 @@ class SessionOptions:
     #: busiest tile's received bytes move too (ResNet's training step: +1.9 % exchange
     #: cycles), above the 1 % of exchange the option may trade.
     balance_tile_memory: bool = False
-    #: How the matmuls of a training step's fully connected layers are planned
-    #: (docs/planner.md, "Matmul plans"): ``with_layouts`` (default) weighs a joint plan of
-    #: the layer's passes against separate ones on the passes' cycles plus the
-    #: rearrangements their layouts leave; ``poplibs`` chooses as Poplibs does with
-    #: ``fullyConnectedPass`` (what the PopART baseline does); ``alone`` plans every matmul
-    #: by itself (Poplibs without the option).
+    #: How the matmuls of a training step's fully connected layers, and its convolution
+    #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)
+    #: weighs a joint plan of the layer's passes against separate ones on the passes'
+    #: cycles plus the rearrangements their layouts leave; ``poplibs`` chooses as Poplibs
+    #: does with ``fullyConnectedPass`` (what the PopART baseline does; convolutions
+    #: alone); ``alone`` plans every matmul and convolution by itself (Poplibs without the
+    #: option).
     matmul_plans: str = "with_layouts"
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.

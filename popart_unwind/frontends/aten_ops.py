@@ -282,7 +282,11 @@ def _weight_gradient(ctx, grad_out, x, w_shape, stride, padding, dilation, group
     """grad_w[g·N + n, c, kk] = Σ_b,o x[b, g·C/g + c, o·stride − pad + kk·dilation] ·
     grad_out[b, g·N + n, o]: a Conv whose batch is the input's channels per group, whose
     input channels are (group, batch) and whose weights are the gradient as
-    [(group, output channel), batch, *O], in groups."""
+    [(group, output channel), batch, *O], in groups. Its field ends where the last kernel
+    position's windows end (Poplibs truncates the weight-delta convolution's input the
+    same way): its upper pad is cut to fit, and where even none is too many, the data's
+    unread trailing positions are sliced off, so that it computes exactly the kernel's
+    positions."""
     x_shape, g_shape = ctx.shape(x), ctx.shape(grad_out)
     n = len(x_shape) - 2
     batch, channels, out_channels = x_shape[0], x_shape[1], g_shape[1]
@@ -293,21 +297,24 @@ def _weight_gradient(ctx, grad_out, x, w_shape, stride, padding, dilation, group
     data = ctx.op(None, "Transpose", [data], {"perm": [2, 1, 0, *spatial]})
     data = ctx.op(None, "Reshape", [data, ctx.int_constant(
         [per_group, groups * batch, *x_shape[2:]])])
+    # positions up to (k − 1)·dilation − pad + (O − 1)·stride are read, no further
+    upper = [(w_shape[2 + a] - 1) * dilation[a] + (g_shape[2 + a] - 1) * stride[a] + 1
+             - x_shape[2 + a] - padding[a] for a in range(n)]
+    if min(upper) < 0:
+        cropped = [a for a in range(n) if upper[a] < 0]
+        data = ctx.op(None, "Slice", [
+            data, ctx.int_constant([0] * len(cropped)),
+            ctx.int_constant([x_shape[2 + a] + upper[a] for a in cropped]),
+            ctx.int_constant([2 + a for a in cropped])])
     kernel = ctx.op(None, "Reshape", [grad_out, ctx.int_constant(
         [batch, groups, cols, *g_shape[2:]])])
     kernel = ctx.op(None, "Transpose", [kernel], {"perm": [1, 2, 0, *spatial]})
     kernel = ctx.op(None, "Reshape", [kernel, ctx.int_constant(
         [out_channels, batch, *g_shape[2:]])])
     delta = ctx.op(None, "Conv", [data, kernel], {
-        "strides": dilation, "pads": padding * 2, "dilations": stride, "group": groups,
-        "kernel_shape": list(g_shape[2:])})
-    delta = ctx.op(None, "Transpose", [delta], {"perm": [1, 0, *range(2, n + 2)]})
-    field = ctx.shape(delta)[2:]
-    if tuple(field) == tuple(w_shape[2:]):
-        return delta
-    axes = list(range(2, n + 2))
-    return ctx.op(None, "Slice", [delta, ctx.int_constant([0] * n),
-                                  ctx.int_constant(list(w_shape[2:])), ctx.int_constant(axes)])
+        "strides": dilation, "pads": list(padding) + [max(u, 0) for u in upper],
+        "dilations": stride, "group": groups, "kernel_shape": list(g_shape[2:])})
+    return ctx.op(None, "Transpose", [delta], {"perm": [1, 0, *range(2, n + 2)]})
 
 
 @converts("max_pool2d_with_indices.default")

@@ -5,10 +5,11 @@ A convolution is the grouped matmul of its im2col, [G, M, K] x [G, K, N] with M 
 output positions, K = input channels per group x kernel positions, N = output channels per
 group (``ops.conv``). Its weight gradient, as PopART's ConvWeightsGradOp computes it and
 the PyTorch front end imports it (a Conv of the input, channels and batch swapped, over
-the output gradient, stride and dilation swapped), is that same im2col transposed times
-the output gradient: whenever its output field is the forward kernel (no positions sliced
-off), its im2col matmul is [G, K, M] x [G, M, N], the cube's weight-update pass ("kmn"),
-element for element. The data gradient (a ConvTranspose of the output gradient with the
+the output gradient, stride and dilation swapped, its field ending where the last kernel
+position's windows end: the data's unread tail cut off by a Slice where even no upper pad
+is too many), is that same im2col transposed times the output gradient: its im2col matmul
+is [G, K, M] x [G, M, N], the cube's weight-update pass ("kmn"), element for element.
+The data gradient (a ConvTranspose of the output gradient with the
 weights) is the backward pass ("mnk") of the same cube only for a pointwise convolution
 (1 x ... x 1 kernel, stride 1, no padding); otherwise its im2col reads the dilated,
 flipped field and has a cube of its own.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from math import prod
 
+from popart_unwind.errors import ShapeError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
@@ -40,6 +42,7 @@ from popart_unwind.ops.fully_connected import (
     view_of,
 )
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.ops.slicing import slice_plan
 
 #: The cube axes of the data gradient and of the weight gradient.
 BWD_AXES, WU_AXES = "mnk", "kmn"
@@ -106,7 +109,7 @@ def _regrouped(view: OperandView, shape: tuple[int, ...], groups: int,
     return OperandView(view.base, chain)
 
 
-def _is_weight_update(forward: _Conv, candidate: _Conv) -> bool:
+def _is_weight_update(forward: _Conv, candidate: _Conv, registry: OpRegistry) -> bool:
     """Whether ``candidate`` is ``forward``'s weight gradient, element for element its
     cube's "kmn" pass (the module docstring)."""
     f, w = forward.geometry, candidate.geometry
@@ -114,13 +117,37 @@ def _is_weight_update(forward: _Conv, candidate: _Conv) -> bool:
     if (w.groups, w.batch, w.in_channels, w.out_channels) != \
             (f.groups, per_group, f.groups * f.batch, f.out_channels):
         return False
-    if (w.field, w.kernel, w.out_field, w.strides, w.dilations, w.pads) != \
-            (f.field, f.out_field, f.kernel, f.dilations, f.strides, f.pads) \
-            or w.input_dilation:
+    if (w.kernel, w.out_field, w.strides, w.dilations, w.pads) != \
+            (f.out_field, f.kernel, f.dilations, f.strides, f.pads) or w.input_dilation:
         return False
+    data = candidate.data
+    if w.field != f.field:
+        data = _uncropped(candidate.op, f.field, registry)
+        if data is None:
+            return False
     expected = _regrouped(forward.data, f.input_shape, f.groups, (2, 1, 0),
                           (per_group, f.groups * f.batch))
-    return _same_view(expected, candidate.data)
+    return _same_view(expected, data)
+
+
+def _uncropped(op: Op, field: tuple[int, ...], registry: OpRegistry) -> OperandView | None:
+    """The view a weight gradient's data is cropped from, or None if it is not: the data
+    is a Slice, step 1 from position 0, of spatial axes only, of a tensor with ``field``.
+    (A weight gradient whose windows end before the field's end reads no position past
+    its own field, so the crop leaves every element it reads where it was.)"""
+    crop = op.input(0).producer
+    if crop is None or crop.type.name != "Slice" or crop.input(0).shape is None:
+        return None
+    source = tuple(crop.input(0).shape)
+    try:
+        plan = slice_plan(crop, source)
+    except (ShapeError, KeyError):
+        return None
+    if source[2:] != tuple(field) or any(
+            start != 0 or step != 1 or (axis < 2 and size != source[axis])
+            for axis, (start, _, step, size) in enumerate(plan)):
+        return None
+    return view_of(crop.input(0), registry)
 
 
 def _is_data_gradient(forward: _Conv, candidate: _Conv) -> bool:
@@ -160,7 +187,7 @@ def _graph_layers(graph: Graph, registry: OpRegistry) -> list[ConvolutionLayer]:
         bwd = next((t for t in transposes if t.op.id not in assigned
                     and _is_data_gradient(forward, t)), None)
         wu = next((c for c in convs if c.op.id not in assigned and c is not forward
-                   and _is_weight_update(forward, c)
+                   and _is_weight_update(forward, c, registry)
                    and (bwd is None or _one_gradient(forward, bwd, c))), None)
         if bwd is None and wu is None:
             continue

@@ -120,14 +120,21 @@ def test_convolution_backward_gives_torchs_gradients(geometry, seed):
                           "Slice"}
 
 
-def test_a_weight_gradient_wider_than_the_kernel_is_sliced():
-    """A stride that leaves the field's tail unread: the weight-delta convolution gives
-    more positions than the kernel has, the Slice keeps the kernel's."""
+@pytest.mark.parametrize("padding, crops", [([0, 1], 1), ([1, 1], 0)])
+def test_a_weight_gradient_computes_exactly_the_kernel_positions(padding, crops):
+    """A stride that leaves the field's tail unread: the weight-delta convolution's upper
+    pad is cut so that its windows end with the last kernel position's, and where no pad
+    at all is still too many (here the first axis without padding), the data's unread
+    tail is sliced off before it; its output is the kernel's positions, no more."""
     geometry = dict(batch=2, channels=2, out_channels=3, field=[10, 7], kernel=[2, 3],
-                    stride=[3, 2], padding=[0, 1], dilation=[1, 1], groups=1,
+                    stride=[3, 2], padding=padding, dilation=[1, 1], groups=1,
                     mask=[True, True, False])
     ir = _run(*_backward_case(geometry, 5))
-    assert _names(ir)["Slice"] == 1
+    assert _names(ir)["Slice"] == crops
+    [delta] = [op for op in ir.main_graph.ops if op.type.name == "Conv"]
+    assert list(delta.output(0).shape[2:]) == geometry["kernel"]
+    if crops:
+        assert delta.input(0).producer.type.name == "Slice"
     assert ops_without_rule(ir) == {}
 
 

@@ -24,7 +24,8 @@ from popart_unwind.ops.fully_connected import view_of  # noqa: E402
 
 class Convolutions(torch.nn.Module):
     """A patch embedding (kernel = stride, its input without a gradient), a pointwise
-    convolution, a grouped 3x3 one and a strided 3x3 one."""
+    convolution, a grouped 3x3 one, a strided 3x3 one and a strided pointwise one (whose
+    weight gradient reads the field without its unread tail)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -32,9 +33,10 @@ class Convolutions(torch.nn.Module):
         self.point = torch.nn.Conv2d(8, 12, 1, bias=False)
         self.grouped = torch.nn.Conv2d(12, 12, 3, padding=1, groups=3)
         self.strided = torch.nn.Conv2d(12, 6, 3, stride=2, padding=1)
+        self.down = torch.nn.Conv2d(6, 4, 1, stride=2)
 
     def forward(self, x):
-        return self.strided(self.grouped(self.point(self.patch(x))))
+        return self.down(self.strided(self.grouped(self.point(self.patch(x)))))
 
 
 class Siblings(torch.nn.Module):
@@ -73,16 +75,16 @@ def passes_of(layer: ConvolutionLayer) -> list[tuple[str, str]]:
 
 
 def test_each_convolution_gets_the_passes_of_its_cube(convolutions):
-    patch, point, grouped, strided = forward_convs(convolutions, 4)
+    patch, point, grouped, strided, down = forward_convs(convolutions, 5)
     layers = {layer.fwd.id: layer for layer in convolution_layers(convolutions)}
     assert passes_of(layers[patch.id]) == [("Conv", "mkn"), ("Conv", "kmn")]
     assert passes_of(layers[point.id]) == [("Conv", "mkn"), ("ConvTranspose", "mnk"),
                                           ("Conv", "kmn")]
-    # a 3x3 data gradient reads a flipped, dilated field: a cube of its own
-    assert passes_of(layers[grouped.id]) == [("Conv", "mkn"), ("Conv", "kmn")]
-    # a strided weight gradient computes positions past the kernel, then slices them off
-    assert strided.id not in layers
-    assert set(layers) == {patch.id, point.id, grouped.id}
+    # a 3x3 or strided data gradient reads a flipped or dilated field: a cube of its own
+    for conv in (grouped, strided, down):
+        assert passes_of(layers[conv.id]) == [("Conv", "mkn"), ("Conv", "kmn")]
+    assert layers[down.id].wu.input(0).producer.type.name == "Slice"
+    assert set(layers) == {patch.id, point.id, grouped.id, strided.id, down.id}
     assert layers[patch.id].producerless == {"lhs", "rhs"}  # the input and the weights
     assert layers[point.id].producerless == {"rhs"}
     assert layers[patch.id].data_elements == 2 * 3 * 16 * 16
@@ -95,7 +97,11 @@ def test_each_convolution_gets_the_passes_of_its_cube(convolutions):
 
 # -- element for element: im2col of index arrays ------------------------------------------
 def ids(tensor) -> np.ndarray:
-    """Each element of ``tensor`` as the id of the element of the base tensor it views."""
+    """Each element of ``tensor`` as the id of the element of the base tensor it views
+    (through a Slice from position 0 with step 1, as a weight gradient crops its data)."""
+    crop = tensor.producer
+    if crop is not None and crop.type.name == "Slice":
+        return ids(crop.input(0))[tuple(slice(0, size) for size in tensor.shape)]
     view = view_of(tensor, REGISTRY)
     base = np.arange(prod(view.base.shape)).reshape(view.base.shape)
     return view.chain.apply(base)
@@ -139,7 +145,7 @@ def output_order(geometry: ConvGeometry, y: np.ndarray) -> np.ndarray:
 
 def test_every_pass_reads_the_cube_element_for_element(convolutions):
     layers = convolution_layers(convolutions)
-    assert len(layers) == 3
+    assert len(layers) == 5
     for layer in layers:
         fwd = REGISTRY.layout_rule(layer.fwd).geometry(layer.fwd)
         lhs = im2col(fwd, ids(layer.fwd.input(0)))

@@ -42,7 +42,7 @@ def cube_of(dims: tuple[int, int, int, int], axes: str) -> tuple[int, int, int, 
 
 def tile_coordinates(tile: int, partition: MatmulPartition) -> dict[str, int]:
     """The (g, m, k, n) block tile ``tile`` computes (the partition's numbering)."""
-    g, m, k, n = partition.as_tuple()
+    _, m, k, n = partition.as_tuple()
     return {"g": tile // (k * n * m), "m": (tile // (k * n)) % m, "n": (tile // k) % n,
             "k": tile % k}
 

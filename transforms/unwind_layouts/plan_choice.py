@@ -1,11 +1,17 @@
 """Matmul plans chosen with the layouts they imply, before the layouts themselves.
 
 Each fully connected layer of a training step (``ops.fully_connected``) computes one cube
-of work in up to three passes. Its passes can share one partition of the cube (a joint
-plan: each tensor of the layer — weights, activations, gradients — is wanted in one layout
-by every pass that reads it, and the weight gradient comes out where the weights lie) or
-each take its own cheapest partition (separate plans: fewer cycles for the passes
-themselves, but every pass wants its operands in another layout). Poplibs weighs the two
+of work in up to three passes; so does each convolution layer (``ops.conv_layers``), its
+forward convolution's im2col, with its weight gradient and, when pointwise, its data
+gradient. Poplibs never plans a convolution's passes together, so for convolution layers
+only the planner's choice below weighs a joint plan (costed over the passes the layer
+computes, with no rearrangement charged to separate plans).
+
+A layer's passes can share one partition of the cube (a joint plan: each tensor of the
+layer — weights, activations, gradients — is wanted in one layout by every pass that reads
+it, and the weight gradient comes out where the weights lie) or each take its own cheapest
+partition (separate plans: fewer cycles for the passes themselves, but every pass wants
+its operands in another layout). Poplibs weighs the two
 on the passes' own cycles (``machine.fc_plans.poplibs_plans``); the planner weighs them on
 the passes' cycles plus the copies their layouts leave where the planner decides them:
 
