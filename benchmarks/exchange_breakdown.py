@@ -5,12 +5,15 @@ the op's layout rule (matmul, conv, elementwise, gather, …) and by whether it 
 planned tensor (a producer-less tensor or a view of one), for our plan and PopART's:
 
     python benchmarks/exchange_breakdown.py bert real training
+
+``--cycles N`` also lists the ops whose cycles differ most between the two plans.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -36,17 +39,27 @@ def main() -> None:
     parser.add_argument("kind", choices=("forward", "training"))
     parser.add_argument("--ops", type=int, default=0,
                         help="also list this many ops leaving the most to save")
+    parser.add_argument("--cycles", type=int, default=0,
+                        help="also list this many ops taking the most cycles above PopART's "
+                             "under our plan (and as many below)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIGURE=VALUE",
+                        help="an IPU Model cost figure changed (as --sensitivity changes "
+                             "them), e.g. partial_bytes_per_element=8; repeatable")
     args = parser.parse_args()
 
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     from popart_unwind.ops import REGISTRY
-    from popart_unwind.target import TileTarget, evaluate, popart_baseline
+    from popart_unwind.target import IpuModel, TileTarget, evaluate, popart_baseline
 
     ir = models.import_graph(args.model, args.size, args.kind, "torch")
     run_pipeline(ir)
-    target = TileTarget()
+    changes = {}
+    for item in args.set:
+        figure, _, value = item.partition("=")
+        changes[figure] = type(getattr(IpuModel(), figure))(value)
+    target = TileTarget(dataclasses.replace(IpuModel(), **changes))
     plan = plan_ir(ir, target)
     graph = ir.main_graph
     planned = planned_tensors(graph, REGISTRY)
@@ -55,8 +68,9 @@ def main() -> None:
     plans = {"ours": ({(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors},
                       plan.op_plans),
              "popart": (dict(baseline.mappings), baseline.op_plans)}
+    reports = {}
     for name, (mappings, op_plans) in plans.items():
-        report = evaluate(ir, target, mappings=mappings, op_plans=op_plans)
+        report = reports[name] = evaluate(ir, target, mappings=mappings, op_plans=op_plans)
         spent, left = collections.Counter(), collections.Counter()
         for row in report.ops:
             op = ops.get(row.op_id)
@@ -81,6 +95,31 @@ def main() -> None:
                 if row.avoidable_bytes:
                     print(f"    {row.name[:60]:60} {row.type:18} "
                           f"{row.avoidable_bytes * row.executions / 1e6:9,.3f} MB left")
+    if args.cycles:
+        print_cycle_differences(reports["ours"], reports["popart"], args.cycles)
+
+
+def print_cycle_differences(ours, popart, count: int) -> None:
+    """The ops whose cycles (exchange, partial sums, compute; times executions) differ most
+    between the two plans, each way, with the total difference."""
+    theirs = {(row.graph_id, row.op_id): row for row in popart.ops}
+    differences = []
+    for row in ours.ops:
+        other = theirs.get((row.graph_id, row.op_id))
+        if other is not None:
+            differences.append(((row.total_cycles - other.total_cycles) * row.executions,
+                                row, other))
+    total = sum(difference for difference, _, _ in differences)
+    print(f"cycles, ours - PopART, over the ops: {total:+,}")
+    differences.sort(key=lambda item: item[0])
+    for title, chosen in (("above", differences[::-1][:count]), ("below", differences[:count])):
+        print(f"  ops most {title} PopART's (exchange + partials + compute, ours / PopART):")
+        for difference, row, other in chosen:
+            if (difference > 0) == (title == "above") and difference:
+                print(f"    {row.name[:50]:50} {row.type:18} {difference:+9,}  "
+                      f"{row.cycles:,} + {row.partials_cycles:,} + {row.compute_cycles:,} / "
+                      f"{other.cycles:,} + {other.partials_cycles:,} + "
+                      f"{other.compute_cycles:,}")
 
 
 if __name__ == "__main__":

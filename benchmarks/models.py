@@ -108,7 +108,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     report.put(("stage", "plan"))
     began = time.perf_counter()
     ir.options = dataclasses.replace(ir.options, balance_tile_memory=job["balance_tile_memory"],
-                                     matmul_plans=job["matmul_plans"])
+                                     matmul_plans=job["matmul_plans"],
+                                     rotate_plan_start_tiles=job["rotate_start_tiles"])
     plan = plan_ir(ir, target)  # as the transform does: mappings written onto the Ir
     row["plan_s"] = time.perf_counter() - began
     row["plan_stages"] = {k: v for k, v in plan.timings.items() if k != "total"}
@@ -424,6 +425,9 @@ def main() -> None:
     parser.add_argument("--balance-tile-memory", action="store_true",
                         help="plan with SessionOptions.balance_tile_memory set (small layouts "
                              "spread over lightly used tiles)")
+    parser.add_argument("--rotate-start-tiles", action="store_true",
+                        help="plan with SessionOptions.rotate_plan_start_tiles set (each "
+                             "matmul and convolution plan starting where the last ended)")
     parser.add_argument("--matmul-plans", default="with_layouts",
                         choices=("with_layouts", "poplibs", "alone"),
                         help="how our plan chooses matmul plans (SessionOptions.matmul_plans)")
@@ -441,6 +445,7 @@ def main() -> None:
                  memory=not args.quick, dump=args.dump, check=args.check,
                  tied_gather=args.popart_tied_gather,
                  balance_tile_memory=args.balance_tile_memory,
+                 rotate_start_tiles=args.rotate_start_tiles,
                  matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
                  sensitivity=args.sensitivity)
             for size in _names(args.sizes, SIZES, "sizes")
@@ -452,6 +457,7 @@ def main() -> None:
         return
     variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
     variant += "; balance_tile_memory" if args.balance_tile_memory else ""
+    variant += "; rotate_plan_start_tiles" if args.rotate_start_tiles else ""
     variant += f"; matmul_plans={args.matmul_plans}"
     variant += "; PopART without fullyConnectedPass" if args.popart_no_fc else ""
     print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)

@@ -72,6 +72,11 @@ class SessionOptions:
     #: alone); ``alone`` plans every matmul and convolution by itself (Poplibs without the
     #: option).
     matmul_plans: str = "with_layouts"
+    #: Start each matmul and convolution plan where the previous one's tiles ended
+    #: (docs/planner.md, "Plan start tiles") instead of at tile 0, as Poplibs does without
+    #: dithering: the plans that use few tiles, and what is laid out where they lie, no
+    #: longer stack on the lowest tiles.
+    rotate_plan_start_tiles: bool = False
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10

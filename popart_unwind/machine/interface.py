@@ -107,6 +107,9 @@ class MatmulPlan:
     may also compute a pass with its operands swapped, e.g. "nmk" for the weight gradient
     transposed). ``fc_pass`` is the pass's name in Poplibs' option; ``joint`` whether the
     layer's passes share the partition (Poplibs' joint plan) or were planned separately.
+    ``start_tile`` is where the partition's tiles begin: tile ``t`` of the partition is
+    machine tile ``(t + start_tile) mod num_tiles`` (Poplibs' dithering moves a plan's
+    start tile the same way; without it every plan starts at tile 0).
     """
 
     cube: tuple[int, int, int, int]
@@ -114,6 +117,7 @@ class MatmulPlan:
     axes: str = "mkn"
     fc_pass: str = "NONE"
     joint: bool = False
+    start_tile: int = 0
 
     def __post_init__(self) -> None:
         if sorted(self.axes) != ["k", "m", "n"]:
@@ -121,6 +125,8 @@ class MatmulPlan:
                              f"{self.axes!r}")
         if self.fc_pass not in FC_PASSES:
             raise TargetError(f"fc_pass must be one of {FC_PASSES}, got {self.fc_pass!r}")
+        if self.start_tile < 0:
+            raise TargetError(f"a plan's start tile is a tile id, got {self.start_tile}")
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -147,7 +153,12 @@ class MatmulPlan:
         g, m, k, n = self.partition.as_tuple()
         return {"partition": {"groups": g, "rows": m, "inner": k, "cols": n},
                 "cube": list(self.cube), "axes": self.axes,
-                "fully_connected_pass": self.fc_pass, "joint": self.joint}
+                "fully_connected_pass": self.fc_pass, "joint": self.joint,
+                "start_tile": self.start_tile}
+
+    def starting_at(self, start_tile: int) -> MatmulPlan:
+        """This plan with its tiles beginning at ``start_tile``."""
+        return dataclasses.replace(self, start_tile=start_tile)
 
 class ExchangeNeed:
     """Data one op needs moved before it computes: per receiving tile, bytes and regions.
@@ -199,7 +210,8 @@ def plan_operand_tiles(target: TileMachine, plan: MatmulPlan, operand: str,
     tensor it is, laid out by the cube's partition, transposed where the op holds it so."""
     name, transposed = plan.cube_tensor(operand)
     tiles = np.asarray(target.matmul_tiles(*plan.cube, dtype, name, plan.partition))
-    return _cube_oriented(tiles.reshape(-1), plan, name, transposed, to_cube=False)
+    tiles = _cube_oriented(tiles.reshape(-1), plan, name, transposed, to_cube=False)
+    return rotated_tiles(tiles, plan.start_tile, target.num_tiles)
 
 
 def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dtype: str,
@@ -209,7 +221,26 @@ def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dt
     name, transposed = plan.cube_tensor(operand)
     cube_tiles = _cube_oriented(np.asarray(tiles).reshape(-1), plan, name, transposed,
                                 to_cube=True)
-    return target.matmul_readers(*plan.cube, dtype, name, cube_tiles, plan.partition)
+    if not plan.start_tile:
+        return target.matmul_readers(*plan.cube, dtype, name, cube_tiles, plan.partition)
+    # A start tile relabels the tiles: count in the plan's own labels, then move back.
+    own = rotated_tiles(cube_tiles, -plan.start_tile, target.num_tiles)
+    need = target.matmul_readers(*plan.cube, dtype, name, own, plan.partition)
+    return ExchangeNeed(*(rotated_per_tile(values, plan.start_tile)
+                          for values in need.arrays()))
+
+
+def rotated_tiles(tiles: np.ndarray, start_tile: int, num_tiles: int) -> np.ndarray:
+    """Tile ids moved ``start_tile`` tiles on, around the machine."""
+    if not start_tile % num_tiles:
+        return tiles
+    moved = (np.asarray(tiles, dtype=np.int64) + start_tile) % num_tiles
+    return moved.astype(np.asarray(tiles).dtype)
+
+
+def rotated_per_tile(values: np.ndarray, start_tile: int) -> np.ndarray:
+    """A per-tile array whose tile ``t`` becomes tile ``t + start_tile`` (around)."""
+    return np.roll(values, start_tile)
 
 
 def _cube_oriented(tiles: np.ndarray, plan: MatmulPlan, name: str, transposed: bool,

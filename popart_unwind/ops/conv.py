@@ -44,6 +44,7 @@ from popart_unwind.machine.interface import (
     TileMachine,
     plan_operand_readers,
     plan_operand_tiles,
+    rotated_per_tile,
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.layout_rule import (
@@ -872,8 +873,8 @@ def _create_input_tiles(geometry: ConvGeometry, target: TileMachine,
     shape = geometry.input_shape
     flat = np.broadcast_to(flat, shape).reshape(-1)
     read = np.broadcast_to(read[None, None], shape).reshape(-1)
-    if not read.any():  # no position reads anything: all padding
-        return np.zeros(flat.size, dtype=lhs.dtype)
+    if not read.any():  # no position reads anything: all padding; on the plan's first tile
+        return np.full(flat.size, plan.start_tile % target.num_tiles, dtype=lhs.dtype)
     # Unread elements take the tile of the read element before them (the first read one
     # for those before it): Poplibs' extension of partial usage to neighbours.
     nearest = np.where(read, np.arange(flat.size), -1)
@@ -966,7 +967,8 @@ def _read_structure(geometry: ConvGeometry, target: TileMachine,
     starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
     return _Reads(block, element, starts,
                   np.bincount(block, minlength=num_blocks).astype(np.int64),
-                  matmul_reader_blocks(chosen.partition, name, target.num_tiles))
+                  rotated_per_tile(matmul_reader_blocks(chosen.partition, name,
+                                                        target.num_tiles), chosen.start_tile))
 
 
 def _distinct(keys: np.ndarray) -> np.ndarray:

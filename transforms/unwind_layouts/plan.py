@@ -132,7 +132,8 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     began = time.perf_counter()
     timings: dict[str, float] = {}
     op_plans = dict(op_plans) if op_plans is not None else choose_plans(
-        ir, target, registry, options.matmul_plans)
+        ir, target, registry, options.matmul_plans,
+        rotate=options.rotate_plan_start_tiles)
     target = target.with_plans(op_plans)  # its linear mapper starts at 0: equal Irs, equal plans
     timings["plans"] = _lap(began, timings)
 

@@ -55,15 +55,56 @@ OpPlans = dict[tuple[str, int], MatmulPlan]
 
 
 def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
-                 how: str = "with_layouts", skip: frozenset[int] = frozenset()) -> OpPlans:
+                 how: str = "with_layouts", skip: frozenset[int] = frozenset(),
+                 rotate: bool = False) -> OpPlans:
     """The plan of every matmul op that is a pass of a fully connected layer (the others
     are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``); the layers whose
-    forward op's id is in ``skip`` are planned alone too."""
+    forward op's id is in ``skip`` are planned alone too. With ``rotate``, every matmul
+    and convolution gets a plan, each starting where the one before it ended
+    (:func:`rotated_start_tiles`)."""
     if how not in MATMUL_PLAN_CHOICES:
         raise PlanError(f"matmul_plans must be one of {MATMUL_PLAN_CHOICES}, got {how!r}")
     plans: OpPlans = {}
-    if how == "alone":
-        return plans
+    layers: list[list[tuple[str, int]]] = []
+    if how != "alone":
+        _choose_layer_plans(ir, target, registry, how, skip, plans, layers)
+    return rotated_start_tiles(ir, target, registry, plans, layers) if rotate else plans
+
+
+def rotated_start_tiles(ir: Ir, target: TileMachine, registry: OpRegistry, plans: OpPlans,
+                        layers: list[list[tuple[str, int]]]) -> OpPlans:
+    """Every planned op's plan (``plans``, else its plan alone), graph by graph in schedule
+    order, starting where the previous plan's tiles ended, as PopART's linear mapper
+    rotates its mappings; the passes of one joint layer (each entry of ``layers`` lists
+    their keys) share the start of the first, so that their layouts still agree.
+    Starting every plan at tile 0, as Poplibs does without dithering, stacks the plans
+    that use few tiles, and what is laid out where they lie, on the lowest tiles."""
+    planned = target.with_plans(plans)
+    shared = {op: index for index, keys in enumerate(layers) for op in keys}
+    starts: dict[int, int] = {}  # layer index -> its start
+    rotated: OpPlans = {}
+    next_start = 0
+    for graph in ir.graphs:
+        for op in graph.schedule():
+            rule = registry.layout_rule(op)
+            if rule.plan_record(op, planned) is None:
+                continue
+            plan = rule.plan(op, planned)
+            layer = shared.get(op_key(op)) if plan.joint else None
+            if layer is not None and layer in starts:
+                rotated[op_key(op)] = plan.starting_at(starts[layer])
+                continue
+            rotated[op_key(op)] = plan.starting_at(next_start)
+            if layer is not None:
+                starts[layer] = next_start
+            next_start = (next_start + plan.partition.tiles_used) % target.num_tiles
+    return rotated
+
+
+def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: str,
+                        skip: frozenset[int], plans: OpPlans,
+                        grouped: list[list[tuple[str, int]]]) -> None:
+    """Fill ``plans`` with each layer's chosen plans and ``grouped`` with its ops' keys."""
     layers: list[FullyConnectedLayer] = list(fully_connected_layers(ir, registry))
     if how == "with_layouts":  # Poplibs plans each pass of a convolution alone
         layers += convolution_layers(ir, registry)
@@ -82,7 +123,7 @@ def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
             chosen = min(options, key=lambda option: estimated_cycles(target, layer, option))
         for op, plan in zip(ops, chosen.plans, strict=True):
             plans[op_key(op)] = plan
-    return plans
+        grouped.append([op_key(op) for op in ops])
 
 
 def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
