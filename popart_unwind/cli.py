@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from popart_unwind.errors import PopartUnwindError
+from popart_unwind.errors import ModelImportError, PopartUnwindError
 from popart_unwind.version import __version__
 
 EXIT_OK = 0
@@ -57,6 +57,20 @@ def _tiles(text: str) -> int:
             f"--tiles must be at most {MAX_TILES_PER_IPU:,} (one IPU; a GC200 has 1,472), "
             f"got {value:,}")
     return value
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D1,D2,...``: a graph input's name (it may itself hold '=') and its shape."""
+    name, equals, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+    except ValueError:
+        shape = ()
+    if not equals or not name or not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--input-shape takes NAME=D1,D2,... with positive whole dimensions (e.g. "
+            f"input_ids=1,128), got {text!r}")
+    return name, shape
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -115,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "model")
     plan.add_argument("--onnx-out", metavar="PATH", type=Path,
                       help="write a copy of the ONNX model with the plan in its metadata")
+    plan.add_argument("--input-shape", metavar="NAME=D1,D2,...", type=_input_shape,
+                      action="append", default=[], dest="input_shapes",
+                      help="the shape of an ONNX graph input whose dimensions the model "
+                           "leaves symbolic, e.g. input_ids=1,128 (repeatable)")
     _add_safety_options(plan, model_options=True)
     demo = commands.add_parser("demo", help="plan the embedded example (no files needed)",
                                description="Plan a small transformer block built in Python "
@@ -317,7 +335,13 @@ def _import(args: argparse.Namespace) -> Any:
 
     allow = args.allow_unknown_ops or session_options(
         SessionOptions(), args.options).allow_unknown_ops  # --option allow_unknown_ops=true
-    return load_model(args.model, args.training, allow)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in args.input_shapes:
+        if shapes.get(name, shape) != shape:
+            raise ModelImportError(f"--input-shape gives input {name!r} two shapes, "
+                                   f"{list(shapes[name])} and {list(shape)}")
+        shapes[name] = shape
+    return load_model(args.model, args.training, allow, shapes)
 
 
 if __name__ == "__main__":

@@ -121,11 +121,14 @@ def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
         except Exception as error:  # onnx raises assorted C++ errors here
             raise ModelImportError(f"cannot inline the model's local functions: "
                                    f"{str(error).splitlines()[0]}") from None
-    inputs = {value.name: value for value in proto.graph.input}
+    initialized = {tensor.name for tensor in proto.graph.initializer}
+    inputs = {value.name: value for value in proto.graph.input
+              if value.name not in initialized}
     for name, shape in sorted(input_shapes.items()):
         if name not in inputs:
-            raise ModelImportError(f"input_shapes names {name!r}, which is not a graph input; "
-                                   f"inputs are {sorted(inputs)}")
+            raise ModelImportError(f"a shape is given for {name!r}, which is not a graph "
+                                   f"input; inputs are {sorted(inputs)}")
+        _check_given_shape(inputs[name], [int(size) for size in shape])
         dims = inputs[name].type.tensor_type.shape
         dims.Clear()
         for size in shape:
@@ -135,6 +138,30 @@ def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
                                                  data_prop=True)
     except Exception:  # ONNX's inference is only a seed: go on without it
         return proto
+
+
+def _check_given_shape(value: onnx.ValueInfoProto, shape: list[int]) -> None:
+    """A shape given for graph input ``value`` must fit what the model declares: as many
+    dimensions, each positive, and equal to every dimension the model fixes (only
+    symbolic or unknown ones are filled in)."""
+    if any(size < 1 for size in shape):
+        raise ModelImportError(f"the shape given for input {value.name!r}, {shape}, has a "
+                               f"dimension below 1")
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    if tensor_type is None or not tensor_type.HasField("shape"):
+        return  # the model declares no shape: any is taken
+    declared = [dim.dim_value if dim.HasField("dim_value") else
+                (dim.dim_param or "?") for dim in tensor_type.shape.dim]
+    if len(declared) != len(shape):
+        raise ModelImportError(f"input {value.name!r} has {len(declared)} dimensions "
+                               f"{declared}; the shape given for it, {shape}, has {len(shape)}")
+    fixed = [(axis, size, given)
+             for axis, (size, given) in enumerate(zip(declared, shape, strict=True))
+             if isinstance(size, int) and size > 0 and size != given]
+    if fixed:
+        axis, size, given = fixed[0]
+        raise ModelImportError(f"input {value.name!r} has dimension {axis} fixed at {size} "
+                               f"{declared}; the shape given for it, {shape}, says {given}")
 
 
 def _metadata(proto: onnx.ModelProto, source: str) -> dict[str, str]:
@@ -296,7 +323,8 @@ class _Importer:
                 symbols = _symbolic_dims(value) if value.type.HasField("tensor_type") else []
                 raise ModelImportError(
                     f"graph input {value.name!r} has no static type (unknown dimensions "
-                    f"{symbols}); pass input_shapes={{{value.name!r}: [...]}}")
+                    f"{symbols}); give its shape: --input-shape {value.name}=D1,D2,... on "
+                    f"the command line, input_shapes={{{value.name!r}: [...]}} from Python")
             kind = TensorType.STREAM if main else TensorType.ACT_GRAD
             graph.add_input(value.name, dtype or "float32", shape, kind)
         for position, node in enumerate(_topological(onnx_graph)):

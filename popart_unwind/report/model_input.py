@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +29,22 @@ def is_factory(model: str) -> bool:
     return _FACTORY.fullmatch(model) is not None
 
 
-def load_model(model: str, training: bool, allow_unknown_ops: bool = False) -> Ir:
+def load_model(model: str, training: bool, allow_unknown_ops: bool = False,
+               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Ir:
     """The model as an Ir (shapes inferred), or ModelImportError saying what is wrong.
     ``allow_unknown_ops`` plans ONNX op types the registry does not know as barriers (the
-    PyTorch front end keeps ATen ops it does not convert as opaque ops in any case)."""
+    PyTorch front end keeps ATen ops it does not convert as opaque ops in any case);
+    ``input_shapes`` fixes an ONNX model's symbolic input dimensions."""
     if is_factory(model):
+        if input_shapes:
+            raise ModelImportError("--input-shape applies to ONNX models; a PyTorch factory "
+                                   "gives its example inputs, whose shapes are used")
         return _load_factory(model, training)
     if training:
         raise ModelImportError("--training applies to PyTorch models (module:factory); an "
                                "ONNX model is planned as it is")
-    return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops)
+    return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops,
+                        input_shapes=dict(input_shapes or {}))
 
 
 def input_files(model: str) -> list[InputFile]:
