@@ -59,6 +59,22 @@ std::optional<Ops> sampleFewerCopies(const Op &expand, const Op &sample) {
   return ops;
 }
 
+// Reversing an axis an Expand broadcast reorders copies of one element: nothing.
+std::optional<Ops> reverseOfCopies(const Op &expand, const Op &reverse) {
+  const std::vector<int> copies = resizedAxes(expand);
+  std::vector<int> kept;
+  for (int axis : reverse.axes)
+    if (std::find(copies.begin(), copies.end(), axis) == copies.end())
+      kept.push_back(axis);
+  if (kept.size() == reverse.axes.size())
+    return std::nullopt;
+  Ops ops;
+  ops.push_back(expand);
+  if (!kept.empty())
+    ops.push_back(reverseOp(reverse.in, std::move(kept)));
+  return ops;
+}
+
 bool needsReaching(const Op &first, const Op &second) {
   return first.type == OpType::SettSample && second.type == OpType::SettFillInto &&
          first.region.sameSet(second.region);
@@ -78,6 +94,8 @@ std::optional<Ops> normalisePair(const Op &first, const Op &second, const Region
   }
   if (first.type == OpType::Expand && second.type == OpType::SettSample)
     return sampleFewerCopies(first, second);
+  if (first.type == OpType::Expand && second.type == OpType::Reverse)
+    return reverseOfCopies(first, second);
   if (needsReaching(first, second))
     return containsAll(first.region, *reaching) ? std::optional<Ops>(Ops{}) : std::nullopt;
   return std::nullopt;

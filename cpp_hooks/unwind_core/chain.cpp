@@ -36,9 +36,18 @@ Op dimShuffleOp(const Shape &in, const std::vector<int> &perm) {
 }
 
 Op reverseOp(const Shape &in, std::vector<int> axes) {
+  // An axis reversed twice is given back: keep the axes named an odd number of times.
   std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  return Op{OpType::Reverse, in, in, std::move(axes), Region()};
+  std::vector<int> odd;
+  for (std::size_t i = 0; i < axes.size();) {
+    std::size_t j = i;
+    while (j < axes.size() && axes[j] == axes[i])
+      ++j;
+    if ((j - i) % 2 == 1)
+      odd.push_back(axes[i]);
+    i = j;
+  }
+  return Op{OpType::Reverse, in, in, std::move(odd), Region()};
 }
 
 Op shapeOp(OpType type, const Shape &in, const Shape &out) {

@@ -34,7 +34,7 @@ struct Op {
 
 // Constructors that compute the output shape (attributes assumed valid).
 Op dimShuffleOp(const Shape &in, const std::vector<int> &perm);
-Op reverseOp(const Shape &in, std::vector<int> axes); // sorted, deduplicated here
+Op reverseOp(const Shape &in, std::vector<int> axes); // sorted; axes named twice cancel
 Op shapeOp(OpType type, const Shape &in, const Shape &out); // Reshape, Expand, Reduce
 Op sampleOp(const Region &where);                          // input shape: where.shape()
 Op fillOp(const Region &scaffold);                         // input shape: scaffold.nelms()

@@ -9,8 +9,9 @@ Rewrites, applied left to right until none applies:
    by symmetric difference; Reshape, Expand and Reduce keep the last shape; SettSamples and
    SettFillIntos compose their regions, which are always one product region here);
 3. pairs that undo each other cancel, and pairs with one canonical form take it (a fill and
-   a sample in either order; an expand then a sample of some broadcast copies; a sample
-   then a fill of the same region when everything that reaches it lies inside);
+   a sample in either order; an expand then a sample of some broadcast copies; an expand
+   then a reverse, which forgets the axes the expand broadcast; a sample then a fill of
+   the same region when everything that reaches it lies inside);
 4. neighbours out of the order ``OP_ORDER`` swap, when an exact rewrite exists
    (``canonical_swaps.SWAPS``);
 5. a chain through which no input element reaches the output becomes one fixed form with
@@ -86,6 +87,8 @@ def normalise_pair(
         return None if ops == [first, second] else ops
     if pair == ("Expand", "SettSample"):
         return _sample_fewer_copies(first, second)
+    if pair == ("Expand", "Reverse"):
+        return _reverse_of_copies(first, second)
     if pair == ("SettSample", "SettFillInto") and first.attr == second.attr:
         assert reaching is not None
         return [] if first.attr.contains(reaching) else None
@@ -104,6 +107,15 @@ def _sample_fewer_copies(expand: ChainOp, sample: ChainOp) -> list[ChainOp] | No
         setts[axis] = Region.full((counts[axis],)).setts[0]
     broadcast = make_op("Expand", expand.in_shape, target)
     return [broadcast, make_op("SettSample", target, Region(target, setts))]
+
+
+def _reverse_of_copies(expand: ChainOp, reverse: ChainOp) -> list[ChainOp] | None:
+    """Reversing an axis an Expand broadcast reorders copies of one element: nothing."""
+    copies = set(expanded_axes(expand))
+    kept = tuple(d for d in reverse.attr if d not in copies)
+    if kept == reverse.attr:
+        return None
+    return [expand, make_op("Reverse", reverse.in_shape, kept)] if kept else [expand]
 
 
 def _needs_reaching(first: ChainOp, second: ChainOp) -> bool:

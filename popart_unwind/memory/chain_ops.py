@@ -228,10 +228,12 @@ class ReverseRule(OpRule):
     name = "Reverse"
 
     def normalise(self, in_shape: Shape, attr: object) -> tuple[int, ...]:
-        dims = tuple(sorted({int(d) for d in attr}))  # type: ignore[union-attr]
-        if any(d < 0 or d >= len(in_shape) for d in dims):
-            raise ChainError(f"Reverse({_join(dims)}) has an axis outside shape {in_shape}")
-        return dims
+        """The axes reversed an odd number of times, sorted: reversing an axis twice gives
+        it back, as in poprithms, so an axis named twice is not reversed."""
+        given = [int(d) for d in attr]  # type: ignore[union-attr]
+        if any(d < 0 or d >= len(in_shape) for d in given):
+            raise ChainError(f"Reverse({_join(given)}) has an axis outside shape {in_shape}")
+        return tuple(sorted(d for d in set(given) if given.count(d) % 2))
 
     def out_shape(self, in_shape: Shape, attr: object) -> Shape:
         return in_shape

@@ -93,7 +93,10 @@ def _random_op(rng: np.random.Generator, chain: Chain, max_rank: int, max_elemen
     elif kind == "DimShuffle":
         chain.dim_shuffle([int(p) for p in rng.permutation(len(shape))])
     elif kind == "Reverse":
-        chain.reverse([a for a in range(len(shape)) if rng.random() < 0.5])
+        axes = [a for a in range(len(shape)) if rng.random() < 0.5]
+        if axes and rng.random() < 0.25:  # an axis named twice, which gives it back
+            axes.append(axes[int(rng.integers(len(axes)))])
+        chain.reverse(axes)
     elif kind == "SettSample":
         chain.sett_sample(random_region(rng, shape))
     elif kind == "Expand":

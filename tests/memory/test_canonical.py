@@ -225,6 +225,29 @@ def test_expand_then_sample_of_some_copies_broadcasts_fewer():
     assert repr(chain.canonicalized()) == "(1,3) -> Expand(3,3)"
 
 
+@pytest.mark.parametrize("dims, expected", [
+    ((1, 1), "(3,4)"), ((1, 1, 1), "(3,4) -> Reverse(1)"), ((0, 1, 0), "(3,4) -> Reverse(1)"),
+    ((0, 1, 1, 0), "(3,4)")])
+def test_an_axis_reversed_twice_is_given_back(dims, expected):
+    chain = Chain((3, 4)).reverse(dims)
+    assert canonical_repr(chain) == expected
+    x = np.arange(12).reshape(3, 4)
+    flipped = x
+    for axis in dims:
+        flipped = np.flip(flipped, axis)
+    assert np.array_equal(chain.apply(x), flipped)
+
+
+@pytest.mark.parametrize("chain, expected", [
+    (Chain((3, 1)).expand((3, 4)).reverse((1,)), "(3,1) -> Expand(3,4)"),
+    (Chain((3, 1)).expand((3, 4)).reverse((0, 1)), "(3,1) -> Expand(3,4) -> Reverse(0)"),
+    (Chain((1, 4)).reverse((1,)).expand((3, 4)).reverse((0, 1)), "(1,4) -> Expand(3,4)"),
+    (Chain((3, 4)).expand((3, 4)).reverse((1,)), "(3,4) -> Reverse(1)"),  # copies nothing
+])
+def test_reversing_copies_an_expand_made_is_nothing(chain, expected):
+    assert canonical_repr(chain) == expected
+
+
 def test_sample_then_fill_becomes_fill_then_sample():
     chain = Chain((6,)).slice((1,), (5,)).sett_fill_into(Region.from_stride((8,), 2, 0))
     result = chain.canonicalized()
