@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -144,9 +145,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """Run the command; returns the exit status (0 success, 2 bad input)."""
+    """Run the command; returns the exit status (0 success, 2 bad input).
+
+    Warnings raised while it runs (by the tool or the libraries it drives) are held back:
+    a failed run prints only its one error line; a run that succeeds then prints each
+    warning as one ``popart-unwind: warning:`` line, leaving out the libraries' notices
+    of their own deprecations, which are not the user's to act on."""
     stdout = stdout if stdout is not None else sys.stdout
     stderr = stderr if stderr is not None else sys.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = _main(argv, stdout, stderr)
+    if status == EXIT_OK:
+        _print_warnings(caught, stderr)
+    return status
+
+
+#: Warnings about a library's own future, not about the user's model or command.
+LIBRARY_NOTICES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+def _print_warnings(caught: list[warnings.WarningMessage], stderr: TextIO) -> None:
+    from popart_unwind.errors import UnknownOpsWarning
+
+    shown: set[str] = set()
+    for warning in caught:
+        ours = issubclass(warning.category, UnknownOpsWarning)
+        if not ours and issubclass(warning.category, LIBRARY_NOTICES):
+            continue
+        text = _one_line(warning.message)
+        if not ours:
+            module = Path(warning.filename).stem
+            text = f"{text} ({warning.category.__name__} from {module})"
+        if text not in shown:
+            shown.add(text)
+            print(f"popart-unwind: warning: {text}", file=stderr)
+
+
+def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     parser = build_parser()
     try:
         try:
@@ -254,7 +290,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
         f"popart-unwind plan {args.model}"
     with StageProgress(stderr, enabled=not args.quiet) as progress:
         with progress.stage("import"):
-            ir = _import_reporting_warnings(args, stderr)
+            ir = _import(args)  # an UnknownOpsWarning is printed when the run succeeds
             proto = None
             if onnx_out is not None:
                 proto = load_for_annotation(Path(args.model), onnx_out)
@@ -304,25 +340,6 @@ def session_options(options: Any, assignments: Sequence[str]) -> Any:
             raise OptionError(f"option pipeline: unknown transform {name!r}; choose from "
                               f"{', '.join(known)}")
     return chosen
-
-
-def _import_reporting_warnings(args: argparse.Namespace, stderr: TextIO) -> Any:
-    """The model's IR; the importer's UnknownOpsWarning (``--allow-unknown-ops``) becomes
-    one ``popart-unwind: warning:`` line on stderr, shown even with --quiet."""
-    import warnings
-
-    from popart_unwind.errors import UnknownOpsWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UnknownOpsWarning)
-        ir = _import(args)
-    for warning in caught:
-        if issubclass(warning.category, UnknownOpsWarning):
-            print(f"popart-unwind: warning: {_one_line(warning.message)}", file=stderr)
-        else:
-            warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                                   warning.lineno)
-    return ir
 
 
 def _import(args: argparse.Namespace) -> Any:
