@@ -196,6 +196,10 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     except (PopartUnwindError, OSError) as error:
         print(f"popart-unwind: error: {_one_line(error)}", file=stderr)
         return EXIT_BAD_INPUT
+    except MemoryError:
+        print("popart-unwind: error: ran out of memory while planning (the model is too "
+              "large for this machine); nothing was written", file=stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("popart-unwind: interrupted; nothing was written", file=stderr)
         return EXIT_INTERRUPTED
@@ -282,6 +286,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
     PlanRun and the title of the summary and report."""
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
+    from popart_unwind.report.planning_memory import check_planning_memory
     from popart_unwind.report.progress import StageProgress
     from popart_unwind.report.session import plan_session, transform
 
@@ -297,6 +302,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             ir.options = session_options(ir.options, args.options)
         with progress.stage("transforms"):
             transform(ir)
+        check_planning_memory(ir)
         run = plan_session(ir, model, args.algo, args.baseline, progress)
         document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
                                        run.planner(), run.ops_without_rule, run.planned_ops)

@@ -81,6 +81,11 @@ class OutputError(PopartUnwindError, ValueError):
     tool did not make, or its folder is missing or not writable."""
 
 
+class ResourceError(PopartUnwindError, RuntimeError):
+    """Planning would need more of the machine running the tool than it has: memory by the
+    estimate made before the work, or memory that ran out during it."""
+
+
 class UnknownOpsWarning(UserWarning):
     """Op types the registry does not know were imported as opaque barriers on request
     (``allow_unknown_ops``): the plan maps their results linearly and counts no exchange."""

@@ -1,0 +1,61 @@
+"""Models too large for the machine's memory: refused before planning with the estimate, or,
+where memory runs out during the work, one line and nothing written; never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli_errors import assert_refused, outputs, run
+
+from popart_unwind.errors import ResourceError
+from popart_unwind.ir import Ir
+from popart_unwind.report import planning_memory
+from popart_unwind.report.planning_memory import (
+    BASE_BYTES,
+    BYTES_PER_PLANNED_ELEMENT,
+    available_bytes,
+    check_planning_memory,
+    estimated_bytes,
+    planned_elements,
+)
+
+
+def test_the_estimate_counts_every_planned_element(model_path):
+    ir = Ir.from_onnx(str(model_path))
+    elements = 4 * 8 + 16 * 8 + 16  # x, w, b of the linear layer
+    assert planned_elements(ir) == elements
+    assert estimated_bytes(ir) == BASE_BYTES + BYTES_PER_PLANNED_ELEMENT * elements
+    check_planning_memory(ir, available=estimated_bytes(ir))  # just enough
+    with pytest.raises(ResourceError, match=f"{elements:,} planned elements"):
+        check_planning_memory(ir, available=estimated_bytes(ir) - 1)
+
+
+def test_a_model_needing_more_than_is_available_is_refused(model_path, out_dir, monkeypatch):
+    monkeypatch.setattr(planning_memory, "available_bytes", lambda: 2**20)
+    status, out, err = run("plan", str(model_path), *outputs(out_dir))
+    assert_refused(status, out, err, out_dir, "needs at least 157.3 MB", "1.0 MB are available")
+
+
+def test_running_out_of_memory_is_one_line_and_writes_nothing(model_path, out_dir,
+                                                             monkeypatch):
+    from popart_unwind.report import session
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+    monkeypatch.setattr(session, "plan_session", exhausted)
+    status, out, err = run("plan", str(model_path), *outputs(out_dir))
+    assert_refused(status, out, err, out_dir, "ran out of memory")
+
+
+def test_available_memory_is_read_from_meminfo_and_the_control_group(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  100 kB\nMemAvailable:   2048 kB\n")
+    group = tmp_path / "group"
+    group.mkdir()
+    assert available_bytes(meminfo, group) == 2048 * 1024  # no control group files
+    (group / "memory.max").write_text("max\n")
+    (group / "memory.current").write_text("5\n")
+    assert available_bytes(meminfo, group) == 2048 * 1024  # no limit
+    (group / "memory.max").write_text("1000000\n")
+    (group / "memory.current").write_text("400000\n")
+    assert available_bytes(meminfo, group) == 600000  # the limit leaves less
+    assert available_bytes(tmp_path / "none", tmp_path / "none") is None
