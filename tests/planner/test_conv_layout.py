@@ -159,10 +159,17 @@ def block_readers_oracle(geometry, plan, tiles, size, num_tiles):
         key = (part(g, groups, plan.groups), part(m, rows, plan.rows),
                part(k, inner, plan.inner))
         blocks.setdefault(key, set()).add(e)
+    readers = {t: (t // (plan.inner * plan.cols * plan.rows),
+                   (t // (plan.inner * plan.cols)) % plan.rows, t % plan.inner)
+               for t in range(plan.tiles_used)}
+    return blocks_received(blocks, readers, tiles, size, num_tiles)
+
+
+def blocks_received(blocks, readers, tiles, size, num_tiles):
+    """Each reading tile t receives the elements of block ``readers[t]`` it does not hold,
+    in runs of consecutive elements from one other tile."""
     received, regions = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
-    for t in range(plan.tiles_used):
-        key = (t // (plan.inner * plan.cols * plan.rows),
-               (t // (plan.inner * plan.cols)) % plan.rows, t % plan.inner)
+    for t, key in readers.items():
         elements = sorted(blocks.get(key, ()))
         received[t] = sum(tiles[e] != t for e in elements) * size
         regions[t] = sum(tiles[e] != t and (i == 0 or e != elements[i - 1] + 1

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.unwind_layouts import plan_ir
 from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
-from test_conv_layout import conv_ir, convolutions, copy_oracle, im2col_reads, part, the_op
+from test_conv_layout import (
+    blocks_received,
+    conv_ir,
+    convolutions,
+    copy_oracle,
+    im2col_reads,
+    part,
+    the_op,
+)
 
 from popart_unwind.ir import Ir
 from popart_unwind.machine.interface import (
@@ -59,15 +67,10 @@ def chosen_block_oracle(geometry, plan: MatmulPlan, tiles, size, num_tiles):
                part(m, rows, partition.split(row_axis)),
                part(k, inner, partition.split(inner_axis)))
         blocks.setdefault(key, set()).add(e)
-    received, regions = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
-    for t in range(partition.tiles_used):
-        at = tile_coordinates(t, partition)
-        elements = sorted(blocks.get((at["g"], at[row_axis], at[inner_axis]), ()))
-        received[t] = sum(tiles[e] != t for e in elements) * size
-        regions[t] = sum(tiles[e] != t and (i == 0 or e != elements[i - 1] + 1
-                                            or tiles[e] != tiles[elements[i - 1]])
-                         for i, e in enumerate(elements))
-    return received, regions
+    readers = {t: (at["g"], at[row_axis], at[inner_axis])
+               for t in range(partition.tiles_used)
+               for at in [tile_coordinates(t, partition)]}
+    return blocks_received(blocks, readers, tiles, size, num_tiles)
 
 
 @settings(max_examples=40, deadline=None)

@@ -5,13 +5,14 @@ tensors in the pass's orientation)."""
 
 from __future__ import annotations
 
-import itertools
 from math import prod
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from test_conv_layout import im2col_reads  # noqa: E402
 
 from popart_unwind import transforms  # noqa: E402
 from popart_unwind.ir import Ir  # noqa: E402
@@ -108,21 +109,12 @@ def ids(tensor) -> np.ndarray:
 
 
 def im2col(geometry: ConvGeometry, data: np.ndarray) -> np.ndarray:
-    """[G, M, K]: the data element each im2col position reads, -1 for padding (no input
-    dilation)."""
+    """[G, M, K]: the data element each im2col position reads, -1 for padding."""
     groups, rows, inner, _ = geometry.dims
-    per_group, n = geometry.in_channels // groups, len(geometry.field)
-    outs = list(itertools.product(*map(range, geometry.out_field)))
-    kernel = list(itertools.product(*map(range, geometry.kernel)))
     lhs = np.full((groups, rows, inner), -1)
-    for g, b, (oi, o), ci, (ki, kk) in itertools.product(
-            range(groups), range(geometry.batch), enumerate(outs), range(per_group),
-            enumerate(kernel)):
-        p = [o[a] * geometry.strides[a] - geometry.pads[a] + kk[a] * geometry.dilations[a]
-             for a in range(n)]
-        if all(0 <= p[a] < geometry.field[a] for a in range(n)):
-            lhs[g, b * len(outs) + oi, ci * len(kernel) + ki] = data[(b, g * per_group + ci,
-                                                                      *p)]
+    flat = data.reshape(-1)
+    for (g, m, k), element in im2col_reads(geometry).items():
+        lhs[g, m, k] = flat[element]
     return lhs
 
 
