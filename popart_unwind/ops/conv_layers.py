@@ -122,7 +122,7 @@ def _is_weight_update(forward: _Conv, candidate: _Conv, registry: OpRegistry) ->
         return False
     data = candidate.data
     if w.field != f.field:
-        data = _uncropped(candidate.op, f.field, registry)
+        data = _uncropped(candidate.op, f, registry)
         if data is None:
             return False
     expected = _regrouped(forward.data, f.input_shape, f.groups, (2, 1, 0),
@@ -130,11 +130,11 @@ def _is_weight_update(forward: _Conv, candidate: _Conv, registry: OpRegistry) ->
     return _same_view(expected, data)
 
 
-def _uncropped(op: Op, field: tuple[int, ...], registry: OpRegistry) -> OperandView | None:
+def _uncropped(op: Op, forward: ConvGeometry, registry: OpRegistry) -> OperandView | None:
     """The view a weight gradient's data is cropped from, or None if it is not: the data
-    is a Slice, step 1 from position 0, of spatial axes only, of a tensor with ``field``.
-    (A weight gradient whose windows end before the field's end reads no position past
-    its own field, so the crop leaves every element it reads where it was.)"""
+    is a Slice, step 1 from position 0, of spatial axes only, of a tensor with the forward's
+    field, and the crop keeps every position the forward convolution reads (its last
+    window ends inside the cropped field), so every element read is where it was."""
     crop = op.input(0).producer
     if crop is None or crop.type.name != "Slice" or crop.input(0).shape is None:
         return None
@@ -143,10 +143,15 @@ def _uncropped(op: Op, field: tuple[int, ...], registry: OpRegistry) -> OperandV
         plan = slice_plan(crop, source)
     except (ShapeError, KeyError):
         return None
-    if source[2:] != tuple(field) or any(
+    if source[2:] != forward.field or any(
             start != 0 or step != 1 or (axis < 2 and size != source[axis])
             for axis, (start, _, step, size) in enumerate(plan)):
         return None
+    for axis, (_, _, _, size) in enumerate(plan[2:]):
+        last = ((forward.kernel[axis] - 1) * forward.dilations[axis] - forward.pads[axis]
+                + (forward.out_field[axis] - 1) * forward.strides[axis])
+        if size < forward.field[axis] and last >= size:
+            return None
     return view_of(crop.input(0), registry)
 
 

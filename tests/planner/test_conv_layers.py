@@ -177,3 +177,30 @@ def test_an_inference_graph_has_no_convolution_layer():
     ir = Ir.from_torch(Convolutions().eval(), (torch.randn(2, 3, 16, 16),))
     transforms.run_pipeline(ir)
     assert convolution_layers(ir) == []
+
+
+def crop_step(kept: int) -> Ir:
+    """A pointwise convolution over a field of 4 and a would-be weight gradient whose data
+    keeps the field's first ``kept`` positions (upper padding makes up its windows)."""
+    from popart_unwind.frontends.builder import Builder
+
+    b = Builder()
+    x = b.add_input_tensor("float32", (1, 1, 4), "x")
+    w = b.add_initialized_input_tensor(np.ones((1, 1, 1), np.float32), "w")
+    dy = b.add_input_tensor("float32", (1, 1, 4), "dy")
+    b.add_output_tensor(b.op("Conv", [x, w], {"kernel_shape": [1]}, debug_name="fwd"))
+    cropped = b.op("Slice", [x, np.array([0]), np.array([kept]),
+                             np.array([2])])
+    b.add_output_tensor(b.op("Conv", [cropped, dy], {"kernel_shape": [4],
+                                                     "pads": [0, 4 - kept]}, debug_name="wu"))
+    ir = b.ir()
+    transforms.run_pipeline(ir)
+    return ir
+
+
+def test_a_crop_that_drops_a_position_the_forward_reads_is_no_weight_gradient():
+    """Kept 4 of 4, the data is x itself: the weight gradient is the cube's pass. Kept 3,
+    the would-be gradient reads zeros where the forward convolution reads x[3]."""
+    [layer] = convolution_layers(crop_step(4))
+    assert [op.name for op in layer.ops()] == ["fwd", "wu"]
+    assert convolution_layers(crop_step(3)) == []
