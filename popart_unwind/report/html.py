@@ -132,6 +132,8 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
     if plan.get("fully_connected_pass", "NONE") != "NONE":
         text += (f", {plan['fully_connected_pass']} " +
                  ("with its layer" if plan.get("joint") else "alone"))
+    if plan.get("start_tile"):
+        text += f", from tile {plan['start_tile']:,}"
     return text
 
 

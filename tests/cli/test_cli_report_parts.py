@@ -176,3 +176,14 @@ def test_demo_block_has_the_transformer_parts():
     weights = {t.id for t in ir.main_graph.producerless_tensors()}
     assert {"embedding", "attention/wq", "attention/wk", "attention/wv", "attention/wo",
             "attention/bo", "mlp/w1", "mlp/b1", "mlp/w2", "mlp/b2"} <= weights
+
+
+def test_a_plan_in_a_few_words_names_its_pass_and_its_start_tile():
+    from popart_unwind.report.html import _plan_text
+
+    plan = {"partition": {"groups": 1, "rows": 4, "inner": 2, "cols": 8},
+            "fully_connected_pass": "TRAINING_WU", "joint": True, "start_tile": 0}
+    assert _plan_text(plan) == "1×4×2×8 (64 tiles), TRAINING_WU with its layer"
+    assert _plan_text({**plan, "start_tile": 1200}) == \
+        "1×4×2×8 (64 tiles), TRAINING_WU with its layer, from tile 1,200"
+    assert _plan_text(None) == "-"
