@@ -147,11 +147,14 @@ def broadcast_index_view(small: tuple[int, ...], full: tuple[int, ...]) -> np.nd
 COUNT_BLOCK = 1 << 18
 #: Up to this many (element, tile) pairs, ``most_read_tiles`` counts in one dense table
 #: (8 bytes a pair); beyond it, in one table per range of source elements, each a pass
-#: over the reads, as long as the passes visit at most ``SCAN_VISITS_MAX`` reads in all;
-#: beyond that (few reads of a large source, such as a gather from an embedding table), it
+#: over the reads, as long as the passes visit at most ``SCAN_VISITS_MAX`` reads in all
+#: and their tables hold at most ``DENSE_CELLS_PER_READ`` cells per read (each cell is
+#: zeroed and scanned: many passes over few reads of a large source, such as a gather from
+#: an embedding table, would touch far more cells than there are reads); beyond that it
 #: sorts each block's keys and merges the counts.
 DENSE_COUNTS_MAX = 1 << 22
 SCAN_VISITS_MAX = 1 << 30
+DENSE_CELLS_PER_READ = 16
 
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
@@ -177,7 +180,9 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     per_pass = max(1, DENSE_COUNTS_MAX // num_tiles)  # source elements one table counts
     passes = -(-num_sources // per_pass)
     blocks = _blocks(index.shape, COUNT_BLOCK)
-    if passes <= 1 or index.size * passes <= SCAN_VISITS_MAX:
+    cells = min(num_sources, passes * per_pass) * num_tiles
+    if passes <= 1 or (index.size * passes <= SCAN_VISITS_MAX
+                       and cells <= DENSE_CELLS_PER_READ * index.size):
         result = np.zeros(num_sources, dtype=dtype)
         for low in range(0, num_sources, per_pass):
             high = min(low + per_pass, num_sources)

@@ -117,14 +117,17 @@ def test_most_read_tiles_by_blocks_from_a_broadcast_view(full, num_tiles, seed, 
     view = broadcast_index_view(small, full)
     assert not view.flags.writeable  # a view, not an array as large as ``full``
     expected = _oracle_most_read(readers, view.reshape(-1), int(np.prod(small)), num_tiles)
-    saved = exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
+    saved = (exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX,
+             exchange.DENSE_CELLS_PER_READ)
     exchange.COUNT_BLOCK = block
     exchange.DENSE_COUNTS_MAX = 1 << 22 if how == "one" else 2 * num_tiles
     exchange.SCAN_VISITS_MAX = 0 if how == "sort" else 1 << 28
+    exchange.DENSE_CELLS_PER_READ = 1 << 20  # the table per range however many cells
     try:
         got = most_read_tiles(readers, view, int(np.prod(small)), num_tiles, np.int16)
     finally:
-        exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
+        (exchange.COUNT_BLOCK, exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX,
+         exchange.DENSE_CELLS_PER_READ) = saved
     assert got.dtype == np.int16 and got.tolist() == expected
 
 
