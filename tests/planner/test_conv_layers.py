@@ -204,3 +204,36 @@ def test_a_crop_that_drops_a_position_the_forward_reads_is_no_weight_gradient():
     [layer] = convolution_layers(crop_step(4))
     assert [op.name for op in layer.ops()] == ["fwd", "wu"]
     assert convolution_layers(crop_step(3)) == []
+
+
+def test_every_convolution_of_the_tiny_resnet_training_step_is_in_a_layer():
+    """The PyTorch ResNet's training step: each forward convolution has its weight
+    gradient as the cube's weight-update pass (strided ones through a cropped field), the
+    pointwise stride-1 ones their data gradient too; our plan shares some layers' cubes,
+    PopART's shares none (Poplibs plans convolution passes alone)."""
+    pytest.importorskip("transformers")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+    import make_models
+    from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
+
+    from popart_unwind.machine import IpuModel, TileTarget
+
+    module, example = make_models.tiny_model("resnet")
+    ir = Ir.from_torch(module, example, training=True)
+    transforms.run_pipeline(ir)
+    layers = convolution_layers(ir)
+    in_layers = {op.id for layer in layers for op in layer.ops()}
+    convs = [op for op in ir.main_graph.ops if op.type.name == "Conv"]
+    forward = {layer.fwd.id for layer in layers}
+    weight_updates = {layer.wu.id for layer in layers if layer.wu is not None}
+    assert len(forward) == len(weight_updates) == len(convs) // 2  # every one paired
+    assert {op.id for op in convs} <= in_layers
+    assert any(layer.bwd is not None for layer in layers)
+    target = TileTarget(IpuModel(tiles_per_ipu=256))
+    ours = choose_plans(ir, target, REGISTRY, "with_layouts")
+    assert any(plan.joint for plan in ours.values())
+    popart = choose_plans(ir, target, REGISTRY, "poplibs")
+    assert not any(key[1] in in_layers for key in popart)
