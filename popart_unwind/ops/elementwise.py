@@ -269,6 +269,18 @@ def _expanded(tensor: Tensor) -> bool:
             and prod(producer.input(0).shape) < prod(tensor.shape))
 
 
+#: Ops that reduce or normalise what they read.
+NORMALISING = frozenset({"LayerNormalization", "Softmax", "LogSoftmax", "BatchNormalization",
+                         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                         "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare"})
+
+
+def _normalised_next(op: Op) -> bool:
+    """Whether a norm, softmax or reduction reads the op's result."""
+    return op.has_output(0) and any(c.type.name in NORMALISING
+                                    for c in op.output(0).consumers)
+
+
 def operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
                        target: TileMachine) -> np.ndarray:
     """The layout of an elementwise operand that its result's tiles read without exchange
@@ -317,11 +329,22 @@ class ElementwiseRule(LayoutRule):
         broadcasting Expand (unless every one is). An expanded input repeats each element
         of a smaller tensor; tying a partner to its layout would pile the partner on the
         few tiles of the smaller one (a zero tensor a gradient is scattered into, say),
-        where Poplar reads the expanded input as the broadcast operand it is."""
+        where Poplar reads the expanded input as the broadcast operand it is.
+
+        When a norm, softmax or reduction reads the result, a producer-less input is not
+        tied to computed ones: tied, the result keeps the computed input's layout (a
+        matmul's or convolution's, each row over many tiles) and the statistics after it
+        crowd; left free, it is laid out on its own and Poplar's result takes whichever
+        input is better balanced (a ViT's position embedding added to its patches, then
+        normalised: docs/planner.md, the rule table)."""
         full = self._full(op)
         operands = self.operands(op)
-        kept = [k for k in full if not _expanded(operands[k][1])]
-        return kept or full
+        kept = [k for k in full if not _expanded(operands[k][1])] or full
+        if _normalised_next(op):
+            computed = [k for k in kept if operands[k][1].producer is not None]
+            if computed and len(computed) < len(kept):
+                return computed
+        return kept
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         partners = self._partners(op)

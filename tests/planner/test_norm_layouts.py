@@ -396,3 +396,32 @@ def test_the_default_plan_of_every_rule_here_is_the_exact_optimum(tiles):
     assert exact.proven_optimal
     assert ours.objective == exact.objective
     assert 0 < ours.objective <= ours.upper_bound
+
+
+# -- a producer-less partner of a normalised result ------------------------------------------
+def embedded_then(next_op: str):
+    """x @ w (computed) plus a position table p of the same shape, then ``next_op``: the
+    partner p is tied to the product unless a norm reads the sum."""
+    b = Builder()
+    x = b.add_input_tensor("float32", (1, 16, 8), "x")
+    product = b.op("MatMul", [x, weight(b, (8, 32), "w")])
+    summed = b.op("Add", [product, weight(b, (1, 16, 32), "p")])
+    if next_op == "LayerNormalization":
+        out = b.op(next_op, [summed, weight(b, (32,), "scale"), weight(b, (32,), "shift")],
+                   {"axis": -1})
+    else:
+        out = b.op(next_op, [summed])
+    b.add_output_tensor(out)
+    return b.ir()
+
+
+@pytest.mark.parametrize("next_op, tied", [("Relu", True), ("LayerNormalization", False),
+                                           ("Softmax", False)])
+def test_a_producer_less_partner_of_a_normalised_result_is_left_free(next_op, tied):
+    ir = embedded_then(next_op)
+    plan = plan_ir(ir, small_target())
+    matmul = op_of(ir, "MatMul")
+    wanted = REGISTRY.layout_rule(matmul).output_tiles(matmul, [None, None],
+                                                       small_target().with_plans(plan.op_plans))
+    laid = tiles_of(ir, "p")
+    assert np.array_equal(laid, np.asarray(wanted[0]).reshape(-1)) == tied
