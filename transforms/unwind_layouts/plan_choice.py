@@ -57,10 +57,11 @@ OpPlans = dict[tuple[str, int], MatmulPlan]
 def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
                  how: str = "with_layouts", skip: frozenset[int] = frozenset(),
                  rotate: bool = False) -> OpPlans:
-    """The plan of every matmul op that is a pass of a fully connected layer (the others
-    are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``); the layers whose
-    forward op's id is in ``skip`` are planned alone too. With ``rotate``, every matmul
-    and convolution gets a plan, each starting where the one before it ended
+    """The plan of every matmul op that is a pass of a fully connected layer and, under
+    ``with_layouts``, of every convolution that is a pass of a convolution layer (the
+    others are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``); the
+    layers whose forward op's id is in ``skip`` are planned alone too. With ``rotate``,
+    every matmul and convolution gets a plan, each starting where the one before it ended
     (:func:`rotated_start_tiles`)."""
     if how not in MATMUL_PLAN_CHOICES:
         raise PlanError(f"matmul_plans must be one of {MATMUL_PLAN_CHOICES}, got {how!r}")
