@@ -56,7 +56,11 @@ from popart_unwind.ops.layout_rule import (
     flat_tiles,
     known_shape,
 )
-from popart_unwind.ops.linalg import created_agreement, op_key, tie_created_operands
+from popart_unwind.ops.linalg import (
+    chosen_or_alone,
+    created_agreement,
+    tie_created_operands,
+)
 from popart_unwind.ops.reduce import ReductionRule
 from popart_unwind.ops.registry import OpDef, register
 from popart_unwind.validation import Shape
@@ -424,13 +428,7 @@ class ConvRule(LayoutRule):
         if geometry is None:
             raise PlanError(f"op {op.debug_name()} is no convolution the model covers and "
                             f"has no plan")
-        chosen = target.chosen_plan(op_key(op))
-        if chosen is None:
-            return alone_plan(geometry, target)
-        if chosen.dims != geometry.dims:
-            raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, "
-                            f"the convolution is the grouped matmul {list(geometry.dims)}")
-        return chosen
+        return chosen_or_alone(op, geometry.dims, geometry.dtype, target)
 
     # -- layouts ---------------------------------------------------------------------------
     def weight_tiles(self, geometry: ConvGeometry, target: TileMachine,

@@ -351,7 +351,7 @@ class ElementwiseRule(LayoutRule):
         if not partners:  # every input broadcasts: nothing has the result's layout
             emitter.barrier(op)
             return
-        left_out = set(self._full(op)) - set(partners)  # expanded inputs (see _partners)
+        left_out = set(self._full(op)) - set(partners)  # left untied (see _partners)
         kept = [k for k in range(len(self.operands(op))) if k not in left_out]
         operands = [self.operands(op)[k][1] for k in kept]
         full = [kept.index(k) for k in partners]
@@ -398,7 +398,7 @@ class ElementwiseRule(LayoutRule):
         if not partners:
             return 0.0, 0.0
         operands = self.operands(op)
-        left_out = set(full) - set(partners)  # expanded inputs: no pair (see _partners)
+        left_out = set(full) - set(partners)  # left untied: no pair (see _partners)
         full = partners
         tiles = [flat_tiles(input_tiles, i) for i, _ in operands]
         out_shape = known_shape(op, op.output(0))

@@ -272,6 +272,19 @@ def op_key(op: Op) -> tuple[str, int]:
     return (op.graph.id, op.id)
 
 
+def chosen_or_alone(op: Op, dims: tuple[int, int, int, int], dtype: str,
+                    target: TileMachine) -> MatmulPlan:
+    """The plan ``target`` was given for ``op`` (``chosen_plan``), which must compute the
+    grouped matmul ``dims``, or ``dims`` planned alone (its cheapest partition)."""
+    chosen = target.chosen_plan(op_key(op))
+    if chosen is None:
+        return MatmulPlan(dims, target.matmul_plan(*dims, dtype))
+    if chosen.dims != dims:
+        raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, the "
+                        f"op is the grouped matmul {list(dims)}")
+    return chosen
+
+
 class MatMulRule(LayoutRule):
     """MatMul: grouped products only (``matmul_groups``); any other product is a barrier.
 
@@ -299,13 +312,7 @@ class MatMulRule(LayoutRule):
         dims = self.dims(op)
         if dims is None:
             raise PlanError(f"op {op.debug_name()} is not a grouped matmul and has no plan")
-        chosen = target.chosen_plan(op_key(op))
-        if chosen is None:
-            return MatmulPlan(dims, target.matmul_plan(*dims, op.input(0).dtype))
-        if chosen.dims != dims:
-            raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, the "
-                            f"op is the grouped matmul {list(dims)}")
-        return chosen
+        return chosen_or_alone(op, dims, op.input(0).dtype, target)
 
     def cost(self, op: Op, target: TileMachine) -> MatmulCost | None:
         """What the op's plan costs, or None for a product that is not a grouped matmul."""

@@ -8,7 +8,6 @@ import importlib
 import os
 import re
 import sys
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,11 +117,8 @@ def _load_factory(spec: str, training: bool) -> Ir:
     module_object, example_args = made
     if not isinstance(example_args, tuple):
         example_args = (example_args,)
-    try:
-        with warnings.catch_warnings():  # torch's own deprecation notices are not the user's
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return Ir.from_torch(module_object, example_args, training=training)
+    try:  # torch's own deprecation notices are left out by the command (cli.main)
+        return Ir.from_torch(module_object, example_args, training=training)
     except PopartUnwindError:
         raise
     except Exception as error:  # torch.export reports unsupported programs in many types

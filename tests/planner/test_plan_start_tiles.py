@@ -128,9 +128,12 @@ def test_a_rotated_plan_is_costed_as_it_is_laid_out():
             recorded = REGISTRY.layout_rule(ops[row.op_id]).plan_record(
                 ops[row.op_id], target.with_plans(plan.op_plans))
             assert recorded["start_tile"] == plan.op_plans[("", row.op_id)].start_tile
-    for index in (0, 1):
-        layer = [plan.op_plans[op_key(op)] for op in ops.values()
-                 if op.type.name == "MatMul" and op.name.endswith(str(index))]
-        if all(p.joint for p in layer):
-            [update] = [row for row in cost.ops if row.name == f"update{index}"]
-            assert update.avoidable_bytes == 0
+    layers = {index: [plan.op_plans[op_key(op)] for op in ops.values()
+                      if op.type.name == "MatMul" and op.name.endswith(str(index))]
+              for index in (0, 1)}
+    # layer 0's passes share a partition and so a start; its update moves nothing
+    assert all(p.joint for p in layers[0]) and len({p.start_tile for p in layers[0]}) == 1
+    [update] = [row for row in cost.ops if row.name == "update0"]
+    assert update.avoidable_bytes == 0
+    # layer 1's passes are planned separately, each from where the one before ended
+    assert not any(p.joint for p in layers[1]) and len({p.start_tile for p in layers[1]}) == 3
