@@ -90,12 +90,14 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     from popart_unwind.ops.coverage import ops_without_rule
+    from popart_unwind.options import with_options
     from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
 
     row: dict[str, Any] = {}
     report.put(("stage", "import"))
     began = time.perf_counter()
     ir = import_graph(job["model"], job["size"], job["kind"], job["frontend"])
+    ir.options = with_options(ir.options, job["options"])
     row["import_s"] = time.perf_counter() - began
     began = time.perf_counter()
     run_pipeline(ir)
@@ -438,6 +440,9 @@ def main() -> None:
     parser.add_argument("--sensitivity", action="store_true",
                         help="also compare ours with PopART with each cost figure of the IPU "
                              "Model halved and doubled")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a session option before the pipeline runs (repeatable), "
+                             "as the command's --option does: recompute=standard, say")
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
@@ -447,7 +452,7 @@ def main() -> None:
                  balance_tile_memory=args.balance_tile_memory,
                  rotate_start_tiles=args.rotate_start_tiles,
                  matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
-                 sensitivity=args.sensitivity)
+                 sensitivity=args.sensitivity, options=tuple(args.option))
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
@@ -460,6 +465,7 @@ def main() -> None:
     variant += "; rotate_plan_start_tiles" if args.rotate_start_tiles else ""
     variant += f"; matmul_plans={args.matmul_plans}"
     variant += "; PopART without fullyConnectedPass" if args.popart_no_fc else ""
+    variant += "".join(f"; {assignment}" for assignment in args.option)
     print(f"machine: {machine()}; {args.tiles} tiles{variant}", flush=True)
     rows = []
     for job in jobs:

@@ -89,3 +89,8 @@ class ResourceError(PopartUnwindError, RuntimeError):
 class UnknownOpsWarning(UserWarning):
     """Op types the registry does not know were imported as opaque barriers on request
     (``allow_unknown_ops``): the plan maps their results linearly and counts no exchange."""
+
+
+class TransformWarning(UserWarning):
+    """A transform was asked for something the model does not allow (recomputation in a
+    graph with no loss, say) and left the IR as it was."""

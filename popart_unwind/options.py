@@ -40,6 +40,9 @@ class UnwindValuations:
 #: The values of ``SessionOptions.matmul_plans``.
 MATMUL_PLAN_CHOICES = ("with_layouts", "poplibs", "alone")
 
+#: The values of ``SessionOptions.recompute`` (PopART's ``RecomputationType``).
+RECOMPUTE_CHOICES = ("none", "standard", "norm_only", "recompute_all")
+
 
 @dataclasses.dataclass(frozen=True)
 class SessionOptions:
@@ -77,6 +80,13 @@ class SessionOptions:
     #: dithering: the plans that use few tiles, and what is laid out where they lie, no
     #: longer stack on the lowest tiles.
     rotate_plan_start_tiles: bool = False
+    #: Which forward ops of a training step are computed again in the backward pass
+    #: instead of keeping their results live (PopART's ``autoRecomputation`` with
+    #: ``explicitRecomputation``; docs/transforms.md, "ExplicitRecompute"): ``none``,
+    #: ``standard`` (checkpoints at the forward's low-memory points), ``norm_only``
+    #: (norms) or ``recompute_all``. Anything but ``none`` adds ExplicitRecompute to the
+    #: pipeline, after the transforms that merge duplicate ops.
+    recompute: str = "none"
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -94,9 +104,11 @@ class SessionOptions:
         # options hashable and immutable; a bare string is left for the registry to refuse.
         if not isinstance(self.pipeline, str | tuple):
             object.__setattr__(self, "pipeline", tuple(self.pipeline))
-        if self.matmul_plans not in MATMUL_PLAN_CHOICES:
-            raise OptionError(f"option matmul_plans must be one of "
-                              f"{', '.join(MATMUL_PLAN_CHOICES)}; got {self.matmul_plans!r}")
+        for name, choices in (("matmul_plans", MATMUL_PLAN_CHOICES),
+                              ("recompute", RECOMPUTE_CHOICES)):
+            if getattr(self, name) not in choices:
+                raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
+                                  f"got {getattr(self, name)!r}")
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

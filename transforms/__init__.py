@@ -10,6 +10,7 @@ from . import registry
 from .base import ALL_CONDITIONS, Transform
 from .canonicalize import Canonicalize
 from .conditions import Condition, check_condition, check_conditions
+from .explicit_recompute import ExplicitRecompute
 from .infer_shapes import InferShapes
 from .merge_duplicate_ops import MergeDuplicateOps
 from .prune import Prune
@@ -17,7 +18,7 @@ from .registry import run_pipeline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
-    "ALL_CONDITIONS", "Canonicalize", "Condition", "InferShapes", "MergeDuplicateOps",
-    "Prune", "Transform", "UnwindLayouts", "check_condition", "check_conditions", "plan_ir",
-    "registry", "run_pipeline",
+    "ALL_CONDITIONS", "Canonicalize", "Condition", "ExplicitRecompute", "InferShapes",
+    "MergeDuplicateOps", "Prune", "Transform", "UnwindLayouts", "check_condition",
+    "check_conditions", "plan_ir", "registry", "run_pipeline",
 ]

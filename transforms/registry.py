@@ -31,6 +31,9 @@ from .helpers import unreachable_graphs
 
 #: The transform that plans layouts; it joins the pipeline's end when enabled.
 UNWIND_LAYOUTS = "UnwindLayouts"
+#: The transform that clones forward ops into the backward pass; it joins the pipeline
+#: (before the planner) when ``SessionOptions.recompute`` is not ``none``.
+EXPLICIT_RECOMPUTE = "ExplicitRecompute"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -101,9 +104,12 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
 
 
 def pipeline_names(options: SessionOptions) -> list[str]:
-    """The transforms a session runs: ``options.pipeline``, then UnwindLayouts when
-    ``enable_unwind_layouts`` is set and the transform is registered."""
+    """The transforms a session runs: ``options.pipeline``, then ExplicitRecompute when
+    ``recompute`` is set (after MergeDuplicateOps, which would merge the clones back), then
+    UnwindLayouts when ``enable_unwind_layouts`` is set and the transform is registered."""
     pipeline = list(options.pipeline)
+    if options.recompute != "none" and EXPLICIT_RECOMPUTE not in pipeline:
+        pipeline.append(EXPLICIT_RECOMPUTE)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
             and UNWIND_LAYOUTS not in pipeline:
         pipeline.append(UNWIND_LAYOUTS)

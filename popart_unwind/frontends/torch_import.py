@@ -35,6 +35,8 @@ def import_torch(module: Any, example_args: tuple, training: bool = False,
     ir = exported_program_to_ir(program, options=options)
     ir.metadata["source"] = f"torch:{type(module).__name__}"
     ir.metadata["kind"] = "training" if training else "forward"
+    if training:  # the traced step's first output is its loss (torch_trace)
+        ir.final_loss_id = ir.main_graph.output_ids[0]
     return ir
 
 

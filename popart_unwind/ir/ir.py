@@ -24,6 +24,9 @@ class Ir:
         self._graphs: dict[str, Graph] = {MAIN_GRAPH_ID: Graph(self, MAIN_GRAPH_ID)}
         self._op_counter = 0
         self.metadata: dict[str, str] = {}  # where the model came from, for reports
+        #: The main graph's tensor the backward pass starts from, in a training step
+        #: (PopART's ``finalLossId``); None for a graph that trains nothing.
+        self.final_loss_id: str | None = None
 
     @property
     def main_graph(self) -> Graph:

@@ -61,6 +61,9 @@ class OpSettings:
     pipeline_stage: int = UNUSED_PIPELINE_STAGE
     execution_phase: int = UNUSED_EXECUTION_PHASE
     batch_serialized_phase: int = UNUSED_BATCH_SERIALIZED_PHASE
+    #: The id of the op this one recomputes (PopART's ``RecomputeType::Recomputed`` and
+    #: the original it was cloned from, its ``recomputeMap``); -1 for every other op.
+    recomputed_from: int = -1
 
     def placement(self) -> dict[str, int]:
         return {field: getattr(self, field) for field in PLACEMENT_FIELDS}

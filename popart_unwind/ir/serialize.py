@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popart_unwind.errors import IrError
-from popart_unwind.ir.op import OpSettings, OpType
+from popart_unwind.ir.op import Op, OpSettings, OpType
 from popart_unwind.ir.tensor import TensorType
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
             "type": [op.type.domain, op.type.name, op.type.version],
             "attributes": _encode_value(op.attributes, include_data),
             "settings": {"name": op.settings.name, "scope": op.settings.scope,
-                         **op.settings.placement()},
+                         **op.settings.placement(), **_recomputed(op)},
             "inputs": [[i, t.id] for i, t in op.input_map().items()],
             "outputs": [[i, t.id] for i, t in op.output_map().items()],
         })
@@ -95,9 +95,18 @@ def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
             "tensors": tensors, "ops": ops}
 
 
+def _recomputed(op: Op) -> dict[str, int]:
+    """The original a recomputing op clones, written only when set (older files stay
+    byte-identical)."""
+    original = op.settings.recomputed_from
+    return {} if original < 0 else {"recomputed_from": original}
+
+
 def ir_to_json(ir: Ir, include_data: bool = False) -> str:
     document = {"format": FORMAT_VERSION,
                 "graphs": {g.id: graph_to_dict(g, include_data) for g in ir.graphs}}
+    if ir.final_loss_id is not None:
+        document["final_loss_id"] = ir.final_loss_id
     return json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 
@@ -111,6 +120,7 @@ def ir_from_json(text: str) -> Ir:
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise IrError(f"not an IR JSON document: {error}") from None
     ir = Ir()
+    ir.final_loss_id = document.get("final_loss_id")
     for graph_id in sorted(graphs):
         if graph_id:
             ir.create_graph(graph_id)

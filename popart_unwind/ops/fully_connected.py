@@ -135,15 +135,34 @@ def view_step(tensor: Tensor, registry: OpRegistry) -> tuple[Tensor, Chain] | No
 
 
 def view_of(tensor: Tensor, registry: OpRegistry) -> OperandView:
-    """``tensor`` as a bijective view of the furthest tensor reachable through views."""
+    """``tensor`` as a bijective view of the furthest tensor reachable through views and
+    recomputations (a recomputed result stands for its original: the same values)."""
     pieces = []
-    while (step := view_step(tensor, registry)) is not None:
-        tensor, piece = step
-        pieces.append(piece)
+    while True:
+        step = view_step(tensor, registry)
+        if step is not None:
+            tensor, piece = step
+            pieces.append(piece)
+        elif (original := recomputed_original(tensor)) is not None:
+            tensor = original
+        else:
+            break
     chain = Chain(tensor.shape)
     for piece in reversed(pieces):
         chain = chain.then(piece)
     return OperandView(tensor, chain)
+
+
+def recomputed_original(tensor: Tensor) -> Tensor | None:
+    """The result ``tensor`` recomputes (ExplicitRecompute's clone records its original),
+    or None."""
+    op = tensor.producer
+    if op is None or op.settings.recomputed_from < 0 \
+            or not op.graph.has_op(op.settings.recomputed_from):
+        return None
+    original = op.graph.op(op.settings.recomputed_from)
+    index = next(i for i, out in op.output_map().items() if out is tensor)
+    return original.output(index) if original.has_output(index) else None
 
 
 def grouped_operand(op: Op, index: int, rule: MatMulRule, dims: tuple[int, int, int, int],

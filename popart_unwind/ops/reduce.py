@@ -25,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.ir.dtypes import numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.exchange import (
     broadcast_index,
@@ -461,7 +462,30 @@ LAYER_NORM = LayerNormRule()
 
 register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
 register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
-register(OpDef("LayerNormalization", infer=_infer_layer_norm, layout=LAYER_NORM))
+def _fold_layer_norm(op: Op, constants) -> list | None:
+    """ONNX's LayerNormalization on constants: the normalised result, the mean and the
+    inverse standard deviation over the axes from ``axis`` on, in the stash type."""
+    x, scale = constants[0], constants[1]
+    bias = constants[2] if len(constants) > 2 else None
+    if x is None or scale is None or (op.has_input(2) and bias is None):
+        return None
+    if x.size > FOLD_MAX_ELEMENTS or x.ndim == 0 or x.dtype.kind != "f":
+        return None
+    axis = normalize_axis(op, op.attributes.get("axis", -1), x.ndim)
+    axes = tuple(range(axis, x.ndim))
+    wide = x.astype(numpy_dtype(stash_dtype(op)))
+    mean = wide.mean(axis=axes, keepdims=True)
+    inverse = 1 / np.sqrt(((wide - mean) ** 2).mean(axis=axes, keepdims=True)
+                          + op.attributes.get("epsilon", 1e-5))
+    result = (wide - mean) * inverse * scale
+    if bias is not None:
+        result = result + bias
+    values = [result.astype(x.dtype), mean.astype(wide.dtype), inverse.astype(wide.dtype)]
+    return [values[index] for index in op.output_map()]
+
+
+register(OpDef("LayerNormalization", infer=_infer_layer_norm, fold=_fold_layer_norm,
+               norm=True, layout=LAYER_NORM))
 class BatchNormRule(LayoutRule):
     """BatchNormalization: Y is laid out like X; scale, B, mean and var hold one value per
     channel (axis 1) and are read like a convolution's bias: in the unwinding problem each
@@ -603,4 +627,4 @@ def _fold_batch_norm(op: Op, constants) -> list | None:
 
 BATCH_NORM = BatchNormRule()
 register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
-               layout=BATCH_NORM))
+               norm=True, layout=BATCH_NORM))

@@ -56,6 +56,9 @@ class OpDef:
     #: Draws random numbers: two such ops give different values from the same inputs, so
     #: they are never merged.
     random: bool = False
+    #: Normalises its input (PopART's ``Op::isNorm``): what ``recompute=norm_only``
+    #: recomputes, its result being large and cheap to compute again.
+    norm: bool = False
     #: How the op bears on tile layouts (``ops/layout_rule.py``); unmodelled ops are barriers.
     layout: LayoutRule = BARRIER
 
@@ -101,6 +104,10 @@ class OpRegistry:
     def draws_random(self, op: Op) -> bool:
         opdef = self.lookup(op)
         return opdef is not None and opdef.random
+
+    def is_norm(self, op: Op) -> bool:
+        opdef = self.lookup(op)
+        return opdef is not None and opdef.norm
 
 
 REGISTRY = OpRegistry()

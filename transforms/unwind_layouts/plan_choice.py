@@ -69,7 +69,21 @@ def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
     layers: list[list[tuple[str, int]]] = []
     if how != "alone":
         _choose_layer_plans(ir, target, registry, how, skip, plans, layers)
-    return rotated_start_tiles(ir, target, registry, plans, layers) if rotate else plans
+    plans = rotated_start_tiles(ir, target, registry, plans, layers) if rotate else plans
+    return _with_recomputed(ir, plans)
+
+
+def _with_recomputed(ir: Ir, plans: OpPlans) -> OpPlans:
+    """``plans``, each recomputed op given its original's plan: Poplibs plans a clone with
+    the same parameters and options, so its plan is the original's (from its plan
+    cache)."""
+    copied = dict(plans)
+    for graph in ir.graphs:
+        for op in graph.ops:
+            original = (graph.id, op.settings.recomputed_from)
+            if op.settings.recomputed_from >= 0 and original in plans:
+                copied[op_key(op)] = plans[original]
+    return copied
 
 
 def rotated_start_tiles(ir: Ir, target: TileMachine, registry: OpRegistry, plans: OpPlans,
