@@ -35,8 +35,9 @@ def import_torch(module: Any, example_args: tuple, training: bool = False,
     ir = exported_program_to_ir(program, options=options)
     ir.metadata["source"] = f"torch:{type(module).__name__}"
     ir.metadata["kind"] = "training" if training else "forward"
-    if training:  # the traced step's first output is its loss (torch_trace)
-        ir.final_loss_id = ir.main_graph.output_ids[0]
+    if training:  # the step's outputs: the buffers it updates, then its loss (torch_trace)
+        ir.final_loss_id = ir.main_graph.output_ids[len(program.graph_signature
+                                                        .buffers_to_mutate)]
     return ir
 
 

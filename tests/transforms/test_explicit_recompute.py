@@ -188,3 +188,21 @@ def test_clones_and_the_loss_survive_json():
     assert sorted((op.id, op.settings.recomputed_from) for op in _clones(again)) == \
         sorted((op.id, op.settings.recomputed_from) for op in _clones(ir))
     assert ir_to_json(again, include_data=True) == ir_to_json(ir, include_data=True)
+
+
+def test_reruns_give_the_same_ir():
+    first = ir_to_json(_step("standard"))
+    _STEPS.pop("standard")
+    assert ir_to_json(_step("standard")) == first
+
+
+def test_the_loss_of_a_step_updating_buffers_comes_after_their_outputs():
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                 torch.nn.ReLU())
+    ir = Ir.from_torch(module, (torch.randn(2, 3, 6, 6),), training=True)
+    loss = ir.main_graph.tensor(ir.final_loss_id)
+    # running mean, running variance and the batch counter come first
+    assert ir.main_graph.output_ids.index(ir.final_loss_id) == 3
+    assert loss.shape == ()
+    forward = forward_ops(ir.main_graph, loss)
+    assert any(op.type.name == "Conv" for op in forward)
