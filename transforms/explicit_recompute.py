@@ -182,7 +182,7 @@ def _clone_into_backward(graph: Graph, forward: list[Op], marked: list[Op],
                   for i in range(max(op.input_map(), default=-1) + 1)]
         clone = rewriter.create_op(graph, op.type, inputs, dict(op.attributes), like=op,
                                    num_outputs=max(op.output_map(), default=-1) + 1)
-        clone.settings.recomputed_from = op.id
+        rewriter.mark_recomputed(clone, op)
         rewriter.set_op_name(clone, f"{op.settings.name or op.type.name}/recomputed")
         clones[op.id] = clone
     if not clones:

@@ -351,6 +351,15 @@ class Rewriter:
         op.settings.name = name
         self._record(f"{old} renamed {name!r}")
 
+    def mark_recomputed(self, op: Op, original: Op) -> None:
+        """Record that ``op`` recomputes ``original`` (``OpSettings.recomputed_from``): a
+        clone of it, computing the same values in the backward pass."""
+        if original.graph is not op.graph or original.type != op.type:
+            raise IrError(f"{op.debug_name()} cannot recompute {original.debug_name()}: "
+                          f"a recomputing op is a clone in the same graph")
+        op.settings.recomputed_from = original.id
+        self._record(f"{op.debug_name()} recomputes {original.debug_name()}", [op])
+
     def remove_output(self, op: Op, index: int) -> None:
         """Drop output ``index`` of ``op`` together with its tensor, which must be unused."""
         tensor = op.output(index)
