@@ -53,6 +53,7 @@ class Interpreter:
     def __init__(self) -> None:
         self.env: dict[Key, Any] = {}
         self._walked: set[str] = set()  # AT_FIRST_CALL: graphs entered so far
+        self._uses_of: dict[str, dict[str, int]] = {}  # graph -> reads left per tensor
 
     # -- what an analysis says -------------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> Any:
@@ -102,6 +103,7 @@ class Interpreter:
             if value is not None:
                 self.write(tensor, value)
         uses = {t.id: t.num_uses() for t in graph.tensors} if self.release_dead else {}
+        self._uses_of[graph.id] = uses
         outputs = set(graph.output_ids)
         for op in graph.schedule():
             if self.order == AT_FIRST_CALL:
@@ -112,6 +114,12 @@ class Interpreter:
             self.run_op(op)
             if self.release_dead:
                 self._release(op, uses, outputs)
+
+    def last_read_by(self, op: Op, tensor: Tensor) -> bool:
+        """``release_dead`` only, while ``op`` runs: whether no op after it reads ``tensor``
+        (every use left is one of ``op``'s own)."""
+        left = self._uses_of.get(op.graph.id, {}).get(tensor.id)
+        return left is not None and left == sum(1 for t in op.inputs if t is tensor)
 
     def _release(self, op: Op, uses: dict[str, int], outputs: set[str]) -> None:
         for tensor in op.inputs:

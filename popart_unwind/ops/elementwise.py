@@ -28,7 +28,7 @@ import numpy as np
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
 from popart_unwind.ir.op import ONNX_DOMAIN, Op
-from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.memory import Chain
@@ -324,6 +324,19 @@ class ElementwiseRule(LayoutRule):
         out = known_shape(op, op.output(0))
         return [k for k, (_, t) in enumerate(self.operands(op)) if known_shape(op, t) == out]
 
+    def inplace_inputs(self, op: Op) -> list[int]:
+        """The full-shape inputs of the output's dtype (PopART's elementwise ops have
+        in-place variants on such an input: ``AddLhsInplace``, ``ReluInplace``, ...); of
+        a weight's update, only the weight (see ``updated_weight``)."""
+        if len(op.outputs) != 1:
+            return []
+        updated = self.updated_weight(op)
+        if updated is not None:
+            return [updated]
+        dtype = op.output(0).dtype
+        operands = self.operands(op)
+        return [operands[k][0] for k in self._full(op) if operands[k][1].dtype == dtype]
+
     def _partners(self, op: Op) -> list[int]:
         """The full-shape inputs whose layouts the planner ties: those not made by a
         broadcasting Expand (unless every one is). An expanded input repeats each element
@@ -367,12 +380,31 @@ class ElementwiseRule(LayoutRule):
     def output_tiles(self, op: Op, input_tiles: InputTiles,
                      target: TileMachine) -> list[np.ndarray]:
         out, full = op.output(0), self._full(op)
+        updated = self.updated_weight(op)
+        if updated is not None and (tiles := flat_tiles(input_tiles, updated)) is not None:
+            return [tiles.copy()]
         candidates = [flat_tiles(input_tiles, op_index)
                       for k, (op_index, _) in enumerate(self.operands(op)) if k in full]
         candidates = [c for c in candidates if c is not None]
         if not candidates:
             return [target.linear_tiles(known_shape(op, out), out.dtype)]
         return [candidates[target.elementwise_output(candidates)].copy()]
+
+    def updated_weight(self, op: Op) -> int | None:
+        """The input index of the weight ``op`` updates, or None: a result that leaves the
+        graph, computed from a weight of its shape and dtype and something else (the step:
+        ``w - lr * g``), is the weight's new value, which PopART's optimizer writes into
+        the weight (an in-place VarUpdate) and the next step reads there, so it has the
+        weight's layout whatever the other inputs'."""
+        out = op.output(0)
+        operands = self.operands(op)
+        if len(op.outputs) != 1 or len(operands) < 2 or not out.is_graph_output():
+            return None
+        for index, tensor in operands:
+            if tensor.tensor_type is TensorType.VARIABLE and tensor.shape == out.shape \
+                    and tensor.dtype == out.dtype:
+                return index
+        return None
 
     def exchange(self, op: Op, input_tiles: InputTiles,
                  output_tiles: list[np.ndarray], target: TileMachine) -> ExchangeNeed:

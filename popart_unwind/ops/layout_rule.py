@@ -121,6 +121,18 @@ class LayoutRule:
         live as long as the view is, and counts their bytes once."""
         return list(op.input_map()) if self.aliases_outputs(op) else []
 
+    def inplace_inputs(self, op: Op) -> list[int]:
+        """The inputs whose memory the op's one output may take over, computing in place
+        when it is their last reader (PopART's Inplace pattern, on by default, gives most
+        elementwise ops an in-place variant; its optimizer updates write into the weight).
+        None by default."""
+        return []
+
+    def updated_weight(self, op: Op) -> int | None:
+        """The input index of the weight whose new value ``op`` computes (an optimizer's
+        update, written into the weight), or None (the default)."""
+        return None
+
     def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
                  target: TileMachine) -> ExchangeNeed:
         """Unmodelled ops are assumed to compute where their operands lie (no exchange)."""

@@ -322,6 +322,8 @@ class _Evaluation(Interpreter):
                       if index in inputs]
             for tensor in op.outputs:
                 self.liveness.view(key(tensor), viewed)
+        elif (overwritten := self._computed_in_place(op, rule)) is not None:
+            self.liveness.view(key(op.outputs[0]), [key(overwritten)])
         else:
             for tensor in op.outputs:
                 self.on_tiles[key(tensor)] = tile_bytes(
@@ -329,6 +331,30 @@ class _Evaluation(Interpreter):
                 self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
         self.liveness.step((callee.id for callee in op.called_graphs()),
                            op.name or op.debug_name())
+
+    def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:
+        """The input ``op``'s one result overwrites, as PopART's Inplace pattern would
+        make it, or None. An input qualifies when the rule allows it
+        (``inplace_inputs``), it has the result's dtype, shape and tiles, ``op`` reads it
+        last, and nothing else holds its memory; a computed input must not be a graph
+        output, and a producer-less one (a weight) only when the result is a graph output
+        (the weight's update, which PopART's optimizer writes into the weight)."""
+        if len(op.outputs) != 1:
+            return None
+        out = op.outputs[0]
+        for index in rule.inplace_inputs(op):
+            tensor = op.input(index)
+            if tensor.dtype != out.dtype or tensor.shape != out.shape \
+                    or not self.last_read_by(op, tensor):
+                continue
+            if tensor.producer is None or self.from_parameters[key(tensor)]:
+                if rule.updated_weight(op) != index:
+                    continue
+            elif tensor.is_graph_output() or not self.liveness.alone_in_its_memory(key(tensor)):
+                continue
+            if np.array_equal(self.read(tensor), self.read(out)):
+                return tensor
+        return None
 
     def _avoidable(self, op: Op, rule: LayoutRule, input_tiles: InputTiles,
                    outputs: list[np.ndarray], need: ExchangeNeed) -> int:

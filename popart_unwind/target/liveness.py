@@ -20,9 +20,9 @@ copy of the live set each time the record rises; the breakdown is of that one mo
 Each tile's peak is taken on its own (the busiest moment of one tile need not be another's),
 so adding a callee's per-tile peak to the caller's live bytes at the call site is exact per
 tile. A view keeps the whole of each buffer it views live, even when it views only a slice
-(Poplar frees a variable's elements separately): an over-estimate there. The IR marks no op
-as in place, so every result that is not a view is new memory. docs/ipu-model.md says what
-else the figure leaves out.
+(Poplar frees a variable's elements separately): an over-estimate there. A result computed
+in place (the cost walk decides: ``target/cost.py``) is held as a view of the input it
+overwrites. docs/ipu-model.md says what else the figure leaves out.
 """
 
 from __future__ import annotations
@@ -136,6 +136,12 @@ class LivenessTracker:
         self._buffers_of[tensor] = buffers
         for buffer in buffers:
             self._references[buffer] += 1
+
+    def alone_in_its_memory(self, tensor: Key) -> bool:
+        """Whether no other live tensor holds any of ``tensor``'s buffers (no live view of
+        it, nor it of a live tensor): an op reading it last may then overwrite it."""
+        return all(self._references.get(buffer, 0) == 1
+                   for buffer in self._buffers_of.get(tensor, ()))
 
     def step(self, callees: Iterable[str] = (), op: str = "") -> None:
         """One op (named ``op``) runs: what is live now, plus the most any of its callees

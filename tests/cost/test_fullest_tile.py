@@ -16,15 +16,18 @@ from popart_unwind.target.liveness import FULLEST_TILE_TOP
 
 
 def two_chains_ir():
-    """b = neg(relu(x)) with x on tile 0; d = neg(relu(w)) with w, twice x's size, on
-    tile 1: tile 1 is fullest (w, c and d at once, at op d)."""
+    """b = neg(a = relu(x)) with x on tile 0; d = neg(c = relu(w)) with w, twice x's size,
+    on tile 1: tile 1 is fullest (w, c and d at once, at op d). a and c are outputs too, so
+    no negation overwrites them."""
     builder = Builder()
     x = builder.add_input_tensor("float32", SHAPE, "x")
     w = builder.add_initialized_input_tensor(np.zeros((8, 8), np.float32), "w")
-    builder.add_output_tensor(builder.ai_onnx.neg([builder.ai_onnx.relu([x], name="a")],
-                                                  name="b"))
-    builder.add_output_tensor(builder.ai_onnx.neg([builder.ai_onnx.relu([w], name="c")],
-                                                  name="d"))
+    a = builder.ai_onnx.relu([x], name="a")
+    c = builder.ai_onnx.relu([w], name="c")
+    builder.add_output_tensor(builder.ai_onnx.neg([a], name="b"))
+    builder.add_output_tensor(builder.ai_onnx.neg([c], name="d"))
+    builder.add_output_tensor(a)
+    builder.add_output_tensor(c)
     return builder.ir()
 
 
@@ -81,7 +84,7 @@ def test_the_fullest_tile_matches_a_replay_of_the_schedule(case):
     ir, plan = case
     report = evaluate(ir, small_target(8), plan)
     fullest = report.fullest_tile
-    _, steps = replay(ir, small_target(8), plan)
+    _, steps, _ = replay(ir, small_target(8), plan)
     most = max(int(total.max()) for _, total, _ in steps)
     assert fullest.bytes == most == report.peak_tile_bytes
     # the first step reaching it, the lowest tile at that step reaching it
