@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models as suite  # benchmarks/models.py, beside this file
 
-DEFAULT_SETTINGS = ("none", "recompute=norm_only", "recompute=standard",
-                    "recompute=recompute_all")
+DEFAULT_SETTINGS = ("none", "decompose_grad_sum=true", "recompute=norm_only",
+                    "recompute=standard", "recompute=recompute_all")
 COLUMNS = ("model", "setting", "peak KiB o/P", "o peak ÷ none", "always-live KiB o/P",
            "exchange MB o/P", "o exchange ÷ none", "cycles k o/P", "o cycles ÷ none",
            "fits o/P", "o÷P peak")
@@ -77,7 +77,7 @@ def main() -> None:
             for setting in args.settings:
                 job = dict(model=model, size=size, kind="training", frontend="torch",
                            tiles=args.tiles, memory=False, dump=None, check=None,
-                           tied_gather=False, balance_tile_memory=False,
+                           tied_gather=False, balance_tile_memory=True,
                            rotate_start_tiles=False, matmul_plans="with_layouts",
                            popart_no_fc=False, sensitivity=False,
                            options=options_of(setting))

@@ -424,9 +424,10 @@ def main() -> None:
     parser.add_argument("--popart-tied-gather", action="store_true",
                         help="the PopART baseline with its TiedGatherPattern (off by default "
                              "in PopART): a tied embedding laid out by the LM head's matmul")
-    parser.add_argument("--balance-tile-memory", action="store_true",
-                        help="plan with SessionOptions.balance_tile_memory set (small layouts "
-                             "spread over lightly used tiles)")
+    parser.add_argument("--no-balance-tile-memory", action="store_true",
+                        help="plan with SessionOptions.balance_tile_memory off (broadcast "
+                             "operands on the tiles reading them most, as Poplibs lays them "
+                             "out, instead of spread over lightly used tiles)")
     parser.add_argument("--rotate-start-tiles", action="store_true",
                         help="plan with SessionOptions.rotate_plan_start_tiles set (each "
                              "matmul and convolution plan starting where the last ended)")
@@ -449,7 +450,7 @@ def main() -> None:
     jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
                  memory=not args.quick, dump=args.dump, check=args.check,
                  tied_gather=args.popart_tied_gather,
-                 balance_tile_memory=args.balance_tile_memory,
+                 balance_tile_memory=not args.no_balance_tile_memory,
                  rotate_start_tiles=args.rotate_start_tiles,
                  matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
                  sensitivity=args.sensitivity, options=tuple(args.option))
@@ -461,7 +462,7 @@ def main() -> None:
         print_tables(json.loads(Path(args.from_json).read_text()), args)
         return
     variant = "; PopART with TiedGatherPattern" if args.popart_tied_gather else ""
-    variant += "; balance_tile_memory" if args.balance_tile_memory else ""
+    variant += "; balance_tile_memory off" if args.no_balance_tile_memory else ""
     variant += "; rotate_plan_start_tiles" if args.rotate_start_tiles else ""
     variant += f"; matmul_plans={args.matmul_plans}"
     variant += "; PopART without fullyConnectedPass" if args.popart_no_fc else ""

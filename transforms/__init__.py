@@ -10,6 +10,7 @@ from . import registry
 from .base import ALL_CONDITIONS, Transform
 from .canonicalize import Canonicalize
 from .conditions import Condition, check_condition, check_conditions
+from .decompose_grad_sum import DecomposeGradSum
 from .explicit_recompute import ExplicitRecompute
 from .infer_shapes import InferShapes
 from .merge_duplicate_ops import MergeDuplicateOps
@@ -18,7 +19,8 @@ from .registry import run_pipeline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
-    "ALL_CONDITIONS", "Canonicalize", "Condition", "ExplicitRecompute", "InferShapes",
+    "ALL_CONDITIONS", "Canonicalize", "Condition", "DecomposeGradSum", "ExplicitRecompute",
+    "InferShapes",
     "MergeDuplicateOps", "Prune", "Transform", "UnwindLayouts", "check_condition",
     "check_conditions", "plan_ir", "registry", "run_pipeline",
 ]

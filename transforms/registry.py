@@ -34,6 +34,9 @@ UNWIND_LAYOUTS = "UnwindLayouts"
 #: The transform that clones forward ops into the backward pass; it joins the pipeline
 #: (before the planner) when ``SessionOptions.recompute`` is not ``none``.
 EXPLICIT_RECOMPUTE = "ExplicitRecompute"
+#: The transform that turns gradient sums into chains of additions; it joins the pipeline
+#: (before ExplicitRecompute) when ``SessionOptions.decompose_grad_sum`` is set.
+DECOMPOSE_GRAD_SUM = "DecomposeGradSum"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -104,10 +107,14 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
 
 
 def pipeline_names(options: SessionOptions) -> list[str]:
-    """The transforms a session runs: ``options.pipeline``, then ExplicitRecompute when
-    ``recompute`` is set (after MergeDuplicateOps, which would merge the clones back), then
-    UnwindLayouts when ``enable_unwind_layouts`` is set and the transform is registered."""
+    """The transforms a session runs: ``options.pipeline``, then the memory transforms its
+    options ask for (DecomposeGradSum when ``decompose_grad_sum`` is set, ExplicitRecompute
+    when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
+    clones back), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
+    transform is registered."""
     pipeline = list(options.pipeline)
+    if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
+        pipeline.append(DECOMPOSE_GRAD_SUM)
     if options.recompute != "none" and EXPLICIT_RECOMPUTE not in pipeline:
         pipeline.append(EXPLICIT_RECOMPUTE)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \

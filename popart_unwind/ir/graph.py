@@ -234,22 +234,25 @@ class Graph:
 
     # -- order ---------------------------------------------------------------------------
     def schedule(self) -> list[Op]:
-        """A topological order of the ops: of the ready ops, the lowest id runs first.
+        """A topological order of the ops: of the ready ops, the one of highest
+        ``schedule_priority`` (PopART's ``schedulePriority``; 0 unless a transform sets it)
+        runs first, then the lowest id.
 
         Raises ``IrError`` naming an op on a cycle if there is one.
         """
         waiting = {op.id: len({t.producer.id for t in op.inputs if t.producer is not None})
                    for op in self._ops.values()}
-        ready = [op_id for op_id, count in waiting.items() if count == 0]
+        ready = [(-self._ops[op_id].settings.schedule_priority, op_id)
+                 for op_id, count in waiting.items() if count == 0]
         heapq.heapify(ready)
         order: list[Op] = []
         while ready:
-            op = self._ops[heapq.heappop(ready)]
+            op = self._ops[heapq.heappop(ready)[1]]
             order.append(op)
             for consumer in {c.id: c for t in op.outputs for c in t.consumers}.values():
                 waiting[consumer.id] -= 1
                 if waiting[consumer.id] == 0:
-                    heapq.heappush(ready, consumer.id)
+                    heapq.heappush(ready, (-consumer.settings.schedule_priority, consumer.id))
         if len(order) != len(self._ops):
             stuck = min(op_id for op_id, count in waiting.items() if count > 0)
             raise IrError(f"graph {self.id!r} has a cycle through op "

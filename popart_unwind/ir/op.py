@@ -64,6 +64,9 @@ class OpSettings:
     #: The id of the op this one recomputes (PopART's ``RecomputeType::Recomputed`` and
     #: the original it was cloned from, its ``recomputeMap``); -1 for every other op.
     recomputed_from: int = -1
+    #: Of the ops ready to run, those of higher priority run first (PopART's
+    #: ``schedulePriority``); 0 for every op a transform does not hurry.
+    schedule_priority: float = 0.0
 
     def placement(self) -> dict[str, int]:
         return {field: getattr(self, field) for field in PLACEMENT_FIELDS}

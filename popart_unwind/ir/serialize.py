@@ -95,11 +95,15 @@ def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
             "tensors": tensors, "ops": ops}
 
 
-def _recomputed(op: Op) -> dict[str, int]:
-    """The original a recomputing op clones, written only when set (older files stay
-    byte-identical)."""
-    original = op.settings.recomputed_from
-    return {} if original < 0 else {"recomputed_from": original}
+def _recomputed(op: Op) -> dict[str, int | float]:
+    """The original a recomputing op clones and the op's schedule priority, each written
+    only when set (older files stay byte-identical)."""
+    written: dict[str, int | float] = {}
+    if op.settings.recomputed_from >= 0:
+        written["recomputed_from"] = op.settings.recomputed_from
+    if op.settings.schedule_priority:
+        written["schedule_priority"] = op.settings.schedule_priority
+    return written
 
 
 def ir_to_json(ir: Ir, include_data: bool = False) -> str:

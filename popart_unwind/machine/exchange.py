@@ -159,13 +159,15 @@ DENSE_CELLS_PER_READ = 16
 
 def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sources: int,
                     num_tiles: int, dtype: np.dtype | type = np.int64,
-                    preference: np.ndarray | None = None) -> np.ndarray:
+                    preference: np.ndarray | None = None,
+                    any_reader: bool = False) -> np.ndarray:
     """For each source element, the tile among those reading it (``reader_tiles[k]`` reads
     ``source_index[k]``) that reads it most, the lowest among equals; 0 if none reads it.
     ``preference`` (a permutation of the tiles, most preferred first) breaks ties instead of
     the tile ids: among equals the earliest in it, and its first tile for an unread element.
     Placing an element there saves the most copies of it (Poplibs' rule for a broadcast
-    operand, of which a bias is the one-axis case).
+    operand, of which a bias is the one-axis case). With ``any_reader`` every tile reading
+    an element counts alike, however often it reads it: the most preferred reader wins.
 
     ``source_index`` may be a broadcast view (``broadcast_index_view``) in any shape holding
     as many elements as ``reader_tiles``: the pairs are counted block by block
@@ -187,7 +189,8 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
         for low in range(0, num_sources, per_pass):
             high = min(low + per_pass, num_sources)
             result[low:high] = _dense_most_read(index, tiles, blocks, low, high, num_tiles,
-                                                filtered=passes > 1, preference=preference)
+                                                filtered=passes > 1, preference=preference,
+                                                any_reader=any_reader)
         return result
     found_keys, found_counts = [], []
     for block in blocks:
@@ -196,6 +199,8 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
         found_keys.append(keys)
         found_counts.append(block_counts)
     keys, counts = _merged_counts(found_keys, found_counts)
+    if any_reader:
+        counts = np.ones_like(counts)
     element, tile = keys // num_tiles, keys % num_tiles
     # by element, most reads, lowest tile (or the most preferred)
     order = np.lexsort((tile if rank is None else rank[tile], -counts, element))
@@ -230,7 +235,8 @@ def _ranks(preference: np.ndarray, num_tiles: int) -> np.ndarray:
 
 def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], low: int,
                      high: int, num_tiles: int, filtered: bool,
-                     preference: np.ndarray | None = None) -> np.ndarray:
+                     preference: np.ndarray | None = None,
+                     any_reader: bool = False) -> np.ndarray:
     """``most_read_tiles`` of source elements [low, high), from one table of counts per
     (element, tile); ``filtered``: reads of other elements are skipped."""
     space = (high - low) * num_tiles
@@ -244,6 +250,8 @@ def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], 
     # argmax takes the lowest tile among equals, and tile 0 for an element no one reads;
     # with a preference the columns are first put in its order
     table = counts.reshape(high - low, num_tiles)
+    if any_reader:
+        table = table > 0
     if preference is None:
         return table.argmax(axis=1)
     order = np.asarray(preference).reshape(-1)

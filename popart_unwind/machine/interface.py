@@ -357,10 +357,13 @@ class TileMachine(abc.ABC):
     @abc.abstractmethod
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
                                 small_shape: Sequence[int],
-                                preference: np.ndarray | None = None) -> np.ndarray:
+                                preference: np.ndarray | None = None,
+                                any_reader: bool = False) -> np.ndarray:
         """The layout of an operand numpy-broadcast against a tensor laid out as
         ``full_tiles`` (a bias against its activations); ``preference`` (a permutation of
-        the tiles) breaks ties between equally good tiles instead of the lowest id."""
+        the tiles) breaks ties between equally good tiles instead of the lowest id. With
+        ``any_reader`` every tile reading an element is equally good (each receives it
+        once, so any reader leaves the same bytes to exchange): the most preferred wins."""
 
     @abc.abstractmethod
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:

@@ -244,12 +244,14 @@ class TileTarget(TileMachine):
 
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
                                 small_shape: Sequence[int],
-                                preference: np.ndarray | None = None) -> np.ndarray:
+                                preference: np.ndarray | None = None,
+                                any_reader: bool = False) -> np.ndarray:
         """Each element of a numpy-broadcast operand on the tile holding the most full
         elements that read it (ties: the lowest tile, or the earliest in ``preference``) —
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
-        the same bytes to exchange: a preference among equals moves memory, not exchange."""
+        the same bytes to exchange: a preference among equals (or, ``any_reader``, among
+        all the readers) moves memory, not exchange."""
         full_shape, small_shape = tuple(full_shape), tuple(small_shape)
         if np.size(full_tiles) != prod(full_shape):
             raise TargetError(f"broadcast_operand_tiles: {np.size(full_tiles)} tiles given for "
@@ -260,7 +262,7 @@ class TileTarget(TileMachine):
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
                               f"{error}") from None
         return most_read_tiles(full_tiles, index, prod(small_shape), self.num_tiles,
-                               self.tile_dtype, preference)
+                               self.tile_dtype, preference, any_reader)
 
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:
         """An embedding table [entries, size] split along its unsliced axis (Poplibs'

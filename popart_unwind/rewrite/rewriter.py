@@ -360,6 +360,14 @@ class Rewriter:
         op.settings.recomputed_from = original.id
         self._record(f"{op.debug_name()} recomputes {original.debug_name()}", [op])
 
+    def set_schedule_priority(self, op: Op, priority: float) -> None:
+        """Of the ops ready to run, those of higher priority run first
+        (``OpSettings.schedule_priority``)."""
+        if op.settings.schedule_priority == priority:
+            return
+        op.settings.schedule_priority = float(priority)
+        self._record(f"{op.debug_name()} schedule priority {priority}", [op])
+
     def remove_output(self, op: Op, index: int) -> None:
         """Drop output ``index`` of ``op`` together with its tensor, which must be unused."""
         tensor = op.output(index)

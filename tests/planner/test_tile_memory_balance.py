@@ -1,5 +1,6 @@
 """``SessionOptions.balance_tile_memory``: broadcast operands (biases, norm parameters)
-placed, among the tiles that save them equal exchange, on the least loaded one.
+placed, among the tiles that read them (each of which leaves the op the same bytes to
+exchange), on the least loaded one.
 
 Laws: with the option off, plans are as before (each broadcast operand on the lowest of
 its most-read tiles, by a brute-force oracle); on, the exchange the cost model counts is
@@ -82,6 +83,47 @@ def test_preference_in_the_sorted_count_path(rows, channels, tiles, seed):
         exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
     np.testing.assert_array_equal(found, brute_most_read(
         readers, np.asarray(index).reshape(-1), channels, tiles, rank))
+
+
+def brute_any_reader(readers: np.ndarray, sources: np.ndarray, num_sources: int,
+                     rank: np.ndarray, first: int) -> np.ndarray:
+    """Per source: of the tiles reading it at all, the one of lowest rank (``first`` when
+    none reads it)."""
+    found = []
+    for source in range(num_sources):
+        reading = np.unique(readers[sources == source])
+        found.append(int(reading[np.argmin(rank[reading])]) if reading.size else first)
+    return np.array(found)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.integers(1, 12), channels=st.integers(1, 12), tiles=st.integers(1, 9),
+       seed=st.integers(0, 2**32 - 1), sorted_path=st.booleans())
+def test_any_reader_takes_the_most_preferred_tile_reading_an_element(rows, channels, tiles,
+                                                                     seed, sorted_path):
+    from popart_unwind.machine import exchange
+
+    rng = np.random.default_rng(seed)
+    readers = rng.integers(0, tiles, size=rows * channels)
+    preference = rng.permutation(tiles)
+    rank = np.empty(tiles, np.int64)
+    rank[preference] = np.arange(tiles)
+    index = broadcast_index_view((channels,), (rows, channels))
+    saved = exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
+    if sorted_path:
+        exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = 1, 0
+    try:
+        found = most_read_tiles(readers, index, channels, tiles, preference=preference,
+                                any_reader=True)
+    finally:
+        exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = saved
+    sources = np.asarray(index).reshape(-1)
+    np.testing.assert_array_equal(found, brute_any_reader(readers, sources, channels, rank,
+                                                          int(preference[0])))
+    # the bytes each element leaves to exchange are those of the most-read placement
+    most = most_read_tiles(readers, index, channels, tiles, preference=preference)
+    for placement in (found, most):
+        assert all(placement[s] in readers[sources == s] for s in range(channels))
 
 
 def test_a_preference_must_be_a_permutation_of_the_tiles():

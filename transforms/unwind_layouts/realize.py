@@ -112,7 +112,7 @@ class Realizer:
                               else None)  # the least loaded first, ties the lowest id
                 tiles = self.target.broadcast_operand_tiles(
                     self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
-                    preference=preference)
+                    preference=preference, any_reader=self.balance_memory)
             else:
                 tiles = self._from_paths(tensor)
             tiles = np.asarray(tiles).reshape(-1)
