@@ -350,7 +350,7 @@ class _Evaluation(Interpreter):
             if tensor.producer is None or self.from_parameters[key(tensor)]:
                 if rule.updated_weight(op) != index:
                     continue
-            elif tensor.is_graph_output() or not self.liveness.alone_in_its_memory(key(tensor)):
+            elif tensor.is_graph_output() or not self.liveness.overwritable(key(tensor)):
                 continue
             if np.array_equal(self.read(tensor), self.read(out)):
                 return tensor

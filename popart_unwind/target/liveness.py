@@ -88,6 +88,7 @@ class LivenessTracker:
         self._buffers_of: dict[Key, tuple[Key, ...]] = {}  # tensor -> the buffers it holds
         self._references: dict[Key, int] = {}  # buffer -> live tensors holding it
         self._bytes: dict[Key, np.ndarray] = {}  # buffer -> bytes per tile
+        self._on_always_live: set[Key] = set()  # views holding always-live memory too
         # The fullest moment so far (root graphs only, see ``watch``): the total of its
         # tile, and what was live then (references to the arrays, which are never changed
         # in place, so a shallow copy of the dict is the snapshot).
@@ -121,6 +122,7 @@ class LivenessTracker:
         self._buffers_of.clear()
         self._references.clear()
         self._bytes.clear()
+        self._on_always_live.clear()
 
     def create(self, tensor: Key, bytes_per_tile: np.ndarray) -> None:
         """``tensor`` is new memory, live from now."""
@@ -132,16 +134,22 @@ class LivenessTracker:
     def view(self, tensor: Key, viewed: Iterable[Key]) -> None:
         """``tensor`` shares the memory of ``viewed`` (a view; producer-less tensors hold
         always-live memory, which no view extends)."""
+        viewed = list(viewed)
         buffers = tuple(dict.fromkeys(b for v in viewed for b in self._buffers_of.get(v, ())))
         self._buffers_of[tensor] = buffers
+        if any(v not in self._buffers_of or v in self._on_always_live for v in viewed):
+            self._on_always_live.add(tensor)
         for buffer in buffers:
             self._references[buffer] += 1
 
-    def alone_in_its_memory(self, tensor: Key) -> bool:
-        """Whether no other live tensor holds any of ``tensor``'s buffers (no live view of
-        it, nor it of a live tensor): an op reading it last may then overwrite it."""
-        return all(self._references.get(buffer, 0) == 1
-                   for buffer in self._buffers_of.get(tensor, ()))
+    def overwritable(self, tensor: Key) -> bool:
+        """Whether an op reading ``tensor`` last may overwrite it: it holds memory of its
+        own, none of it always live (a view of a weight, or of a weight's in-place update,
+        is the weight's memory), and no other live tensor holds any of it (no live view of
+        it, nor it of a live tensor)."""
+        buffers = self._buffers_of.get(tensor, ())
+        return bool(buffers) and tensor not in self._on_always_live and all(
+            self._references.get(buffer, 0) == 1 for buffer in buffers)
 
     def step(self, callees: Iterable[str] = (), op: str = "") -> None:
         """One op (named ``op``) runs: what is live now, plus the most any of its callees
@@ -167,6 +175,7 @@ class LivenessTracker:
 
     def release(self, tensor: Key) -> None:
         """``tensor``'s last reader has run: its buffers die when no live view holds them."""
+        self._on_always_live.discard(tensor)
         for buffer in self._buffers_of.pop(tensor, ()):
             self._references[buffer] -= 1
             if self._references[buffer] == 0:

@@ -166,6 +166,17 @@ def replay(ir, target, plan, registry=REGISTRY):
 
     memo = {}
 
+    def touches_always_live(tensor):
+        """Whether ``tensor`` is, or shares memory with, a producer-less tensor."""
+        op = tensor.producer
+        if op is None:
+            return True
+        rule = registry.layout_rule(op)
+        if rule.aliases_outputs(op):
+            return any(touches_always_live(op.input(k)) for k in rule.viewed_inputs(op))
+        overwritten = in_place_on(op, tensor, rule)
+        return overwritten is not None and touches_always_live(overwritten)
+
     def buffers(tensor):
         if tensor.producer is None:
             return set()
@@ -196,7 +207,7 @@ def replay(ir, target, plan, registry=REGISTRY):
                                           walk.layouts[(graph.id, out.id)]):
                 continue
             held = buffers(tensor)
-            if not held:  # a weight, or a view of weights: only a weight's update
+            if tensor.producer is None or not held:  # a weight: only its update
                 others = {t.id for t in op.inputs if t is not tensor}
                 if tensor.producer is None and out.id in graph.output_ids and others \
                         and tensor.tensor_type is TensorType.VARIABLE:
@@ -205,7 +216,7 @@ def replay(ir, target, plan, registry=REGISTRY):
             sharing = [other for other in graph.tensors if other is not tensor
                        and live_at(other, step) and other is not out
                        and buffers(other) & held]
-            if not sharing:
+            if not sharing and not touches_always_live(tensor):
                 return tensor
         return None
 

@@ -2,14 +2,13 @@
 placed, among the tiles that read them (each of which leaves the op the same bytes to
 exchange), on the least loaded one.
 
-Laws: with the option off, plans are as before (each broadcast operand on the lowest of
-its most-read tiles, by a brute-force oracle); on, the exchange the cost model counts is
-unchanged (any most-read tile leaves the same copies to make) and equal IRs get identical
-plans; on a stack of equally shaped layers with biases the busiest tile holds less."""
+Laws: with the option off, each broadcast operand lies on the lowest of its most-read
+tiles (Poplibs' rule, by a brute-force oracle); on (the default), on a tile reading it
+(any reader leaves the same copies to make, so the op's exchange is unchanged), and equal
+IRs get identical plans; on a stack of equally shaped layers with biases the busiest tile
+holds less."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from popart_unwind.target import evaluate
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 ON = SessionOptions(balance_tile_memory=True)
+OFF = SessionOptions(balance_tile_memory=False)
 
 
 def brute_most_read(readers: np.ndarray, sources: np.ndarray, num_sources: int,
@@ -149,7 +149,7 @@ def stacked_layers(layers: int = 6, rows: int = 8, width: int = 16):
 def test_on_lowers_the_busiest_tile_at_no_exchange():
     target = small_target(16)
     off_ir, on_ir = stacked_layers(), stacked_layers()
-    off = plan_ir(off_ir, target)
+    off = plan_ir(off_ir, target, options=OFF)
     on = plan_ir(on_ir, target, options=ON)
     cost_off, cost_on = (evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
                                                         for p in plan.tensors})
@@ -171,16 +171,16 @@ def channel_counts(target, rows: int = 8, width: int = 16) -> np.ndarray:
     return counts
 
 
-def test_each_bias_lies_on_a_tile_reading_it_most_off_the_lowest():
+def test_each_bias_lies_on_a_tile_reading_it_off_the_lowest_most_read():
     target = small_target(16)
     counts = channel_counts(target)
-    off = plan_ir(stacked_layers(), target)
+    off = plan_ir(stacked_layers(), target, options=OFF)
     on = plan_ir(stacked_layers(), target, options=ON)
     channel = np.arange(16)
     for n in range(6):
         np.testing.assert_array_equal(off.tensor("", f"b{n}").tiles, counts.argmax(axis=1))
         placed = on.tensor("", f"b{n}").tiles.astype(np.int64)
-        np.testing.assert_array_equal(counts[channel, placed], counts.max(axis=1))
+        assert (counts[channel, placed] > 0).all()  # a tile reading the channel
     # and on spreads them: the six biases do not all share the off plan's tiles
     assert len({tuple(on.tensor("", f"b{n}").tiles.tolist()) for n in range(6)}) > 1
 
@@ -204,7 +204,7 @@ def moved_bound(ir, off, on) -> int:
 def test_balancing_moves_only_broadcast_operands_and_is_deterministic(program):
     target = small_target(8)
     off_ir, on_ir, again_ir = build(program), build(program), build(program)
-    off = plan_ir(off_ir, target)
+    off = plan_ir(off_ir, target, options=OFF)
     on = plan_ir(on_ir, target, options=ON)
     again = plan_ir(again_ir, target, options=ON)
     assert on.mappings() == again.mappings()
@@ -226,9 +226,8 @@ def test_balancing_moves_only_broadcast_operands_and_is_deterministic(program):
                 for path in on.solution.paths(sink)), after.tensor_id
 
 
-def test_off_plans_equal_the_default_options():
+def test_on_is_the_default():
     target = small_target(16)
     a = plan_ir(stacked_layers(), target)
-    b = plan_ir(stacked_layers(), target,
-                options=dataclasses.replace(ON, balance_tile_memory=False))
+    b = plan_ir(stacked_layers(), target, options=ON)
     assert a.mappings() == b.mappings()
