@@ -17,7 +17,8 @@ from typing import Any
 from popart_unwind.errors import OptionError
 
 #: The transform pipeline, in order (each transform is applied once).
-DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps")
+DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps",
+                                     "SerializeMatMuls")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,23 @@ class UnwindValuations:
 
 #: The values of ``SessionOptions.matmul_plans``.
 MATMUL_PLAN_CHOICES = ("with_layouts", "poplibs", "alone")
+
+#: The modes of ``SessionOptions.serialize_matmuls`` (PopART's serialization modes).
+SERIALIZE_MODES = ("input_channels", "output_channels", "reducing_dim")
+
+
+def parse_serialization(text: str) -> tuple[str, int] | None:
+    """``"<mode>:<factor>"`` as (mode, factor); ``""`` (serialize nothing) as None."""
+    if not text:
+        return None
+    mode, colon, factor = text.partition(":")
+    if not colon or mode not in SERIALIZE_MODES or not factor.strip().isdigit() \
+            or int(factor) < 1:
+        raise OptionError(f"option serialize_matmuls must be \"\" or \"<mode>:<factor>\" "
+                          f"with mode one of {', '.join(SERIALIZE_MODES)} and a factor of "
+                          f"1 or more; got {text!r}")
+    return mode, int(factor)
+
 
 #: The values of ``SessionOptions.recompute`` (PopART's ``RecomputationType``).
 RECOMPUTE_CHOICES = ("none", "standard", "norm_only", "recompute_all")
@@ -92,6 +110,11 @@ class SessionOptions:
     #: into a chain of additions run as soon as each partial exists, so partials die early
     #: (PopART's ``decomposeGradSum``; docs/transforms.md, "DecomposeGradSum").
     decompose_grad_sum: bool = False
+    #: Serialize every MatMul that carries no ``__serialize_matmul_mode`` attribute of its
+    #: own: ``"<mode>:<factor>"`` with mode ``input_channels``, ``output_channels`` or
+    #: ``reducing_dim`` (PopART's ``Builder::setSerializeMatMul``, for every matmul), ``""``
+    #: for none (docs/transforms.md, "SerializeMatMuls").
+    serialize_matmuls: str = ""
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -114,6 +137,7 @@ class SessionOptions:
             if getattr(self, name) not in choices:
                 raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
                                   f"got {getattr(self, name)!r}")
+        parse_serialization(self.serialize_matmuls)
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

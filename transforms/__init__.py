@@ -16,11 +16,12 @@ from .infer_shapes import InferShapes
 from .merge_duplicate_ops import MergeDuplicateOps
 from .prune import Prune
 from .registry import run_pipeline
+from .serialize_matmuls import SerializeMatMuls
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
     "ALL_CONDITIONS", "Canonicalize", "Condition", "DecomposeGradSum", "ExplicitRecompute",
-    "InferShapes",
-    "MergeDuplicateOps", "Prune", "Transform", "UnwindLayouts", "check_condition",
-    "check_conditions", "plan_ir", "registry", "run_pipeline",
+    "InferShapes", "MergeDuplicateOps", "Prune", "SerializeMatMuls", "Transform",
+    "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
+    "run_pipeline",
 ]

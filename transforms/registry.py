@@ -34,6 +34,9 @@ UNWIND_LAYOUTS = "UnwindLayouts"
 #: The transform that clones forward ops into the backward pass; it joins the pipeline
 #: (before the planner) when ``SessionOptions.recompute`` is not ``none``.
 EXPLICIT_RECOMPUTE = "ExplicitRecompute"
+#: The transform that cuts marked matmuls into pieces (in the default pipeline: it changes
+#: nothing when no matmul is marked and ``serialize_matmuls`` is empty).
+SERIALIZE_MATMULS = "SerializeMatMuls"
 #: The transform that turns gradient sums into chains of additions; it joins the pipeline
 #: (before ExplicitRecompute) when ``SessionOptions.decompose_grad_sum`` is set.
 DECOMPOSE_GRAD_SUM = "DecomposeGradSum"

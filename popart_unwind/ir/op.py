@@ -67,6 +67,10 @@ class OpSettings:
     #: Of the ops ready to run, those of higher priority run first (PopART's
     #: ``schedulePriority``); 0 for every op a transform does not hurry.
     schedule_priority: float = 0.0
+    #: A piece of a serialized fully connected layer (SerializeMatMuls): the id of the
+    #: layer's forward op, the piece's index and the pass's axes in the layer's cube; the
+    #: pieces of one index form a layer of their own. None for every other op.
+    serialized: tuple[int, int, str] | None = None
 
     def placement(self) -> dict[str, int]:
         return {field: getattr(self, field) for field in PLACEMENT_FIELDS}

@@ -95,15 +95,25 @@ def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
             "tensors": tensors, "ops": ops}
 
 
-def _recomputed(op: Op) -> dict[str, int | float]:
-    """The original a recomputing op clones and the op's schedule priority, each written
-    only when set (older files stay byte-identical)."""
-    written: dict[str, int | float] = {}
+def _recomputed(op: Op) -> dict[str, Any]:
+    """What transforms record in an op's settings (the original a recomputing op clones,
+    its schedule priority, the serialized layer it is a piece of), each written only when
+    set (older files stay byte-identical)."""
+    written: dict[str, Any] = {}
     if op.settings.recomputed_from >= 0:
         written["recomputed_from"] = op.settings.recomputed_from
     if op.settings.schedule_priority:
         written["schedule_priority"] = op.settings.schedule_priority
+    if op.settings.serialized is not None:
+        written["serialized"] = list(op.settings.serialized)
     return written
+
+
+def _settings(entry: dict[str, Any]) -> OpSettings:
+    entry = dict(entry)
+    if entry.get("serialized") is not None:
+        entry["serialized"] = tuple(entry["serialized"])
+    return OpSettings(**entry)
 
 
 def ir_to_json(ir: Ir, include_data: bool = False) -> str:
@@ -148,7 +158,7 @@ def ir_from_json(text: str) -> Ir:
         ir._op_counter = op_id
         op = graph.create_op(OpType(*entry["type"]), outputs=[],
                              attributes=_decode_value(entry["attributes"]),
-                             settings=OpSettings(**entry["settings"]))
+                             settings=_settings(entry["settings"]))
         for index, tensor_id in entry["outputs"]:
             info = tensors[tensor_id]
             graph.create_output(op, index, tensor_id, info["dtype"], info["shape"])

@@ -206,8 +206,8 @@ class GraphMatmuls:
         self._forms: dict[tuple[int, int, bool], tuple | None] = {}
         for position, op in enumerate(graph.schedule()):
             matmul = grouped_matmul(op, position, registry)
-            if matmul is None:
-                continue
+            if matmul is None or op.settings.serialized is not None:
+                continue  # a serialized layer's pieces are paired by their record
             self.matmuls.append(matmul)
             for base_id in dict.fromkeys(view.base.id for view in matmul.operands):
                 self.readers.setdefault(base_id, []).append(matmul)
@@ -413,11 +413,49 @@ def layer_of(matmuls: GraphMatmuls, forward: GroupedMatmul,
                                producerless)
 
 
+def piece_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer]:
+    """The layers SerializeMatMuls cut: the pieces of one index of one layer
+    (``OpSettings.serialized``), each pass cut along the same cube axis, form a layer on
+    the piece's cube, as Poplibs plans each piece with its pass. A group whose forward
+    piece is gone (pruned) is no layer."""
+    groups: dict[tuple[int, int], dict[str, Op]] = {}
+    for op in graph.schedule():
+        if op.settings.serialized is not None:
+            layer, index, axes = op.settings.serialized
+            groups.setdefault((layer, index), {})[axes] = op
+    layers = []
+    for members in groups.values():
+        fwd = members.get(FWD_AXES)
+        dims = None if fwd is None else registry.layout_rule(fwd).dims(fwd)
+        if fwd is None or dims is None:
+            continue
+        bwd = next((members[a] for a in BWD_AXES if a in members), None)
+        wu = next((members[a] for a in WU_AXES if a in members), None)
+        present = tuple((op.id, axes) for axes, op in members.items()
+                        if op in (fwd, bwd, wu))
+        present = tuple(sorted(present, key=lambda item: item[1] != FWD_AXES))
+        producerless = frozenset(
+            name for name, index in (("lhs", 0), ("rhs", 1))
+            if _stored_base(fwd.input(index), registry).producer is None)
+        layers.append(FullyConnectedLayer(fwd, bwd, wu, dims, present, producerless))
+    return layers
+
+
+def _stored_base(tensor: Tensor, registry: OpRegistry) -> Tensor:
+    """The tensor whose memory ``tensor`` views, through any views (slices included)."""
+    while tensor.producer is not None and tensor.producer.has_input(0) \
+            and registry.layout_rule(tensor.producer).aliases_outputs(tensor.producer):
+        tensor = tensor.producer.input(0)
+    return tensor
+
+
 def graph_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer]:
     """The layers of one graph: walking its schedule, each matmul not yet in a layer is a
-    forward pass, so the earliest op of a layer is its forward one."""
+    forward pass, so the earliest op of a layer is its forward one; then the pieces of
+    serialized layers (``piece_layers``)."""
     matmuls = GraphMatmuls(graph, registry)
     assigned: set[int] = set()
+    pieces = piece_layers(graph, registry)
     layers = []
     for forward in matmuls.matmuls:
         if forward.op.id in assigned:
@@ -426,6 +464,9 @@ def graph_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer
         if layer is not None:
             layers.append(layer)
             assigned.update(op.id for op in layer.ops())
+    if pieces:
+        position = {op.id: k for k, op in enumerate(graph.schedule())}
+        layers = sorted([*layers, *pieces], key=lambda layer: position[layer.fwd.id])
     return layers
 
 

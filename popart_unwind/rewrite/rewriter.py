@@ -360,6 +360,12 @@ class Rewriter:
         op.settings.recomputed_from = original.id
         self._record(f"{op.debug_name()} recomputes {original.debug_name()}", [op])
 
+    def mark_serialized(self, op: Op, layer: int, index: int, axes: str) -> None:
+        """Record that ``op`` is piece ``index`` of the serialized layer whose forward op was
+        ``layer``, computing the pass of cube axes ``axes`` (``OpSettings.serialized``)."""
+        op.settings.serialized = (layer, index, axes)
+        self._record(f"{op.debug_name()} is piece {index} of layer {layer} ({axes})", [op])
+
     def set_schedule_priority(self, op: Op, priority: float) -> None:
         """Of the ops ready to run, those of higher priority run first
         (``OpSettings.schedule_priority``)."""

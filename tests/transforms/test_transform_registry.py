@@ -208,7 +208,7 @@ def test_the_pipeline_reports_per_transform_change_in_order():
 def test_the_default_pipeline_is_the_sessions():
     options = SessionOptions(pipeline=("Prune",), enable_unwind_layouts=False)
     assert registry.pipeline_names(options) == ["Prune"]
-    assert registry.pipeline_names(SessionOptions())[:4] == list(DEFAULT_PIPELINE)
+    assert registry.pipeline_names(SessionOptions())[:5] == list(DEFAULT_PIPELINE)
 
 
 def test_unwind_layouts_joins_the_end_when_enabled_and_registered(monkeypatch):
