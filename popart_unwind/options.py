@@ -81,10 +81,11 @@ class SessionOptions:
     #: among the tiles reading each of its elements, the one holding the fewest bytes of the
     #: tensors realized before it. Every reader receives an element once, so each op
     #: reading it exchanges the same bytes; the solution's score is unchanged. On the tiny
-    #: benchmark models it lowers the busiest tile's peak (geomean 1.076 -> 0.990 of
-    #: PopART's) at equal exchanged bytes; where another op reads the operand too, that op
-    #: may now receive it (ResNet's training step: +1.9 % exchange cycles, its cycles still
-    #: 0.97 of PopART's). Off, each element lies on a tile reading it most (Poplibs' rule).
+    #: benchmark models it lowers the busiest tile's peak (geomean 1.057 -> 0.972 of
+    #: PopART's); where another op reads the operand too, that op may now receive it (at
+    #: most 816 B more exchanged; ResNet's training step: +1.9 % exchange cycles, its cycles
+    #: still 0.970 of PopART's). Off, each element lies on a tile reading it most (Poplibs'
+    #: rule).
     balance_tile_memory: bool = True
     #: How the matmuls of a training step's fully connected layers, and its convolution
     #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)

@@ -41,16 +41,22 @@ def brute_most_read(readers: np.ndarray, sources: np.ndarray, num_sources: int,
     return np.array(found)
 
 
-@settings(max_examples=200, deadline=None)
-@given(rows=st.integers(1, 12), channels=st.integers(1, 12), tiles=st.integers(1, 9),
-       seed=st.integers(0, 2**32 - 1))
-def test_preference_breaks_ties_among_the_most_read_tiles(rows, channels, tiles, seed):
+def random_reads(rows: int, channels: int, tiles: int, seed: int):
+    """A [channels] operand broadcast over [rows, channels] read on random tiles, a random
+    preference of the tiles and each tile's rank in it."""
     rng = np.random.default_rng(seed)
     readers = rng.integers(0, tiles, size=rows * channels)
     preference = rng.permutation(tiles)
     rank = np.empty(tiles, np.int64)
     rank[preference] = np.arange(tiles)
-    index = broadcast_index_view((channels,), (rows, channels))
+    return readers, preference, rank, broadcast_index_view((channels,), (rows, channels))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 12), channels=st.integers(1, 12), tiles=st.integers(1, 9),
+       seed=st.integers(0, 2**32 - 1))
+def test_preference_breaks_ties_among_the_most_read_tiles(rows, channels, tiles, seed):
+    readers, preference, rank, index = random_reads(rows, channels, tiles, seed)
     sources = np.asarray(index).reshape(-1)
     found = most_read_tiles(readers, index, channels, tiles, preference=preference)
     np.testing.assert_array_equal(found, brute_most_read(readers, sources, channels, tiles,
@@ -69,12 +75,7 @@ def test_preference_in_the_sorted_count_path(rows, channels, tiles, seed):
     # operands runs on small ones
     from popart_unwind.machine import exchange
 
-    rng = np.random.default_rng(seed)
-    readers = rng.integers(0, tiles, size=rows * channels)
-    preference = rng.permutation(tiles)
-    rank = np.empty(tiles, np.int64)
-    rank[preference] = np.arange(tiles)
-    index = broadcast_index_view((channels,), (rows, channels))
+    readers, preference, rank, index = random_reads(rows, channels, tiles, seed)
     saved = exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
     exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = 1, 0
     try:
@@ -103,12 +104,7 @@ def test_any_reader_takes_the_most_preferred_tile_reading_an_element(rows, chann
                                                                      seed, sorted_path):
     from popart_unwind.machine import exchange
 
-    rng = np.random.default_rng(seed)
-    readers = rng.integers(0, tiles, size=rows * channels)
-    preference = rng.permutation(tiles)
-    rank = np.empty(tiles, np.int64)
-    rank[preference] = np.arange(tiles)
-    index = broadcast_index_view((channels,), (rows, channels))
+    readers, preference, rank, index = random_reads(rows, channels, tiles, seed)
     saved = exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX
     if sorted_path:
         exchange.DENSE_COUNTS_MAX, exchange.SCAN_VISITS_MAX = 1, 0
