@@ -77,15 +77,12 @@ class SessionOptions:
     unwind_algorithm: str = "hybrid"
     unwind_valuations: UnwindValuations = UnwindValuations()
     #: Spread small layouts over lightly used tiles when the plan is realized (ours alone;
-    #: docs/planner.md, "Tile memory"): a broadcast operand (a bias, a norm's scale) takes,
-    #: among the tiles reading each of its elements, the one holding the fewest bytes of the
-    #: tensors realized before it. Every reader receives an element once, so each op
-    #: reading it exchanges the same bytes; the solution's score is unchanged. On the tiny
-    #: benchmark models it lowers the busiest tile's peak (geomean 1.057 -> 0.972 of
-    #: PopART's); where another op reads the operand too, that op may now receive it (at
-    #: most 816 B more exchanged; ResNet's training step: +1.9 % exchange cycles, its cycles
-    #: still 0.970 of PopART's). Off, each element lies on a tile reading it most (Poplibs'
-    #: rule).
+    #: docs/planner.md, "Tile memory"): the elements of a broadcast operand (a bias, a
+    #: norm's scale) read by the same tiles are spread over those tiles in runs, the least
+    #: loaded first, instead of each going to the lowest tile reading it most. Every
+    #: reader receives an element once, so each op reading it exchanges the same bytes;
+    #: the solution's score is unchanged. Off, each element lies on a tile reading it
+    #: most (Poplibs' rule).
     balance_tile_memory: bool = True
     #: How the matmuls of a training step's fully connected layers, and its convolution
     #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)

@@ -167,7 +167,10 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     the tile ids: among equals the earliest in it, and its first tile for an unread element.
     Placing an element there saves the most copies of it (Poplibs' rule for a broadcast
     operand, of which a bias is the one-axis case). With ``any_reader`` every tile reading
-    an element counts alike, however often it reads it: the most preferred reader wins.
+    an element counts alike, however often it reads it (each receives it once): the
+    elements read by the same tiles are cut into as many runs of consecutive elements as
+    there are such tiles, the runs going to them in ``preference`` order, so they are
+    spread over all of them instead of all landing on one.
 
     ``source_index`` may be a broadcast view (``broadcast_index_view``) in any shape holding
     as many elements as ``reader_tiles``: the pairs are counted block by block
@@ -183,14 +186,16 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     passes = -(-num_sources // per_pass)
     blocks = _blocks(index.shape, COUNT_BLOCK)
     cells = min(num_sources, passes * per_pass) * num_tiles
+    if any_reader:
+        return _dealt_to_readers(index, tiles, blocks, num_sources, num_tiles, dtype, rank,
+                                 preference)
     if passes <= 1 or (index.size * passes <= SCAN_VISITS_MAX
                        and cells <= DENSE_CELLS_PER_READ * index.size):
         result = np.zeros(num_sources, dtype=dtype)
         for low in range(0, num_sources, per_pass):
             high = min(low + per_pass, num_sources)
             result[low:high] = _dense_most_read(index, tiles, blocks, low, high, num_tiles,
-                                                filtered=passes > 1, preference=preference,
-                                                any_reader=any_reader)
+                                                filtered=passes > 1, preference=preference)
         return result
     found_keys, found_counts = [], []
     for block in blocks:
@@ -199,8 +204,6 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
         found_keys.append(keys)
         found_counts.append(block_counts)
     keys, counts = _merged_counts(found_keys, found_counts)
-    if any_reader:
-        counts = np.ones_like(counts)
     element, tile = keys // num_tiles, keys % num_tiles
     # by element, most reads, lowest tile (or the most preferred)
     order = np.lexsort((tile if rank is None else rank[tile], -counts, element))
@@ -210,6 +213,41 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     if preference is not None:
         result[:] = preference[0]
     result[element[order][first]] = tile[order][first]
+    return result
+
+
+#: Seeds the fixed random keys that fingerprint a set of reading tiles.
+READER_SET_SEED = 20261126
+
+
+def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
+                      num_sources: int, num_tiles: int, dtype: np.dtype | type,
+                      rank: np.ndarray | None, preference: np.ndarray | None) -> np.ndarray:
+    """``most_read_tiles`` with ``any_reader``: each element on one of the tiles reading
+    it, dealt round them in preference order (see there)."""
+    found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles)) for block in blocks]
+    keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
+    element, tile = keys // num_tiles, keys % num_tiles
+    order = np.lexsort((tile if rank is None else rank[tile], element))
+    element, tile = element[order], tile[order]
+    readers = np.bincount(element, minlength=num_sources)
+    starts = np.concatenate(([0], np.cumsum(readers)[:-1]))
+    result = np.full(num_sources, 0 if preference is None else preference[0], dtype=dtype)
+    read = np.flatnonzero(readers)
+    # elements read by the same set of tiles form a group (a fingerprint of the set: a
+    # sum of fixed random keys, one per tile); each group is cut into as many runs of
+    # consecutive elements as it has readers, one run per reader in preference order
+    keys_of_tiles = np.random.default_rng(READER_SET_SEED).integers(1, 2**60, num_tiles)
+    fingerprint = np.zeros(num_sources, np.int64)
+    np.add.at(fingerprint, element, keys_of_tiles[tile])
+    _, group = np.unique(fingerprint[read], return_inverse=True)
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group)
+    first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    place = np.empty(read.size, np.int64)
+    place[order] = np.arange(read.size) - first[group[order]]
+    count = readers[read]
+    result[read] = tile[starts[read] + place * count // sizes[group]]
     return result
 
 
@@ -235,8 +273,7 @@ def _ranks(preference: np.ndarray, num_tiles: int) -> np.ndarray:
 
 def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], low: int,
                      high: int, num_tiles: int, filtered: bool,
-                     preference: np.ndarray | None = None,
-                     any_reader: bool = False) -> np.ndarray:
+                     preference: np.ndarray | None = None) -> np.ndarray:
     """``most_read_tiles`` of source elements [low, high), from one table of counts per
     (element, tile); ``filtered``: reads of other elements are skipped."""
     space = (high - low) * num_tiles
@@ -250,8 +287,6 @@ def _dense_most_read(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple], 
     # argmax takes the lowest tile among equals, and tile 0 for an element no one reads;
     # with a preference the columns are first put in its order
     table = counts.reshape(high - low, num_tiles)
-    if any_reader:
-        table = table > 0
     if preference is None:
         return table.argmax(axis=1)
     order = np.asarray(preference).reshape(-1)

@@ -363,7 +363,8 @@ class TileMachine(abc.ABC):
         ``full_tiles`` (a bias against its activations); ``preference`` (a permutation of
         the tiles) breaks ties between equally good tiles instead of the lowest id. With
         ``any_reader`` every tile reading an element is equally good (each receives it
-        once, so any reader leaves the same bytes to exchange): the most preferred wins."""
+        once, so any reader leaves the same bytes to exchange): the elements read by the
+        same tiles are spread over them in runs, the most preferred first."""
 
     @abc.abstractmethod
     def sliceable_tiles(self, num_entries: int, embedding_size: int, dtype: str) -> np.ndarray:

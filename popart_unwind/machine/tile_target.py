@@ -250,8 +250,8 @@ class TileTarget(TileMachine):
         elements that read it (ties: the lowest tile, or the earliest in ``preference``) —
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
-        the same bytes to exchange: a preference among equals (or, ``any_reader``, among
-        all the readers) moves memory, not exchange."""
+        the same bytes to exchange: a preference among equals (or, ``any_reader``, runs of
+        elements dealt over all the readers) moves memory, not exchange."""
         full_shape, small_shape = tuple(full_shape), tuple(small_shape)
         if np.size(full_tiles) != prod(full_shape):
             raise TargetError(f"broadcast_operand_tiles: {np.size(full_tiles)} tiles given for "
