@@ -335,10 +335,12 @@ class _Evaluation(Interpreter):
     def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:
         """The input ``op``'s one result overwrites, as PopART's Inplace pattern would
         make it, or None. An input qualifies when the rule allows it
-        (``inplace_inputs``), it has the result's dtype, shape and tiles, ``op`` reads it
-        last, and nothing else holds its memory; a computed input must not be a graph
-        output, and a producer-less one (a weight) only when the result is a graph output
-        (the weight's update, which PopART's optimizer writes into the weight)."""
+        (``inplace_inputs``), it has the result's dtype, shape and tiles, and ``op`` reads
+        it last; a computed input must be no graph output and hold memory of its own that
+        nothing else holds (``LivenessTracker.overwritable``: not a view of a weight), and
+        a producer-less one (or a view of one) is overwritten only when ``op`` is its
+        update (the rule's ``updated_weight``: PopART's optimizer writes into the
+        weight)."""
         if len(op.outputs) != 1:
             return None
         out = op.outputs[0]
