@@ -55,10 +55,10 @@ class ExplicitRecompute(Transform):
     docstring). Reads ``SessionOptions.recompute``; with ``none``, or without a loss
     (``Ir.final_loss_id``), it changes nothing.
 
-    Assumes shapes are known (clones are made with their shapes). Preserves every condition
-    but NO_IMPLICIT_COPY's opposite: clones inherit their original's placement, so the
-    placement conditions, SHAPES_KNOWN, NO_INPLACE and NO_IPU_COPY (no IpuCopy is ever
-    recomputed: it has side effects) all stay as they were.
+    Assumes shapes are known (clones are made with their shapes). Preserves every
+    condition: a clone has its original's placement (so NO_IMPLICIT_COPY and the placement
+    conditions stay as they were), and no in-place op or IpuCopy is ever recomputed (they
+    are not recomputable), so NO_INPLACE, NO_IPU_COPY and SHAPES_KNOWN hold as before.
     """
 
     id = 6
