@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from popart_unwind.errors import TransformWarning
+from popart_unwind.errors import TransformError, TransformWarning
 from popart_unwind.ops.fully_connected import fully_connected_layers
-from popart_unwind.options import parse_serialization
+from popart_unwind.options import SERIALIZE_MODES, parse_serialization
 
 from .base import Transform
 from .conditions import Condition
@@ -124,7 +124,12 @@ def _setting(op: Op, default: tuple[str, int] | None) -> tuple[str, int] | None:
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode == "none":
         return None
-    return parse_serialization(f"{mode}:{int(op.attributes.get(FACTOR_ATTRIBUTE, 1))}")
+    factor = op.attributes.get(FACTOR_ATTRIBUTE, 1)
+    if mode not in SERIALIZE_MODES or not isinstance(factor, int | np.integer) or factor < 1:
+        raise TransformError(f"op {op.debug_name()}: {MODE_ATTRIBUTE} {mode!r} with "
+                             f"{FACTOR_ATTRIBUTE} {factor!r}; expected one of none, "
+                             f"{', '.join(SERIALIZE_MODES)} and a factor of 1 or more")
+    return mode, int(factor)
 
 
 def _cut(op: Op, mode: str, factor: int, layer: tuple[int, str] | None,

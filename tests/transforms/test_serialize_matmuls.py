@@ -13,7 +13,7 @@ import pytest
 from popart_unwind.transforms import plan_ir, run_pipeline
 from popart_unwind.transforms.serialize_matmuls import FACTOR_ATTRIBUTE, MODE_ATTRIBUTE
 
-from popart_unwind.errors import OptionError, TransformWarning
+from popart_unwind.errors import OptionError, TransformError, TransformWarning
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.ir.serialize import ir_from_json, ir_to_json
@@ -67,6 +67,14 @@ def test_builder_attributes_choose_per_op_and_override_the_session():
     assert _count(cut, "MatMul") == 3
     kept = matmul_ir("reducing_dim:2", {MODE_ATTRIBUTE: "none"})
     assert _count(kept, "MatMul") == 1
+
+
+@pytest.mark.parametrize("attributes", [{MODE_ATTRIBUTE: "rows", FACTOR_ATTRIBUTE: 2},
+                                        {MODE_ATTRIBUTE: "output_channels",
+                                         FACTOR_ATTRIBUTE: 0}])
+def test_bad_builder_attributes_name_the_op(attributes):
+    with pytest.raises(TransformError, match=r"MatMul.*__serialize_matmul_mode"):
+        matmul_ir("", attributes)
 
 
 def test_a_factor_that_does_not_divide_leaves_the_matmul_whole_with_a_warning():
