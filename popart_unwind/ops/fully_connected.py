@@ -451,8 +451,9 @@ def _stored_base(tensor: Tensor, registry: OpRegistry) -> Tensor:
 
 def graph_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer]:
     """The layers of one graph: walking its schedule, each matmul not yet in a layer is a
-    forward pass, so the earliest op of a layer is its forward one; then the pieces of
-    serialized layers (``piece_layers``)."""
+    forward pass, so the earliest op of a layer is its forward one; with them the layers
+    of the pieces of serialized layers (``piece_layers``), all in the schedule order of
+    their forward ops."""
     matmuls = GraphMatmuls(graph, registry)
     assigned: set[int] = set()
     pieces = piece_layers(graph, registry)
