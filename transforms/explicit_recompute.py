@@ -16,10 +16,11 @@ clones them), for a step with no pipelining or execution phases:
   marked op's result reads the clone's instead.
 
 Clones are created after every original op, in reverse forward order, so the schedule
-(lowest id first among ready ops) runs a clone only when no original op is ready: just
-before the backward pass needs it. A clone records its original in
-``OpSettings.recomputed_from``, which is how the fully connected and convolution layers
-are still recognised through it (PopART marks a layer's passes before recomputation).
+(lowest id first among ready ops of equal priority; clones keep priority 0) runs a clone
+only when no original op is ready: just before the backward pass needs it. A clone
+records its original in ``OpSettings.recomputed_from``, which is how the fully connected
+and convolution layers are still recognised through it (PopART marks a layer's passes
+before recomputation).
 
 An op cannot be recomputed when it has side effects, draws random numbers (our IR models
 no seed inputs, so a second draw would differ; PopART recomputes a seeded Dropout), calls a
