@@ -75,12 +75,8 @@ def main() -> None:
         for model in suite._names(" ".join(args.models), suite.MODELS, "models"):
             first = None
             for setting in args.settings:
-                job = dict(model=model, size=size, kind="training", frontend="torch",
-                           tiles=args.tiles, memory=False, dump=None, check=None,
-                           tied_gather=False, balance_tile_memory=True,
-                           rotate_start_tiles=False, matmul_plans="with_layouts",
-                           popart_no_fc=False, sensitivity=False,
-                           options=options_of(setting))
+                job = suite.make_job(model, size, "training", tiles=args.tiles,
+                                     options=options_of(setting))
                 row = {**suite.run_job(job, args.timeout), "setting": setting}
                 rows.append(row)
                 print("  ".join(cells(row, first)), file=sys.stderr, flush=True)

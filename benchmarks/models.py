@@ -260,6 +260,19 @@ def job_name(job: dict[str, Any]) -> str:
     return f"{job['model']}-{job['size']}-{job['kind']}-{job['frontend']}"
 
 
+def make_job(model: str, size: str, kind: str, **settings: Any) -> dict[str, Any]:
+    """One graph's job: what ``run_graph`` reads, each setting at the session's default
+    unless given (an unknown setting is a TypeError)."""
+    job = dict(model=model, size=size, kind=kind, frontend="torch", tiles=1472, memory=False,
+               dump=None, check=None, tied_gather=False, balance_tile_memory=True,
+               rotate_start_tiles=False, matmul_plans="with_layouts", popart_no_fc=False,
+               sensitivity=False, options=())
+    unknown = sorted(set(settings) - set(job))
+    if unknown:
+        raise TypeError(f"unknown job settings {unknown}")
+    return {**job, **settings}
+
+
 def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one graph in a fresh process; the row, or why there is none."""
     if job["frontend"] == "onnx" and job["kind"] == "training" and \
@@ -447,13 +460,13 @@ def main() -> None:
     parser.add_argument("--dump", help="save each graph's three plans and costs here")
     parser.add_argument("--check", help="compare each graph's plans with a --dump folder")
     args = parser.parse_args()
-    jobs = [dict(model=model, size=size, kind=kind, frontend=frontend, tiles=args.tiles,
-                 memory=not args.quick, dump=args.dump, check=args.check,
-                 tied_gather=args.popart_tied_gather,
-                 balance_tile_memory=not args.no_balance_tile_memory,
-                 rotate_start_tiles=args.rotate_start_tiles,
-                 matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
-                 sensitivity=args.sensitivity, options=tuple(args.option))
+    jobs = [make_job(model, size, kind, frontend=frontend, tiles=args.tiles,
+                     memory=not args.quick, dump=args.dump, check=args.check,
+                     tied_gather=args.popart_tied_gather,
+                     balance_tile_memory=not args.no_balance_tile_memory,
+                     rotate_start_tiles=args.rotate_start_tiles,
+                     matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
+                     sensitivity=args.sensitivity, options=tuple(args.option))
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")

@@ -28,7 +28,7 @@ from popart_unwind.ir.tensor import TensorType
 
 from .base import Transform
 from .conditions import Condition
-from .explicit_recompute import forward_ops
+from .helpers import forward_ops
 from .registry import DECOMPOSE_GRAD_SUM, register
 
 if TYPE_CHECKING:

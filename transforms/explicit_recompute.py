@@ -37,10 +37,11 @@ import warnings
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformWarning
-from popart_unwind.ir.dtypes import numpy_dtype
+from popart_unwind.machine import DTYPE_SIZES
 
 from .base import Transform
 from .conditions import Condition, is_inplace
+from .helpers import forward_ops
 from .registry import EXPLICIT_RECOMPUTE, register
 
 if TYPE_CHECKING:
@@ -80,19 +81,6 @@ class ExplicitRecompute(Transform):
         forward = forward_ops(main, main.tensor(ir.final_loss_id))
         marked = marked_ops(forward, mode, self.op_registry)
         return _clone_into_backward(main, forward, marked, rewriter)
-
-
-def forward_ops(graph: Graph, loss: Tensor) -> list[Op]:
-    """The ops ``loss`` depends on, in schedule order (PopART's ``PathToLoss::Yes``)."""
-    needed: set[int] = set()
-    stack = [loss.producer] if loss.producer is not None else []
-    while stack:
-        op = stack.pop()
-        if op.id in needed:
-            continue
-        needed.add(op.id)
-        stack.extend(t.producer for t in op.inputs if t.producer is not None)
-    return [op for op in graph.schedule() if op.id in needed]
 
 
 def marked_ops(forward: list[Op], mode: str, registry: OpRegistry) -> list[Op]:
@@ -166,8 +154,7 @@ def _live_sets(forward: list[Op]) -> list[list[Op]]:
 
 def _bytes(op: Op) -> int:
     """The bytes of ``op``'s results (PopART's ``memOfOutputs``)."""
-    return sum(t.nelms() * (2 if t.dtype == "bfloat16" else numpy_dtype(t.dtype).itemsize)
-               for t in op.outputs)
+    return sum(t.nelms() * DTYPE_SIZES[t.dtype] for t in op.outputs)
 
 
 def _clone_into_backward(graph: Graph, forward: list[Op], marked: list[Op],

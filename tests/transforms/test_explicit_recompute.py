@@ -17,11 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from popart_unwind.transforms import run_pipeline
-from popart_unwind.transforms.explicit_recompute import (
-    decreasing_intervals,
-    forward_ops,
-    marked_ops,
-)
+from popart_unwind.transforms.explicit_recompute import decreasing_intervals, marked_ops
+from popart_unwind.transforms.helpers import forward_ops
 from popart_unwind.transforms.registry import pipeline_names
 
 from popart_unwind.errors import OptionError, TransformWarning
