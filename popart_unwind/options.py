@@ -113,6 +113,14 @@ class SessionOptions:
     #: ``reducing_dim`` (PopART's ``Builder::setSerializeMatMul``, for every matmul), ``""``
     #: for none (docs/transforms.md, "SerializeMatMuls").
     serialize_matmuls: str = ""
+    #: Call one subgraph wherever a sequence of ops repeats (PopART's ``enableOutlining``;
+    #: docs/transforms.md, "SubgraphOutline"): a model's identical layers become calls of
+    #: one subgraph, whose code the IPU then holds once. Adds SubgraphOutline to the end
+    #: of the pipeline.
+    enable_outlining: bool = False
+    #: How much a sequence's ops must be worth together to be outlined (PopART's
+    #: ``outlineThreshold``; a matmul or convolution is worth 1000, another op 0.1).
+    outline_threshold: float = 1.0
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -136,6 +144,10 @@ class SessionOptions:
                 raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
                                   f"got {getattr(self, name)!r}")
         parse_serialization(self.serialize_matmuls)
+        if not (isinstance(self.outline_threshold, int | float)
+                and 0.0 <= self.outline_threshold < float("inf")):
+            raise OptionError(f"option outline_threshold must be a finite number >= 0; "
+                              f"got {self.outline_threshold!r}")
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

@@ -17,11 +17,13 @@ from .merge_duplicate_ops import MergeDuplicateOps
 from .prune import Prune
 from .registry import run_pipeline
 from .serialize_matmuls import SerializeMatMuls
+from .subgraph_outline import SubgraphOutline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
     "ALL_CONDITIONS", "Canonicalize", "Condition", "DecomposeGradSum", "ExplicitRecompute",
-    "InferShapes", "MergeDuplicateOps", "Prune", "SerializeMatMuls", "Transform",
+    "InferShapes", "MergeDuplicateOps", "Prune", "SerializeMatMuls", "SubgraphOutline",
+    "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
     "run_pipeline",
 ]

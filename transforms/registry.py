@@ -40,6 +40,9 @@ SERIALIZE_MATMULS = "SerializeMatMuls"
 #: The transform that turns gradient sums into chains of additions; it joins the pipeline
 #: (before ExplicitRecompute) when ``SessionOptions.decompose_grad_sum`` is set.
 DECOMPOSE_GRAD_SUM = "DecomposeGradSum"
+#: The transform that calls one subgraph for each repeated sequence of ops; it joins the
+#: pipeline (last before the planner) when ``SessionOptions.enable_outlining`` is set.
+SUBGRAPH_OUTLINE = "SubgraphOutline"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -113,13 +116,16 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     """The transforms a session runs: ``options.pipeline``, then the memory transforms its
     options ask for (DecomposeGradSum when ``decompose_grad_sum`` is set, ExplicitRecompute
     when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
-    clones back), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
+    clones back; SubgraphOutline when ``enable_outlining`` is set, after them all, as PopART
+    outlines the prepared graph), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
     transform is registered."""
     pipeline = list(options.pipeline)
     if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
         pipeline.append(DECOMPOSE_GRAD_SUM)
     if options.recompute != "none" and EXPLICIT_RECOMPUTE not in pipeline:
         pipeline.append(EXPLICIT_RECOMPUTE)
+    if options.enable_outlining and SUBGRAPH_OUTLINE not in pipeline:
+        pipeline.append(SUBGRAPH_OUTLINE)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
             and UNWIND_LAYOUTS not in pipeline:
         pipeline.append(UNWIND_LAYOUTS)

@@ -62,7 +62,7 @@ from popart_unwind.ops.linalg import (
     tie_created_operands,
 )
 from popart_unwind.ops.reduce import ReductionRule
-from popart_unwind.ops.registry import OpDef, register
+from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE, OpDef, register
 from popart_unwind.validation import Shape
 
 #: im2col positions enumerated at once when deriving what each tile reads.
@@ -975,9 +975,10 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if keys.size else keys
 
 
-register(OpDef("Conv", infer=_infer_conv, fold=_fold_conv, layout=ConvRule()))
+register(OpDef("Conv", infer=_infer_conv, fold=_fold_conv, layout=ConvRule(),
+               outline_value=HIGH_OUTLINE_VALUE))
 register(OpDef("ConvTranspose", infer=_infer_conv_transpose, fold=_fold_conv_transpose,
-                layout=ConvTransposeRule()))
+               layout=ConvTransposeRule(), outline_value=HIGH_OUTLINE_VALUE))
 register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool, layout=PoolRule()))
 for _pool in ("AveragePool", "LpPool"):
     register(OpDef(_pool, infer=_infer_pool, layout=PoolRule()))

@@ -45,7 +45,7 @@ from popart_unwind.ops.layout_rule import (
     flat_tiles,
     known_shape,
 )
-from popart_unwind.ops.registry import OpDef, register
+from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE, OpDef, register
 from popart_unwind.shapes import Shape, broadcast_shapes, einsum_shape, matmul_shape
 
 #: Folding stays cheap: at most this many multiply-adds.
@@ -475,7 +475,10 @@ class GemmRule(MatMulRule):
         return op.input(2) if op.has_input(2) else None
 
 
-register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MatMulRule()))
-register(OpDef("MatMulInteger", infer=_infer_matmul_integer))
-register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=GemmRule()))
-register(OpDef("Einsum", infer=_infer_einsum, fold=_fold_einsum))
+register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MatMulRule(),
+               outline_value=HIGH_OUTLINE_VALUE))
+register(OpDef("MatMulInteger", infer=_infer_matmul_integer, outline_value=HIGH_OUTLINE_VALUE))
+register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=GemmRule(),
+               outline_value=HIGH_OUTLINE_VALUE))
+register(OpDef("Einsum", infer=_infer_einsum, fold=_fold_einsum,
+               outline_value=HIGH_OUTLINE_VALUE))

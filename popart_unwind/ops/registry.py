@@ -37,6 +37,12 @@ FoldResult = Sequence[Tensor | np.ndarray] | None
 FoldRule = Callable[[Op, Constants], FoldResult]
 
 
+#: PopART's ``getHighSubgraphValue`` (a matmul or convolution: worth outlining alone) and
+#: ``getLowSubgraphValue`` (a cheap op such as an elementwise one).
+HIGH_OUTLINE_VALUE = 1000.0
+LOW_OUTLINE_VALUE = 0.1
+
+
 @dataclasses.dataclass(frozen=True)
 class OpDef:
     """Everything the tool knows about one op type (matched by domain and name; rules
@@ -59,6 +65,9 @@ class OpDef:
     #: Normalises its input (PopART's ``Op::isNorm``): what ``recompute=norm_only``
     #: recomputes, its result being large and cheap to compute again.
     norm: bool = False
+    #: What outlining one such op saves (PopART's ``Op::getSubgraphValue``): a sequence
+    #: of ops is outlined when its values add up to ``SessionOptions.outline_threshold``.
+    outline_value: float = LOW_OUTLINE_VALUE
     #: How the op bears on tile layouts (``ops/layout_rule.py``); unmodelled ops are barriers.
     layout: LayoutRule = BARRIER
 
@@ -108,6 +117,10 @@ class OpRegistry:
     def is_norm(self, op: Op) -> bool:
         opdef = self.lookup(op)
         return opdef is not None and opdef.norm
+
+    def outline_value(self, op: Op) -> float:
+        opdef = self.lookup(op)
+        return LOW_OUTLINE_VALUE if opdef is None else opdef.outline_value
 
 
 REGISTRY = OpRegistry()

@@ -13,7 +13,7 @@ change: a replaced output's id passes to its replacement (docs/canonicalizer.md)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.ir.tile_mapping import TileIntervals, TileMapping
 from popart_unwind.rewrite.constant_pool import ConstantPool, is_constant
+
+if TYPE_CHECKING:
+    from popart_unwind.ir.ir import Ir
 
 
 class OpRegistryLike(Protocol):
@@ -396,6 +399,17 @@ class Rewriter:
         self._record(f"{op.debug_name()} {side} {index} is now {side} {new_index}", [op])
 
     # -- graphs --------------------------------------------------------------------------
+    def create_graph(self, ir: Ir, graph_id: str) -> Graph:
+        """A new, empty subgraph of ``ir`` (its id must be free)."""
+        graph = ir.create_graph(graph_id)
+        self._record(f"created graph {graph_id!r}")
+        return graph
+
+    def add_graph_output(self, graph: Graph, tensor: Tensor) -> None:
+        """Append ``tensor`` (of ``graph``) to ``graph``'s outputs."""
+        graph.mark_output(tensor)
+        self._record(f"graph {graph.id!r} gained output {tensor.id!r}")
+
     def add_graph_input(self, graph: Graph, tensor_id: str, dtype: str,
                         shape: Sequence[int] | None) -> Tensor:
         """A new tensor appended to ``graph``'s inputs."""

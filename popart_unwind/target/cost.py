@@ -224,6 +224,7 @@ class _Evaluation(Interpreter):
         self.num_tiles = target.num_tiles
         self.base = producerless_mappings(ir, target, mappings)
         self.executions = call_counts(ir)
+        self.called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
         self.rows: list[OpCost] = []
         self.received = np.zeros(self.num_tiles, np.int64)
         self.op_peak = np.zeros(self.num_tiles, np.int64)
@@ -238,11 +239,12 @@ class _Evaluation(Interpreter):
     def report(self) -> CostReport:
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
+            if self._argument(tensor):
+                continue
             self.liveness.add_always_live(
                 tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles),
                 (graph_id, tensor_id))
-        called = {callee.id for op in self.ir.all_ops() for callee in op.called_graphs()}
-        roots = [g.id for g in self.ir.graphs if g.id not in called]
+        roots = [g.id for g in self.ir.graphs if g.id not in self.called]
         self.liveness.watch(roots)
         self.run(self.ir)
         liveness = self.liveness.result(roots)
@@ -275,8 +277,18 @@ class _Evaluation(Interpreter):
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> np.ndarray:
-        self.from_parameters[key(tensor)] = True
-        return self.base[key(tensor)]
+        tiles = self.base[key(tensor)]
+        argument = self._argument(tensor)
+        self.from_parameters[key(tensor)] = not argument
+        if argument:  # the call's copy in: live from the callee's start to its last reader
+            self.liveness.create(key(tensor), tile_bytes(
+                tiles, self.target.dtype_size(tensor.dtype), self.num_tiles))
+        return tiles
+
+    def _argument(self, tensor: Tensor) -> bool:
+        """Whether ``tensor`` is an input of a graph some op calls: memory each call copies
+        its argument into, live while the callee needs it, not for the whole program."""
+        return tensor.graph.id in self.called and tensor.is_graph_input()
 
     def run_graph(self, graph: Graph) -> None:
         self.liveness.begin_graph(graph.id)
@@ -306,6 +318,10 @@ class _Evaluation(Interpreter):
             self.write(tensor, out)
             self.from_parameters[key(tensor)] = aliases and parameters
         self._live_from_here(op, rule, aliases)
+        for tensor in dict.fromkeys(op.inputs):
+            if self._argument(tensor) and self.last_read_by(op, tensor) \
+                    and not tensor.is_graph_output():
+                self.liveness.release(key(tensor))
         live = [t for t in op.inputs if not self.from_parameters[key(t)]]
         self._resident(live + ([] if aliases else op.outputs))
 
