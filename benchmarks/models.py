@@ -80,7 +80,7 @@ def import_graph(model: str, size: str, kind: str, frontend: str) -> Any:
     builder = make_models()
     if frontend == "onnx":
         return Ir.from_onnx(builder.build(model, kind, size), options=options)
-    module, args = (builder.tiny_model if size == "tiny" else builder.real_model)(model)
+    module, args = (builder.tiny_model if size == "tiny" else builder.real_model)(model, kind)
     return Ir.from_torch(module, args, training=kind == "training", options=options)
 
 

@@ -685,6 +685,51 @@ def _index_put(ctx, node, args, kwargs):
     return ctx.op(node, "Reshape", [scattered, ctx.int_constant(shape)])
 
 
+@converts("scatter.value", "scatter.src")
+def _scatter(ctx, node, args, kwargs):
+    """``input.scatter(dim, index, value_or_src)`` (a cross-entropy's backward writes its
+    -1s at the targets this way) as ONNX's ScatterElements, which overwrites as torch
+    does; a scalar value is broadcast to the index's shape first (a constant)."""
+    data, dim, index, source = args[:4]
+    if kwargs.get("reduce") is not None:
+        return None
+    if isinstance(source, int | float | bool):  # scatter.value
+        array = np.full(ctx.shape(index), source, dtype=ctx.dtype(data))
+        source = ctx.constant(array)
+    return ctx.op(node, "ScatterElements", [data, index, source],
+                  {"axis": dim % len(ctx.shape(data))})
+
+
+@converts("constant_pad_nd.default")
+def _constant_pad(ctx, node, args, kwargs):
+    """``F.pad(x, pad, value=v)``: torch lists (before, after) pairs from the last axis
+    back. Built as Poplar's ``popops::pad`` builds it, a Concat of ``x`` with constant
+    blocks of ``v`` along each padded axis (so the result is laid out where ``x`` lies)."""
+    data, pad = args[0], list(args[1])
+    value = args[2] if len(args) > 2 else kwargs.get("value", 0)
+    shape = list(ctx.shape(data))
+    rank = len(shape)
+    if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
+        return None  # cropping (a negative pad) is no pad
+    result = data
+    padded = [axis for axis in range(rank) if pad[2 * (rank - 1 - axis):][:2] != [0, 0]
+              and 2 * (rank - 1 - axis) < len(pad)]
+    for count, axis in enumerate(padded):
+        before, after = pad[2 * (rank - 1 - axis)], pad[2 * (rank - 1 - axis) + 1]
+        parts = []
+        for width in (before, after):
+            block = np.full([*shape[:axis], width, *shape[axis + 1:]], value,
+                            dtype=ctx.dtype(data))
+            parts.append(ctx.constant(block) if width else None)
+        pieces = [p for p in (parts[0], result, parts[1]) if p is not None]
+        result = ctx.op(node if count == len(padded) - 1 else None, "Concat", pieces,
+                        {"axis": axis})
+        shape[axis] += before + after
+    if not padded:
+        return ctx.op(node, "Identity", [data])
+    return result
+
+
 @converts("gather.default")
 def _gather(ctx, node, args, kwargs):
     return ctx.op(node, "GatherElements", [args[0], args[2]],
@@ -699,14 +744,24 @@ def _reduce(ctx, node, args, kwargs):
     dims = args[1] if len(args) > 1 and args[1] is not None else list(range(rank))
     dims = sorted({d % rank for d in ([dims] if isinstance(dims, int) else dims)})
     keepdims = int(bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False)))
-    return ctx.op(node, name, [args[0], ctx.int_constant(dims)], {"keepdims": keepdims})
+    return ctx.op(node, name, [_promoted(ctx, node, args[0]), ctx.int_constant(dims)],
+                  {"keepdims": keepdims})
 
 
 @converts("sum.default")
 def _reduce_all(ctx, node, args, kwargs):
     rank = len(ctx.shape(args[0]))
-    return ctx.op(node, "ReduceSum", [args[0], ctx.int_constant(list(range(rank)))],
-                  {"keepdims": 0})
+    return ctx.op(node, "ReduceSum", [_promoted(ctx, node, args[0]),
+                                      ctx.int_constant(list(range(rank)))], {"keepdims": 0})
+
+
+def _promoted(ctx, node, value):
+    """``value`` cast to the dtype torch reduces it in (a sum of bools counts in int64;
+    ONNX reduces in the input's own dtype)."""
+    dtype = ctx.out_dtype(node)
+    if ctx.dtype(value) == dtype:
+        return value
+    return ctx.op(None, "Cast", [value], {"to": ctx.onnx_dtype(dtype)})
 
 
 # -- static values ----------------------------------------------------------------------

@@ -621,6 +621,12 @@ class ScatterRule(_LaidOutLikeInput):
         """The indices and updates: the data is updated in place, row by row."""
         return [1, 2]
 
+    def filled_input(self, op: Op) -> int | None:
+        """The data: a scatter into a fill (an embedding's gradient: zeros, then each
+        token's row added) is what PopART's GatherGrad computes, zeroing a new tensor at
+        run time (``popops::zero``) before ``multiUpdateAdd``; no constant exists."""
+        return 0
+
     def models(self, op: Op) -> bool:
         """Every reduction ONNX defines; an op with another is a barrier, listed."""
         return (op.attributes.get("reduction", "none") in SCATTER_REDUCTIONS

@@ -128,6 +128,13 @@ class LayoutRule:
         None by default."""
         return []
 
+    def filled_input(self, op: Op) -> int | None:
+        """The input the op can make itself, filled with one value at run time, when that
+        input is a constant fill (every element equal) nothing else reads: the op's result
+        then is that memory, and the fill is no constant held for the whole program. None
+        by default."""
+        return None
+
     def updated_weight(self, op: Op) -> int | None:
         """The input index of the weight whose new value ``op`` computes (an optimizer's
         update, written into the weight), or None (the default)."""

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
-from popart_unwind.ir.dtypes import numpy_dtype
+from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.exchange import (
     broadcast_index,
@@ -51,6 +51,8 @@ from popart_unwind.ops.layout_rule import (
     known_shape,
 )
 from popart_unwind.ops.registry import OpDef, register
+from popart_unwind.rewrite import Rewriter
+from popart_unwind.rewrite.pattern import pattern
 from popart_unwind.shapes import broadcast_shapes
 
 
@@ -628,3 +630,95 @@ def _fold_batch_norm(op: Op, constants) -> list | None:
 BATCH_NORM = BatchNormRule()
 register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
                norm=True, layout=BATCH_NORM))
+
+
+# -- NegativeLogLikelihoodLoss ------------------------------------------------------------
+def _nll_reduction(op: Op) -> str:
+    reduction = op.attributes.get("reduction", "mean")
+    if isinstance(reduction, bytes):
+        reduction = reduction.decode()
+    if reduction not in ("mean", "sum", "none"):
+        raise ShapeError(f"op {op.debug_name()}: reduction must be mean, sum or none, got "
+                         f"{reduction!r}")
+    return reduction
+
+
+def _infer_nll(op: Op) -> list:
+    scores, target = input_shape(op, 0), input_shape(op, 1)
+    if len(scores) < 2 or target != (scores[0], *scores[2:]):
+        raise ShapeError(f"op {op.debug_name()}: input {scores} (N, C, d...) and target "
+                         f"{target} (N, d...) do not match")
+    if op.has_input(2) and input_shape(op, 2) != (scores[1],):
+        raise ShapeError(f"op {op.debug_name()}: weight {input_shape(op, 2)} must be "
+                         f"({scores[1]},)")
+    shape = target if _nll_reduction(op) == "none" else ()
+    return [(op.input(0).dtype, shape)]
+
+
+def _fold_nll(op: Op, constants) -> list | None:
+    scores, target = constants[0], constants[1]
+    weight = constants[2] if len(constants) > 2 else None
+    if scores is None or target is None or (op.has_input(2) and weight is None):
+        return None
+    ignored = op.attributes.get("ignore_index")
+    kept = np.ones(target.shape, bool) if ignored is None else target != ignored
+    safe = np.where(kept, target, 0)
+    picked = np.take_along_axis(scores, np.expand_dims(safe, 1), axis=1).squeeze(1)
+    weights = (np.ones_like(picked) if weight is None else weight[safe]) * kept
+    loss = (-picked * weights).astype(scores.dtype)
+    reduction = _nll_reduction(op)
+    if reduction == "none":
+        return [loss]
+    if reduction == "sum":
+        return [np.asarray(loss.sum(), scores.dtype)]
+    return [np.asarray(loss.sum() / weights.sum(), scores.dtype)]
+
+
+@pattern("NegativeLogLikelihoodLoss", name="expand-nll-loss")
+def _expand_nll(op: Op, rewriter: Rewriter) -> bool:
+    """The loss in the ops ONNX's own function body spells it with (GatherElements of the
+    targets' scores along the classes, weights and ignored targets as masks, a sum or a
+    mean), each with its layout rule; PopART's NllOp computes the same on the IPU."""
+    scores, target = op.input(0), op.input(1)
+    if scores.shape is None or target.shape is None:
+        return False
+    graph, dtype = op.graph, scores.dtype
+
+    def make(name: str, inputs: list, **attributes) -> object:
+        return rewriter.create_op(graph, name, inputs, attributes, like=op).output(0)
+
+    def ints(values: list[int]) -> object:
+        return rewriter.constant(graph, np.asarray(values, np.int64))
+
+    ignored = op.attributes.get("ignore_index")
+    safe = target
+    weights = None
+    if ignored is not None:
+        hit = make("Equal", [target, rewriter.constant(graph, np.asarray(ignored,
+                                                                          numpy_dtype(target.dtype)))])
+        safe = make("Where", [hit, rewriter.constant(graph, np.asarray(0, numpy_dtype(
+            target.dtype))), target])
+        weights = make("Cast", [make("Not", [hit])], to=ONNX_DTYPES[dtype])
+    picked = make("Squeeze", [make("GatherElements", [scores, make("Unsqueeze", [safe, ints([1])])],
+                                   axis=1), ints([1])])
+    if op.has_input(2):
+        per_class = make("Gather", [op.input(2), safe], axis=0)
+        weights = per_class if weights is None else make("Mul", [per_class, weights])
+    loss = make("Neg", [picked])
+    if weights is not None:
+        loss = make("Mul", [loss, weights])
+    reduction = _nll_reduction(op)
+    if reduction != "none":
+        axes = ints(list(range(len(target.shape))))
+        loss = make("ReduceSum", [loss, axes], keepdims=0)
+        if reduction == "mean":
+            count = (make("ReduceSum", [weights, axes], keepdims=0) if weights is not None
+                     else rewriter.constant(graph, np.asarray(math.prod(target.shape),
+                                                              numpy_dtype(dtype))))
+            loss = make("Div", [loss, count])
+    rewriter.replace_op(op, [loss])
+    return True
+
+
+register(OpDef("NegativeLogLikelihoodLoss", infer=_infer_nll, fold=_fold_nll,
+               patterns=(_expand_nll,)))

@@ -35,6 +35,7 @@ from popart_unwind.ops.layout_rule import (
     output_layouts,
     planned_shape,
 )
+from popart_unwind.rewrite.constant_pool import is_constant
 from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
 #: (graph id, tensor id) -> flat array of each element's tile.
@@ -239,7 +240,7 @@ class _Evaluation(Interpreter):
     def report(self) -> CostReport:
         for (graph_id, tensor_id), tiles in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
-            if self._argument(tensor):
+            if self._argument(tensor) or self._filled_by_reader(tensor):
                 continue
             self.liveness.add_always_live(
                 tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles),
@@ -284,6 +285,19 @@ class _Evaluation(Interpreter):
             self.liveness.create(key(tensor), tile_bytes(
                 tiles, self.target.dtype_size(tensor.dtype), self.num_tiles))
         return tiles
+
+    def _filled_by_reader(self, tensor: Tensor) -> bool:
+        """Whether ``tensor`` is a constant fill its one reader makes itself at run time
+        (the reader's rule's ``filled_input``): its memory is the reader's result, live
+        from then, not a constant held for the whole program."""
+        if not is_constant(tensor) or tensor.num_uses() != 1 or tensor.is_graph_output():
+            return False
+        reader = tensor.consumers[0]
+        index = next(i for i, t in reader.input_map().items() if t is tensor)
+        if self.registry.layout_rule(reader).filled_input(reader) != index:
+            return False
+        data = np.asarray(tensor.data)
+        return data.size > 0 and bool(np.all(data == data.flat[0]))
 
     def _argument(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is an input of a graph some op calls: memory each call copies

@@ -183,7 +183,7 @@ REGISTERED_WITHOUT_RULE = {
     "Constant", "ConstantOfShape",
     "CumSum", "Dropout", "Einsum", "GatherND",
     "GlobalLpPool",
-    "MatMulInteger", "NonZero", "OneHot", "Pad", "Range",
+    "MatMulInteger", "NegativeLogLikelihoodLoss", "NonZero", "OneHot", "Pad", "Range",
     "Resize", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
 
 

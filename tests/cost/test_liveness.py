@@ -361,3 +361,32 @@ def test_an_if_holds_the_larger_branch_peak_per_tile_not_both():
     transient = report.peak_bytes_per_tile - report.always_live_bytes_per_tile
     # the If's output (a clone of a branch's, tile 2) and the else branch's two results
     assert transient.tolist() == [0, 0, 3 * BYTES, 0]
+
+
+def scatter_into(fill: np.ndarray) -> Ir:
+    """out = ScatterND(fill, indices, updates) + 1: an embedding gradient's shape."""
+    b = Builder()
+    updates = b.add_input_tensor("float32", (2, SHAPE[1]), "updates")
+    data = b.add_constant(fill, name="fill")
+    indices = b.add_constant(np.array([[1], [3]], np.int64), name="indices")
+    scattered = b.ai_onnx.scatternd([data, indices, updates], name="scatter")
+    one = b.add_constant(np.float32(1.0), name="one")
+    b.add_output_tensor(b.ai_onnx.add([scattered, one], name="out"))
+    return b.ir()
+
+
+def test_a_fill_its_scatter_makes_is_no_constant_held_all_along():
+    """PopART's GatherGrad zeroes its result at run time: a scatter into a fill of zeros
+    holds that memory as its result only; a fill of varying values stays a constant."""
+    zeros = np.zeros(SHAPE, np.float32)
+    varied = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE)
+    mappings = {}
+    for ir in (scatter_into(zeros), scatter_into(varied)):
+        mappings[ir] = {(g.id, t.id): on(0, int(np.prod(t.shape or ())))
+                        for g in ir.graphs for t in g.producerless_tensors()}
+    filled, constant = (evaluate(ir, small_target(4), mapping)
+                        for ir, mapping in mappings.items())
+    data_bytes = int(np.prod(SHAPE)) * 4
+    assert constant.always_live_bytes_per_tile[0] - filled.always_live_bytes_per_tile[0] \
+        == data_bytes
+    assert constant.peak_tile_bytes - filled.peak_tile_bytes == data_bytes

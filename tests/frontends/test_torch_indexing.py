@@ -289,3 +289,53 @@ def test_index_put_forms_without_an_exact_scatter_stay_opaque(form):
     assert ops_without_rule(ir) == {"aten::index_put": 1}
     [op] = [op for op in ir.main_graph.ops if op.type.domain == "aten"]
     assert op.output(0).shape == (6, 4)
+
+
+# -- scatter, pad, sums of booleans (a cross-entropy loss and its backward) -----------------
+class ScatterValue(torch.nn.Module):
+    def forward(self, x, index):
+        return x.scatter(1, index, -1.0)
+
+
+class ScatterSource(torch.nn.Module):
+    def forward(self, x, index, source):
+        return x.scatter(0, index, source)
+
+
+class PadConstant(torch.nn.Module):
+    def __init__(self, pad: tuple[int, ...], value: float) -> None:
+        super().__init__()
+        self.pad, self.value = pad, value
+
+    def forward(self, x):
+        return torch.nn.functional.pad(x, self.pad, value=self.value)
+
+
+class CountTrue(torch.nn.Module):
+    def forward(self, labels):
+        return (labels != -100).sum(), (labels > 3).sum(dim=1)
+
+
+def test_scatter_of_a_value_and_of_a_source_become_scatter_elements():
+    rng = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, generator=rng)
+    index = torch.randint(0, 6, (4, 1), generator=rng)
+    ir, _ = _run(ScatterValue(), (x, index))
+    assert _names(ir)["ScatterElements"] == 1
+    index = torch.stack([torch.randperm(4, generator=rng)[:3] for _ in range(6)], dim=1)
+    ir, _ = _run(ScatterSource(), (x, index, torch.randn(3, 6, generator=rng)))
+    assert _names(ir)["ScatterElements"] == 1
+
+
+@pytest.mark.parametrize("pad", [(0, 1), (2, 0), (1, 1, 0, 2), (0, 0, 3, 1), (0, 0)])
+def test_a_constant_pad_is_a_concat_with_constant_blocks(pad):
+    x = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    ir, _ = _run(PadConstant(pad, -100), (x,))
+    assert "Pad" not in _names(ir)
+    ir, _ = _run(PadConstant(pad, 0.5), (torch.randn(3, 4),))
+
+
+def test_a_sum_of_booleans_counts_in_int64():
+    labels = torch.tensor([[1, -100, 5, 7], [-100, -100, 2, 9]])
+    _, values = _run(CountTrue(), (labels,))
+    assert values[0] == 5 and values[1].tolist() == [2, 1]

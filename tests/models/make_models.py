@@ -12,7 +12,10 @@ T5 and Llama share their weight with the token embedding (tied embeddings, as Ll
 has them), so one table is both gathered from and multiplied by. Each is wrapped to take
 positional tensors and return its first output (the logits), with ``use_cache=False`` and
 eager attention, and text models get an explicit attention mask (tracing then has no
-data-dependent branch on it).
+data-dependent branch on it). A training step's module also takes labels and returns the
+model's own loss, as its trainer computes it: cross-entropy of the next tokens (GPT-2,
+Llama), of every token (BERT's masked-LM head), of the decoder's targets (T5) or of the
+class (ViT, ResNet).
 
 Use as a module::
 
@@ -55,7 +58,7 @@ KINDS = ("forward", "training")
 SIZES = ("tiny", "real")
 SEED = 0
 LEARNING_RATE = 0.01
-FORMAT_VERSION = 3  # bump when the way files are built changes
+FORMAT_VERSION = 4  # bump when the way files are built changes
 CACHE_ENV = "POPART_UNWIND_MODEL_CACHE"
 
 # The ONNX exporter has no form for the convolution backward op, so training steps of
@@ -153,21 +156,40 @@ def make_config(name: str, size: str = "tiny") -> Any:
     return config
 
 
-def example_inputs(name: str, config: Any, size: str = "tiny") -> tuple[Any, ...]:
-    """Seeded example inputs, in the order the wrapped module takes them."""
+def example_inputs(name: str, config: Any, size: str = "tiny",
+                   kind: str = "forward") -> tuple[Any, ...]:
+    """Seeded example inputs, in the order the wrapped module takes them; a training step
+    also takes the labels its model's own loss compares with (``input_names``)."""
     import torch
 
     spec = _spec(name)
     generator = torch.Generator().manual_seed(SEED)
     if spec.inputs[0] == "pixel_values":
         batch, side = _INPUT_SIZES[size]["vision"]
-        return (torch.randn(batch, config.num_channels, side, side, generator=generator),)
+        pixels = torch.randn(batch, config.num_channels, side, side, generator=generator)
+        if kind == "forward":
+            return (pixels,)
+        return pixels, torch.randint(0, config.num_labels, (batch,), generator=generator)
     batch, length = _INPUT_SIZES[size]["text"]
     ids = torch.randint(0, config.vocab_size, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.long)
+    inputs: tuple[Any, ...] = (ids, mask)
     if name == "t5":
-        return ids, mask, torch.randint(0, config.vocab_size, (batch, length), generator=generator)
-    return ids, mask
+        inputs += (torch.randint(0, config.vocab_size, (batch, length), generator=generator),)
+    if kind == "forward":
+        return inputs
+    # causal LMs shift the labels themselves, BERT's MLM head predicts every token, T5's
+    # decoder predicts its next tokens: each model's own loss, as its trainer computes it
+    labels = inputs[2][:, 1:] if name == "t5" else ids
+    if name == "t5":
+        labels = torch.cat([labels, torch.full((batch, 1), config.eos_token_id)], dim=1)
+    return (*inputs, labels)
+
+
+def input_names(name: str, kind: str = "forward") -> tuple[str, ...]:
+    """The keyword names of the wrapped module's inputs, in order."""
+    names = _spec(name).inputs
+    return names if kind == "forward" else (*names, "labels")
 
 
 def _first_output_class() -> type:
@@ -191,27 +213,37 @@ def _first_output_class() -> type:
     return FirstOutput
 
 
-def _make(name: str, size: str) -> tuple[Any, tuple[Any, ...]]:
+def _make(name: str, size: str, kind: str = "forward") -> tuple[Any, tuple[Any, ...]]:
     import torch
     import transformers
 
+    _check_kind(kind)
     spec = _spec(name)
     config = make_config(name, size)
     with torch.random.fork_rng(devices=[]):  # seeded, without disturbing the caller's RNG
         torch.manual_seed(SEED)
         model = getattr(transformers, spec.model_class)(config, **spec.model_kwargs)
-    module = _first_output_class()(model, spec.inputs).eval()
-    return module, example_inputs(name, config, size)
+    module = _first_output_class()(model, input_names(name, kind)).eval()
+    return module, example_inputs(name, config, size, kind)
 
 
-def tiny_model(name: str) -> tuple[Any, tuple[Any, ...]]:
-    """A tiny configuration of ``name``: ``(module, example_args)``, in eval mode."""
-    return _make(name, "tiny")
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
 
 
-def real_model(name: str) -> tuple[Any, tuple[Any, ...]]:
-    """The default (real-size) configuration of ``name``: ``(module, example_args)``."""
-    return _make(name, "real")
+def tiny_model(name: str, kind: str = "forward") -> tuple[Any, tuple[Any, ...]]:
+    """A tiny configuration of ``name``: ``(module, example_args)``, in eval mode. The
+    module returns the model's first output: the logits (or last hidden state), or, for
+    ``kind="training"``, the model's own loss of its labels (the last input), which a
+    training step differentiates."""
+    return _make(name, "tiny", kind)
+
+
+def real_model(name: str, kind: str = "forward") -> tuple[Any, tuple[Any, ...]]:
+    """The default (real-size) configuration of ``name``: ``(module, example_args)``, as
+    ``tiny_model`` gives them."""
+    return _make(name, "real", kind)
 
 
 def versions() -> dict[str, str]:
@@ -237,7 +269,7 @@ def cache_dir(cache: str | os.PathLike[str] | None = None) -> Path:
 def cache_key(name: str, kind: str, size: str) -> str:
     """A hash of everything a built file depends on; it goes into the file name."""
     config = make_config(name, size)
-    module_inputs = example_inputs(name, config, size)
+    module_inputs = example_inputs(name, config, size, kind)
     described = {
         "format": FORMAT_VERSION, "name": name, "kind": kind, "size": size,
         "config": json.loads(config.to_json_string(use_diff=False)),
@@ -257,12 +289,12 @@ def _export_onnx(name: str, kind: str, size: str, path: Path) -> None:
 
     from popart_unwind.frontends.torch_trace import trace_training_step
 
-    module, args = _make(name, size)
-    input_names = list(_spec(name).inputs)
+    module, args = _make(name, size, kind)
+    names = list(input_names(name, kind))
     with contextlib.redirect_stdout(sys.stderr):  # the exporter reports on stdout
         if kind == "forward":
             onnx_program = torch.onnx.export(
-                module, args, dynamo=True, optimize=False, input_names=input_names,
+                module, args, dynamo=True, optimize=False, input_names=names,
                 output_names=["output"],
             )
         else:
@@ -272,7 +304,7 @@ def _export_onnx(name: str, kind: str, size: str, path: Path) -> None:
                                           decompose=False)
             trained = [n for n, p in module.named_parameters() if p.requires_grad]
             onnx_program = torch.onnx.export(
-                program, args, dynamo=True, optimize=False, input_names=input_names,
+                program, args, dynamo=True, optimize=False, input_names=names,
                 output_names=["loss", *(f"{n}.updated" for n in trained)],
             )
         _optimize_keeping_parameters(onnx_program)

@@ -84,14 +84,15 @@ def test_plan_a_tiny_bert_training_graph_from_onnx(tmp_path):
 
 def test_plan_a_tiny_gpt2_training_step_from_a_pytorch_factory(tmp_path, monkeypatch):
     (tmp_path / "tiny_factories.py").write_text(
-        "import make_models\n\n\ndef gpt2():\n    return make_models.tiny_model('gpt2')\n")
+        "import make_models\n\n\ndef gpt2():\n"
+        "    return make_models.tiny_model('gpt2', 'training')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     status, _, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles", str(TILES),
                          "--out", str(tmp_path / "plan.json"), "--quiet")
     assert (status, err) == (0, ""), err
     plan = check_plan(tmp_path / "plan.json")
-    module, _ = make_models.tiny_model("gpt2")
+    module, _ = make_models.tiny_model("gpt2", "training")
     names: dict[int, set[str]] = {}  # a tied parameter has several names; the graph reads one
     for name, parameter in module.named_parameters(remove_duplicate=False):
         names.setdefault(id(parameter), set()).add(name)

@@ -4,17 +4,29 @@ noop_with_empty_axes; softmax, layer and batch normalisation follow their opsets
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 from op_building import build, shapes_of
+from popart_unwind.transforms import run_pipeline
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpType
 from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.reduce import REDUCTIONS
 from popart_unwind.ops.shape_inference import infer_op
+from popart_unwind.options import SessionOptions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
+from fold_oracle import fold_all
 
 SETTINGS = settings(max_examples=150, deadline=None)
 NUMPY = {
@@ -163,3 +175,43 @@ def test_batch_normalization_outputs_per_opset():
         [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
     with pytest.raises(ShapeError, match="scale must have shape"):
         shapes_of("BatchNormalization", [(4, 3, 5, 5), (4,), (3,), (3,), (3,)], version=15)
+
+
+# -- NegativeLogLikelihoodLoss: expanded into ops with layout rules, ONNX's reference as oracle
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore_index", [None, -100, 2])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("spatial", [False, True])
+def test_nll_loss_expands_to_what_onnx_computes(reduction, ignore_index, weighted, spatial):
+    rng = np.random.default_rng(0)
+    shape, classes = ((3, 5, 4) if spatial else (6, 5)), 5
+    scores = rng.standard_normal(shape).astype(np.float32)
+    target = rng.integers(0, classes, (shape[0], *shape[2:])).astype(np.int64)
+    if ignore_index is not None:
+        target.flat[::3] = ignore_index
+    weight = rng.uniform(0.5, 2.0, classes).astype(np.float32)
+    attributes = {"reduction": reduction}
+    if ignore_index is not None:
+        attributes["ignore_index"] = ignore_index
+    inputs = ["scores", "target"] + (["weight"] if weighted else [])
+    node = helper.make_node("NegativeLogLikelihoodLoss", inputs, ["loss"], **attributes)
+    out_shape = list(target.shape) if reduction == "none" else []
+    graph = helper.make_graph(
+        [node], "nll",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, list(shape)),
+         helper.make_tensor_value_info("target", TensorProto.INT64, list(target.shape))],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, out_shape)],
+        initializer=[onnx.numpy_helper.from_array(weight, "weight")] if weighted else [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = {"scores": scores, "target": target}
+    expected = ReferenceEvaluator(model).run(None, feeds)[0]
+    ir = Ir.from_onnx(model.SerializeToString())
+    folded = REGISTRY.lookup(ir.main_graph.ops[0]).fold(
+        ir.main_graph.ops[0], [scores, target] + ([weight] if weighted else []))
+    np.testing.assert_allclose(folded[0], expected, rtol=1e-5)
+    ir.options = SessionOptions(enable_unwind_layouts=False)
+    run_pipeline(ir)
+    names = {op.type.name for op in ir.main_graph.ops}
+    assert "NegativeLogLikelihoodLoss" not in names and "GatherElements" in names
+    assert ops_without_rule(ir) == {}
+    np.testing.assert_allclose(fold_all(ir, feeds)[0], expected, rtol=1e-5)
