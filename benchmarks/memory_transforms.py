@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import models as suite  # benchmarks/models.py, beside this file
 
 DEFAULT_SETTINGS = ("none", "decompose_grad_sum=true", "recompute=norm_only",
-                    "recompute=standard", "recompute=recompute_all")
+                    "recompute=standard", "recompute=recompute_all",
+                    "serialize_matmuls=output_channels:2", "enable_outlining=true")
 COLUMNS = ("model", "setting", "peak KiB o/P", "o peak ÷ none", "always-live KiB o/P",
            "exchange MB o/P", "o exchange ÷ none", "cycles k o/P", "o cycles ÷ none",
            "fits o/P", "o÷P peak")

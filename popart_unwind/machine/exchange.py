@@ -225,8 +225,15 @@ def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
                       rank: np.ndarray | None, preference: np.ndarray | None) -> np.ndarray:
     """``most_read_tiles`` with ``any_reader``: each element on one of the tiles reading
     it, dealt round them in preference order (see there)."""
-    found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles)) for block in blocks]
-    keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
+    if num_sources * num_tiles <= DENSE_COUNTS_MAX:  # a table of pairs: no sort of reads
+        seen = np.zeros(num_sources * num_tiles, dtype=bool)
+        for block in blocks:
+            seen[_pair_keys(index, tiles, block, num_tiles)] = True
+        keys = np.flatnonzero(seen)
+    else:
+        found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles))
+                      for block in blocks]
+        keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
     element, tile = keys // num_tiles, keys % num_tiles
     order = np.lexsort((tile if rank is None else rank[tile], element))
     element, tile = element[order], tile[order]

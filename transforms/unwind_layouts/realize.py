@@ -26,6 +26,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import tile_dtype
+from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
 from popart_unwind.unwind.solution import Path, dependency_order
@@ -132,7 +133,7 @@ class Realizer:
     def _bytes_per_tile(self, sink: TensorId, tiles: np.ndarray) -> np.ndarray:
         owner = self.emitter.owner(sink)
         size = self.target.dtype_size(owner.dtype if owner is not None else "float32")
-        return np.bincount(tiles, minlength=self.target.num_tiles).astype(np.int64) * size
+        return tile_counts(tiles, self.target.num_tiles).astype(np.int64) * size
 
     def _name(self, tensor: TensorId) -> str:
         owner = self.emitter.owner(tensor)
