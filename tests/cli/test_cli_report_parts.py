@@ -179,7 +179,7 @@ def test_demo_block_has_the_transformer_parts():
 
 
 def test_a_plan_in_a_few_words_names_its_pass_and_its_start_tile():
-    from popart_unwind.report.html import _plan_text
+    from popart_unwind.report.html_tensors import _plan_text
 
     plan = {"partition": {"groups": 1, "rows": 4, "inner": 2, "cols": 8},
             "fully_connected_pass": "TRAINING_WU", "joint": True, "start_tile": 0}
