@@ -52,7 +52,8 @@ class TensorWorth:
 
 def planned_readers(run: PlanRun) -> dict[TensorKey, list[tuple[str, int]]]:
     """Planned tensor -> (graph id, op id) of each op reading it, directly or through a
-    chain of views (outputs of ops whose rule says they alias their inputs)."""
+    chain of views (outputs of ops whose rule says they alias their inputs); the views
+    themselves are not readers (they move and compute nothing)."""
     readers: dict[TensorKey, list[tuple[str, int]]] = {}
     planned = {decision.key for decision in run.decisions}
     for graph in run.ir.graphs:
@@ -62,10 +63,11 @@ def planned_readers(run: PlanRun) -> dict[TensorKey, list[tuple[str, int]]]:
                 roots[tensor.id] = ((graph.id, tensor.id),)
         for op in graph.schedule():
             read = sorted({root for tensor in op.inputs for root in roots.get(tensor.id, ())})
-            for root in read:
-                readers.setdefault(root, []).append((graph.id, op.id))
             rule = REGISTRY.layout_rule(op)
-            if read and rule.aliases_outputs(op):
+            if not rule.aliases_outputs(op):
+                for root in read:
+                    readers.setdefault(root, []).append((graph.id, op.id))
+            elif read:
                 inputs = op.input_map()
                 viewed = tuple(sorted({root for index in rule.viewed_inputs(op)
                                        if index in inputs

@@ -1,0 +1,124 @@
+"""The report as a reader sees it: opened in headless Chromium (conftest.py says which).
+
+For the demo's report and a 2,001-tensor one: the page runs without a console error,
+every picture decodes, nothing scrolls sideways at 1280 px, and the search finds a tensor
+by name and opens its explanations and the drawing of its layouts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WIDTH = 1280
+
+
+@pytest.fixture(params=["demo_report", "wide_report"])
+def report(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def page(browser: Any, report: Path) -> Iterator[Any]:
+    """The report opened at 1280 × 900, its console errors and page errors collected."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    opened = context.new_page()
+    opened.errors = []
+    opened.on("console", lambda message: opened.errors.append(message.text)
+              if message.type == "error" else None)
+    opened.on("pageerror", lambda error: opened.errors.append(str(error)))
+    opened.on("requestfailed", lambda request: opened.errors.append(f"failed {request.url}"))
+    opened.goto(report.as_uri(), wait_until="load")
+    yield opened
+    context.close()
+
+
+def plan_of(report: Path) -> dict[str, Any]:
+    return json.loads((report.parent.parent / "plan.json").read_text())
+
+
+def no_sideways_scroll(page: Any) -> None:
+    width, inner = page.evaluate(
+        "[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= inner == WIDTH
+
+
+def test_page_loads_without_errors_and_every_image_decodes(page, report):
+    assert page.errors == []
+    images = page.evaluate("""async () => {
+        const all = Array.from(document.images);
+        const decoded = await Promise.all(all.map(
+            image => image.decode().then(() => image.naturalWidth > 0, () => false)));
+        return [all.length, decoded.filter(Boolean).length];
+    }""")
+    assert images[0] >= 4 and images[0] == images[1]  # bars and memory map at least
+    slots, drawn = page.evaluate("""[
+        document.querySelectorAll('div.layout-slot').length,
+        document.querySelectorAll('div.layout-slot svg rect').length]""")
+    assert slots == 0 or drawn > slots  # each difference drawn (a frame and its cells)
+    no_sideways_scroll(page)
+    assert page.title() == ("popart-unwind demo: a transformer block"
+                            if "demo" in str(report) else "wide.onnx")
+
+
+def test_search_finds_a_tensor_and_shows_its_explanation(page, report):
+    plan = plan_of(report)
+    name = "mlp/w1" if "demo" in str(report) else "layer321/gamma"
+    entry = plan["tensors"][name]
+    page.fill("#tensor-search", name)
+    total = len(plan["tensors"])
+    assert page.inner_text("#tensor-count") == f"1 of {total} tensors shown"
+    visible = page.locator("#tensor-table tbody tr:not([hidden])")
+    assert visible.count() == 2  # the row and its opened explanation
+    detail = page.locator("#tensor-table tr.detail")
+    assert detail.is_visible()
+    assert f"ours: {entry['explanation']}" in detail.inner_text()
+    cells = detail.locator("svg rect")
+    assert cells.count() >= 2  # frame and at least one cell per drawing
+    no_sideways_scroll(page)
+    assert page.errors == []
+
+
+def test_filters_and_sorting_apply_to_every_row(page, report):
+    plan = plan_of(report)
+    rows = page.locator("#tensor-table tbody tr")
+    assert rows.count() == len(plan["tensors"])
+    page.select_option("#differs-filter", "yes")
+    shown = page.evaluate("""Array.from(document.querySelectorAll(
+        '#tensor-table tbody tr:not([hidden])')).map(r => r.cells[7].textContent)""")
+    assert shown and set(shown) == {"yes"}
+    assert page.inner_text("#tensor-count").startswith(f"{len(shown)} of ")
+    page.select_option("#differs-filter", "")
+    method = sorted({entry["method"] for entry in plan["tensors"].values()})[0]
+    page.select_option("#method-filter", method)
+    methods = page.evaluate("""Array.from(document.querySelectorAll(
+        '#tensor-table tbody tr:not([hidden])')).map(r => r.dataset.method)""")
+    expected = sum(entry["method"] == method for entry in plan["tensors"].values())
+    assert methods == [method] * expected
+    page.select_option("#method-filter", "")
+    header = page.locator("#tensor-table th", has_text="bytes").first
+    header.click()
+    sizes = page.evaluate("""Array.from(document.querySelectorAll(
+        '#tensor-table tbody tr')).map(r => Number(r.cells[4].dataset.v))""")
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    header.click()
+    sizes = page.evaluate("""Array.from(document.querySelectorAll(
+        '#tensor-table tbody tr')).map(r => Number(r.cells[4].dataset.v))""")
+    assert sizes == sorted(sizes, reverse=True)
+    assert page.errors == []
+
+
+def test_a_difference_leads_to_its_row(page, report):
+    links = page.locator("a.to-tensor")
+    assert links.count() > 0  # both models have biases PopART maps linearly
+    target = links.first.get_attribute("href")
+    links.first.click()
+    row = page.locator(target)
+    assert row.is_visible()
+    assert page.locator(f"{target} + tr.detail").is_visible()
+    no_sideways_scroll(page)
+    assert page.errors == []
