@@ -114,9 +114,13 @@ def _meta(run: PlanRun) -> str:
     return (f'<p class="meta">Model <code>{_e(source)}</code> · target IpuModel, '
             f"{run.model.tiles_per_ipu:,} tiles of {run.model.bytes_per_tile:,} bytes · "
             f"solver <code>{_e(run.algorithm)}</code>, its score on the unwinding graph "
-            f"{score:,g} of {bound:,g}{share} · {len(run.decisions)} tensors "
+            f"{_figure(score)} of {_figure(bound)}{share} · {len(run.decisions)} tensors "
             f"({_e(methods)}) · popart-unwind {_e(__version__)}</p>\n"
             + _ops_without_rule(run))
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
 
 
 def _ops_without_rule(run: PlanRun) -> str:

@@ -124,15 +124,16 @@ SCRIPT = r"""
 
   function closeAll() {
     Array.prototype.slice.call(body.querySelectorAll("tr.detail")).forEach(function (d) {
-      d.previousSibling.querySelector("button.open").setAttribute("aria-expanded", "false");
+      var button = d.previousElementSibling.querySelector("button.open");
+      button.setAttribute("aria-expanded", "false");
       d.remove();
     });
   }
 
   function open(row) {
     var button = row.querySelector("button.open");
-    if (row.nextSibling && row.nextSibling.className === "detail") {
-      row.nextSibling.remove();
+    if (row.nextElementSibling && row.nextElementSibling.className === "detail") {
+      row.nextElementSibling.remove();
       button.setAttribute("aria-expanded", "false");
       return;
     }
@@ -140,7 +141,7 @@ SCRIPT = r"""
     detail.className = "detail";
     detail.innerHTML = '<td colspan="' + columns + '">' + explanations(i) + layouts(i) +
                        "</td>";
-    row.parentNode.insertBefore(detail, row.nextSibling);
+    row.after(detail);
     button.setAttribute("aria-expanded", "true");
   }
 
@@ -205,7 +206,8 @@ SCRIPT = r"""
     var row = document.getElementById(link.getAttribute("href").slice(1));
     if (row && row.hidden) { search.value = ""; if (method) { method.value = ""; }
                              if (differs) { differs.value = ""; } filter(); }
-    if (row && !(row.nextSibling && row.nextSibling.className === "detail")) { open(row); }
+    var next = row && row.nextElementSibling;
+    if (row && !(next && next.className === "detail")) { open(row); }
   });
   shown.textContent = rows.length + " of " + rows.length + " tensors shown";
 })();

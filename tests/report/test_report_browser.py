@@ -80,6 +80,12 @@ def test_search_finds_a_tensor_and_shows_its_explanation(page, report):
     cells = detail.locator("svg rect")
     assert cells.count() >= 2  # frame and at least one cell per drawing
     no_sideways_scroll(page)
+    button = page.locator("#tensor-table tbody tr:not([hidden]) button.open")
+    button.click()  # closes it
+    assert page.locator("#tensor-table tr.detail").count() == 0
+    assert button.get_attribute("aria-expanded") == "false"
+    button.click()  # opens it again, once
+    assert page.locator("#tensor-table tr.detail").count() == 1
     assert page.errors == []
 
 
