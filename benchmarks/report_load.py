@@ -12,10 +12,12 @@ small layers, four weights each), write its report with ``popart-unwind plan`` o
 
 Prints one row per tensor count: the report's size, the planning time (the whole command,
 report included) and the median load and search times. The target for 2,000 tensors is a
-load within 3 s.
+load within 3 s. ``--page PATH NAME`` times a report written beforehand instead (any
+model's: NAME is a tensor to search for); its planning time is not known here.
 
     python benchmarks/report_load.py                       # 2,001 and 5,001 tensors
     python benchmarks/report_load.py --layers 500 --width 64 --markdown
+    python benchmarks/report_load.py --layers --page report/index.html 624.weight
 """
 
 from __future__ import annotations
@@ -76,15 +78,29 @@ def time_page(browser, page_path: Path, tensor: str) -> tuple[float, float]:
     return load, search
 
 
+def medians(times: list[tuple[float, float]]) -> list[str]:
+    """The median load (seconds) and search (milliseconds) as table cells."""
+    return [f"{statistics.median(t[0] for t in times):.2f}",
+            f"{1000 * statistics.median(t[1] for t in times):.0f}"]
+
+
+def rows_of(page: Path) -> int:
+    """The tensors a report lists (its table's rows)."""
+    return page.read_text(encoding="utf-8").count('<tr id="tensor-')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, nargs="+", default=[500, 1250],
+    parser.add_argument("--layers", type=int, nargs="*", default=[500, 1250],
                         help="layers of the wide model (4 tensors each, plus the input)")
     parser.add_argument("--width", type=int, default=8, help="each layer's width")
     parser.add_argument("--tiles", type=int, default=1472)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chromium", default=shutil.which("chromium"),
                         help="the browser's executable (default: chromium on PATH)")
+    parser.add_argument("--page", nargs=2, action="append", default=[],
+                        metavar=("PATH", "NAME"),
+                        help="also time this report page, searching for tensor NAME")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args()
     if not args.chromium:
@@ -97,14 +113,18 @@ def main() -> None:
         for layers in args.layers:
             folder = Path(scratch) / f"wide{layers}"
             page, planned = write_report(folder, layers, args.width, args.tiles)
-            times = [time_page(browser, page, f"layer{layers // 2}/gamma")
+            times = [time_page(browser, page, f"{layers // 2}.norm.weight")
                      for _ in range(args.repeats)]
-            rows.append([f"{4 * layers + 1:,}", str(args.width), f"{args.tiles:,}",
-                         f"{page.stat().st_size / 1e6:.2f}", f"{planned:.1f}",
-                         f"{statistics.median(t[0] for t in times):.2f}",
-                         f"{1000 * statistics.median(t[1] for t in times):.0f}"])
+            rows.append([f"wide, {layers:,} layers of {args.width}", f"{4 * layers + 1:,}",
+                         f"{args.tiles:,}", f"{page.stat().st_size / 1e6:.2f}",
+                         f"{planned:.1f}", *medians(times)])
+        for path, name in args.page:
+            page = Path(path).resolve()
+            times = [time_page(browser, page, name) for _ in range(args.repeats)]
+            rows.append([page.parent.name, f"{rows_of(page):,}", "",
+                         f"{page.stat().st_size / 1e6:.2f}", "", *medians(times)])
         browser.close()
-    header = ["tensors", "width", "tiles", "report MB", "plan + report s", "load s",
+    header = ["report", "tensors", "tiles", "report MB", "plan + report s", "load s",
               "search ms"]
     print(f"# {platform.machine()} {platform.system()}, Python {platform.python_version()}, "
           f"median of {args.repeats} loads")

@@ -1,7 +1,8 @@
 """The report page's one script and the styles of what it draws.
 
 Plain JavaScript, embedded in the page: no library, no network. It makes the tensor table
-searchable (by name), filterable (by method, and by whether PopART lays the tensor out
+searchable (by name; a full name or a search only one tensor matches opens that
+tensor), filterable (by method, and by whether PopART lays the tensor out
 otherwise), sortable (any column), and opens under a row that tensor's explanations and
 a drawing of its layouts, built as inline SVG from the compact cells of
 ``layout_data.py``. Drawings are made when asked for, so a table of thousands of tensors
@@ -147,17 +148,19 @@ SCRIPT = r"""
 
   function filter() {
     var text = search.value.trim().toLowerCase(), wanted = method ? method.value : "";
-    var which = differs ? differs.value : "", count = 0, only = null;
+    var which = differs ? differs.value : "", count = 0, only = null, exact = null;
     closeAll();
     rows.forEach(function (row) {
-      var visible = (!text || row.dataset.name.toLowerCase().indexOf(text) >= 0) &&
+      var name = row.dataset.name.toLowerCase();
+      var visible = (!text || name.indexOf(text) >= 0) &&
         (!wanted || row.dataset.method === wanted) &&
         (!which || row.dataset.differs === which);
       row.hidden = !visible;
-      if (visible) { count++; only = row; }
+      if (visible) { count++; only = row; if (name === text) { exact = row; } }
     });
     shown.textContent = count + " of " + rows.length + " tensors shown";
-    if (count === 1 && text) { open(only); }
+    // a name typed in full opens its tensor, as does a search only one tensor matches
+    if (text && (exact || count === 1)) { open(exact || only); }
   }
 
   function sortBy(header) {

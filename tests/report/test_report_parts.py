@@ -204,3 +204,17 @@ def test_the_page_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
         pages.append(sorted((p.name, p.read_bytes()) for p in Path(folder).iterdir()
                             if not p.name.startswith(".")))
     assert pages[0] == pages[1]
+
+
+def test_without_popart_the_page_says_no_comparison_was_made(tmp_path):
+    model = tmp_path / "odd.onnx"
+    onnx.save(odd_names_model(), str(model))
+    status = main(["plan", str(model), "--tiles", str(TILES), "--quiet", "--baseline",
+                   "linear", "--report", str(tmp_path / "report")],
+                  stdout=io.StringIO(), stderr=io.StringIO())
+    assert status == 0
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "No comparison: PopART's plan was not made" in page
+    assert 'id="differs-filter"' not in page and 'id="method-filter"' in page
+    found = re.search(r'id="tensor-data">(.*?)</script>', page, re.S)
+    assert json.loads(found.group(1))["plans"] == ["ours"]

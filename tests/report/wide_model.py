@@ -21,7 +21,8 @@ def wide_model(layers: int, width: int = 8, batch: int = 4) -> onnx.ModelProto:
     nodes, weights = [], []
     x = "x"
     for i in range(layers):
-        names = [f"layer{i}/w", f"layer{i}/b", f"layer{i}/gamma", f"layer{i}/beta"]
+        # named as PyTorch names a Sequential's parameters: 32.weight is part of 132.weight
+        names = [f"{i}.weight", f"{i}.bias", f"{i}.norm.weight", f"{i}.norm.bias"]
         values = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32),
                   np.zeros(width, np.float32), np.ones(width, np.float32),
                   np.zeros(width, np.float32)]
