@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,32 +47,27 @@ def write_report(run: PlanRun, folder: Path, title: str,
     ``progress(step, done, total)`` hears of each section as it is drawn. ``title`` heads
     the page: the model's file name, not its path."""
     images: dict[str, bytes] = {}
-    tensors: dict[str, str] = {}
-
-    def tensor_parts() -> str:
-        tensors["differences"], tensors["table"], tensors["data"] = tensor_sections(run)
-        return ""
-
-    steps = [
-        ("tensors", tensor_parts),
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("tensors", lambda: tensor_sections(run)),
         ("summary", lambda: _summary(run)),
         ("per-tile bars", lambda: _per_tile(run, images)),
         ("memory map", lambda: _memory_map(run, images)),
         ("ops", lambda: _top_ops(run)),
         ("diagram", lambda: _diagram(run, folder, images)),
     ]
-    sections = []
+    parts: dict[str, Any] = {}
     for done, (step, make) in enumerate(steps):
         if progress is not None:
             progress(step, done, len(steps))
-        sections.append(make())
-    for name, data in images.items():
-        (folder / name).write_bytes(data)
-    body = "\n".join([tensors["differences"], *(s for s in sections if s), tensors["table"]])
+        parts[step] = make()
+    for name, png in images.items():
+        (folder / name).write_bytes(png)
+    differences, table, data = parts.pop("tensors")
+    body = "\n".join([differences, *(part for part in parts.values() if part), table])
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>{_e(title)}</title>\n<style>{CSS}{STYLE}</style>\n</head>\n<body>\n"
-            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n{tensors['data']}\n"
+            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n{data}\n"
             f"<script>{SCRIPT}</script>\n</body>\n</html>\n")
     (folder / "index.html").write_text(page, encoding="utf-8")
 
