@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; vertical-align: top; }
 th { background: #f4f4f4; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.text { max-width: 40em; overflow-wrap: anywhere; }
+td.text { max-width: 40em; overflow-wrap: break-word; }
 img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1.5em; }
 .meta { color: #555; } code { font-size: 0.95em; }
 """
@@ -90,10 +91,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: i
     lines = []
     for row in rows:
         cells = "".join(
-            f'<td class="{"num" if numeric_from <= i < end else "text"}">{_e(cell)}</td>'
-            for i, cell in enumerate(row))
+            f'<td class="num">{_e(cell)}</td>' if numeric_from <= i < end
+            else f'<td class="text">{_breakable(cell)}</td>' for i, cell in enumerate(row))
         lines.append(f"<tr>{cells}</tr>")
     return f"<table>\n<tr>{head}</tr>\n" + "\n".join(lines) + "\n</table>"
+
+
+def _breakable(text: Any) -> str:
+    """Escaped, with a line-break opportunity after each separator of a long name
+    (``model.layer.0/MatMul``), so that names wrap at their parts, not mid-word."""
+    return re.sub(r"([/._:])", r"\1<wbr>", _e(text))
 
 
 def _meta(run: PlanRun) -> str:

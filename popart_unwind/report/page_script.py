@@ -14,10 +14,14 @@ STYLE = """
             margin: 0.5em 0; }
 .controls input[type=search] { width: 18em; max-width: 100%; }
 #tensor-table { width: 100%; table-layout: fixed; }
-#tensor-table th { cursor: pointer; user-select: none; overflow-wrap: anywhere; }
+#tensor-table th { cursor: pointer; user-select: none; overflow-wrap: break-word; }
 #tensor-table th[aria-sort=ascending]::after { content: " \\25B2"; }
 #tensor-table th[aria-sort=descending]::after { content: " \\25BC"; }
 #tensor-table td { overflow-wrap: anywhere; }
+#tensor-table th:nth-child(1) { width: 18%; } #tensor-table th:nth-child(2) { width: 5%; }
+#tensor-table th:nth-child(3) { width: 6%; } #tensor-table th:nth-child(4) { width: 5%; }
+#tensor-table th:nth-child(5) { width: 6%; } #tensor-table th:nth-child(6) { width: 7%; }
+#tensor-table th:nth-child(7) { width: 9%; } #tensor-table th:nth-child(8) { width: 5%; }
 button.open { font: inherit; color: #0645ad; background: none; border: 0; padding: 0;
               text-align: left; cursor: pointer; overflow-wrap: anywhere; }
 button.open:hover { text-decoration: underline; }
