@@ -1,13 +1,13 @@
 """Tensor layouts in a few hundred characters, for the page's script to draw as SVG.
 
-A layout is drawn as a tiles × elements map (as ``pictures.tensor_heatmap`` draws it):
-the flat tensor in at most ``ELEMENT_BINS`` bins of consecutive elements, the tiles either
-plan uses in at most ``TILE_BINS`` bins, and in each cell the share of the element bin's
-elements held by that bin of tiles, rounded up to one of ``LEVELS`` levels (0: none). The
-cells are sent column by column (element bin by element bin, tiles upwards), run-length
-encoded: a letter ``a``–``j`` for the level, followed by the run's length when it is more
-than one (``a40c2`` is 40 empty cells then two of level 2). Binning loses detail on
-tensors larger than the grid; the page says which tiles and elements a cell covers.
+A layout is drawn as a tiles × elements map: the flat tensor in at most ``ELEMENT_BINS``
+bins of consecutive elements, the tiles either plan uses in at most ``TILE_BINS`` bins,
+and in each cell the share of the element bin's elements held by that bin of tiles,
+rounded up to one of ``LEVELS`` levels (0: none). The cells are sent column by column
+(element bin by element bin, tiles upwards), run-length encoded: a letter ``a``–``j`` for
+the level, followed by the run's length when it is more than one (``a40c2`` is 40 empty
+cells then two of level 2). Binning loses detail on tensors larger than the grid; the
+page says which tiles and elements a cell covers.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def levels(tiles: np.ndarray, first: int, end: int, element_bins: int, tile_bins
     flat = np.asarray(tiles).reshape(-1).astype(np.int64)
     if flat.size == 0:
         return np.zeros((element_bins, tile_bins), np.int64)
-    # element i falls in bin floor(i * bins / n), as in pictures.occupancy
+    # element i falls in bin floor(i * bins / n)
     column = np.arange(flat.size, dtype=np.int64) * element_bins // flat.size
     row = (flat - first) * tile_bins // (end - first)
     counts = np.bincount(column * tile_bins + row, minlength=element_bins * tile_bins)
