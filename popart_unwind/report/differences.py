@@ -135,9 +135,18 @@ def ranked_differences(worths: dict[TensorKey, TensorWorth]) -> list[TensorWorth
 
 def differing_ops(run: PlanRun) -> list[PlannedOp]:
     """The matmuls and convolutions PopART plans otherwise (partition, or whether a fully
-    connected layer's passes share it), the most cycles saved first."""
+    connected layer's passes share it), the most cycles saved first, then the most bytes
+    received saved."""
     if BASELINE not in run.costs:
         return []
+    received = {plan: {(row.graph_id, row.op_id): row.exchange_bytes * row.executions
+                       for row in run.costs[plan].ops} for plan in ("ours", BASELINE)}
+
+    def rank(op: PlannedOp) -> tuple[int, int, str, str, int]:
+        key = (op.graph_id, op.op_id)
+        return (op.cycles.get("ours", 0) - op.cycles.get(BASELINE, 0),
+                received["ours"].get(key, 0) - received[BASELINE].get(key, 0),
+                op.graph_id, op.name, op.op_id)
+
     found = [op for op in run.planned_ops if op.plans.get("ours") != op.plans.get(BASELINE)]
-    return sorted(found, key=lambda op: (op.cycles.get("ours", 0) - op.cycles.get(BASELINE, 0),
-                                         op.graph_id, op.name, op.op_id))
+    return sorted(found, key=rank)

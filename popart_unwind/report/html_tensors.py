@@ -141,23 +141,32 @@ def _plan_text(plan: dict[str, Any] | None) -> str:
 
 def _op_table(run: PlanRun, ops: list[Any]) -> str:
     """Every matmul and convolution PopART plans otherwise, most cycles saved first (the
-    op's own cycles: input exchange, partial sums and compute)."""
+    op's own cycles: input exchange, partial sums and compute), with the bytes it receives
+    under each plan."""
     intro = ("<h3>Matmul plans</h3>\n<p>A plan is the partition G×M×K×N of an op's work "
              "over the tiles, and whether a fully connected layer's passes share it; "
-             "cycles are the op's own (input exchange, partial sums and compute).</p>")
+             "cycles are the op's own (input exchange, partial sums and compute), bytes "
+             "those its tiles receive, per step.</p>")
     if not ops:
         return f"{intro}\n<p>PopART plans every matmul and convolution as ours does.</p>"
+    received = {plan: {(row.graph_id, row.op_id): row.exchange_bytes * row.executions
+                       for row in run.costs[plan].ops} for plan in ("ours", BASELINE)}
     rows = []
     for op in ops:
         ours, theirs = op.cycles.get("ours", 0), op.cycles.get(BASELINE, 0)
+        key = (op.graph_id, op.op_id)
+        bytes_ours, bytes_theirs = received["ours"].get(key, 0), received[BASELINE].get(key, 0)
         rows.append(f"<tr><td>{_e(qualified_id(op.graph_id, op.name))}</td><td>{_e(op.type)}"
                     f"</td><td>{_e(_plan_text(op.plans.get('ours')))}</td>"
                     f"<td>{_e(_plan_text(op.plans.get(BASELINE)))}</td>"
                     f'<td class="num">{ours:,}</td><td class="num">{theirs:,}</td>'
-                    f'<td class="num">{theirs - ours:+,}</td></tr>')
+                    f'<td class="num">{theirs - ours:+,}</td>'
+                    f'<td class="num">{bytes_ours:,}</td><td class="num">{bytes_theirs:,}</td>'
+                    f"</tr>")
     return (f"{intro}\n<table>\n<tr><th>op</th><th>type</th><th>our plan</th>"
             f"<th>PopART's plan</th><th>cycles ours</th><th>cycles PopART</th>"
-            f"<th>saved</th></tr>\n" + "\n".join(rows) + "\n</table>")
+            f"<th>cycles saved</th><th>bytes ours</th><th>bytes PopART</th></tr>\n"
+            + "\n".join(rows) + "\n</table>")
 
 
 def _table(run: PlanRun, worths: dict[Any, TensorWorth]) -> str:

@@ -218,3 +218,26 @@ def test_without_popart_the_page_says_no_comparison_was_made(tmp_path):
     assert 'id="differs-filter"' not in page and 'id="method-filter"' in page
     found = re.search(r'id="tensor-data">(.*?)</script>', page, re.S)
     assert json.loads(found.group(1))["plans"] == ["ours"]
+
+
+def test_ops_planned_otherwise_rank_by_cycles_then_bytes_saved():
+    """With rotated start tiles ours plans every matmul from another tile than PopART."""
+    from popart_unwind.options import with_options
+    from popart_unwind.report.demo_model import build_demo_ir
+    from popart_unwind.report.differences import differing_ops
+
+    ir = build_demo_ir()
+    ir.options = with_options(ir.options, ["rotate_plan_start_tiles=true"])
+    transform(ir)
+    with StageProgress(io.StringIO(), enabled=False) as progress:
+        run = plan_session(ir, IpuModel(), None, "popart", progress)
+    ops = differing_ops(run)
+    assert ops and all(op.plans["ours"] != op.plans["popart"] for op in ops)
+    assert len(ops) == sum(op.plans.get("ours") != op.plans.get("popart")
+                           for op in run.planned_ops)
+    received = {plan: {(r.graph_id, r.op_id): r.exchange_bytes for r in run.costs[plan].ops}
+                for plan in ("ours", "popart")}
+    ranks = [(op.cycles["ours"] - op.cycles["popart"],
+              received["ours"][(op.graph_id, op.op_id)]
+              - received["popart"][(op.graph_id, op.op_id)]) for op in ops]
+    assert ranks == sorted(ranks)
