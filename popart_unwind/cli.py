@@ -315,7 +315,9 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             if args.report is not None:
                 from popart_unwind.report.html import write_report
 
-                write_report(run, outputs.report_folder, title, progress.update)
+                # the page is titled by the model's file name, never its path
+                page_title = title if demo else Path(str(args.model)).name
+                write_report(run, outputs.report_folder, page_title, progress.update)
     return run, title
 
 

@@ -1,30 +1,30 @@
 """The HTML report: one self-contained ``index.html`` (pictures as base64 PNG data URIs,
-CSS inline, no scripts, no network) with the PNGs also saved beside it.
+CSS and its one script inline, no network) with the PNGs also saved beside it.
 
-Sections: the model, target and solver (with any ops no layout rule models); the summary
-table; per-tile memory and exchange bars; the ops that move the most data; the matmuls
-whose plan differs from PopART's; tiles × elements maps of the largest tensors (ours beside
-PopART's); for small problems the unwinding diagram; and every tensor's method and
-explanation.
+Sections: the model, target and solver (with any ops no layout rule models); where ours
+differs from PopART, worth first (``html_tensors.py``); the summary table; per-tile memory
+and exchange bars; the ops that move the most data; for small problems the unwinding
+diagram; and every tensor in a table to search, filter and sort, each with its
+explanations and a drawing of its layouts.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
-from math import prod
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from popart_unwind.ir.tensor import qualified_id
 from popart_unwind.report import pictures
+from popart_unwind.report.html_tensors import tensor_sections
+from popart_unwind.report.page_script import SCRIPT, STYLE
 from popart_unwind.report.progress import ProgressCallback
-from popart_unwind.report.session import PlanRun, largest_tensors
+from popart_unwind.report.session import PlanRun
 from popart_unwind.report.summary import PLAN_TITLES, ops_without_rule_order, summary_rows
 from popart_unwind.version import __version__
 
-HEATMAP_TENSORS = 12
 TOP_OPS = 20
 MAX_DIAGRAM_TENSORS = 40
 
@@ -36,7 +36,7 @@ table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; vertical-align: top; }
 th { background: #f4f4f4; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.text { max-width: 40em; }
+td.text { max-width: 40em; overflow-wrap: break-word; }
 img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1.5em; }
 .meta { color: #555; } code { font-size: 0.95em; }
 """
@@ -45,29 +45,31 @@ img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1.5em; }
 def write_report(run: PlanRun, folder: Path, title: str,
                  progress: ProgressCallback | None = None) -> None:
     """Write ``index.html`` and the PNGs into ``folder`` (an empty staging folder);
-    ``progress(step, done, total)`` hears of each section as it is drawn."""
+    ``progress(step, done, total)`` hears of each section as it is drawn. ``title`` heads
+    the page: the model's file name, not its path."""
     images: dict[str, bytes] = {}
-    steps = [
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("tensors", lambda: tensor_sections(run)),
         ("summary", lambda: _summary(run)),
         ("per-tile bars", lambda: _per_tile(run, images)),
         ("memory map", lambda: _memory_map(run, images)),
         ("ops", lambda: _top_ops(run)),
-        ("matmul plans", lambda: _matmul_plans(run)),
-        ("tile maps", lambda: _heatmaps(run, images, progress)),
         ("diagram", lambda: _diagram(run, folder, images)),
-        ("tensors", lambda: _tensor_list(run)),
     ]
-    sections = []
+    parts: dict[str, Any] = {}
     for done, (step, make) in enumerate(steps):
         if progress is not None:
             progress(step, done, len(steps))
-        sections.append(make())
-    for name, data in images.items():
-        (folder / name).write_bytes(data)
-    body = "\n".join(section for section in sections if section)
+        parts[step] = make()
+    for name, png in images.items():
+        (folder / name).write_bytes(png)
+    differences, table, data = parts.pop("tensors")
+    body = "\n".join([differences, *(part for part in parts.values() if part), table])
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n</body>\n</html>\n")
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{_e(title)}</title>\n<style>{CSS}{STYLE}</style>\n</head>\n<body>\n"
+            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n{data}\n"
+            f"<script>{SCRIPT}</script>\n</body>\n</html>\n")
     (folder / "index.html").write_text(page, encoding="utf-8")
 
 
@@ -89,26 +91,38 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: i
     lines = []
     for row in rows:
         cells = "".join(
-            f'<td class="{"num" if numeric_from <= i < end else "text"}">{_e(cell)}</td>'
-            for i, cell in enumerate(row))
+            f'<td class="num">{_e(cell)}</td>' if numeric_from <= i < end
+            else f'<td class="text">{_breakable(cell)}</td>' for i, cell in enumerate(row))
         lines.append(f"<tr>{cells}</tr>")
     return f"<table>\n<tr>{head}</tr>\n" + "\n".join(lines) + "\n</table>"
 
 
+def _breakable(text: Any) -> str:
+    """Escaped, with a line-break opportunity after each separator of a long name
+    (``model.layer.0/MatMul``), so that names wrap at their parts, not mid-word."""
+    return re.sub(r"([/._:])", r"\1<wbr>", _e(text))
+
+
 def _meta(run: PlanRun) -> str:
     source = run.ir.metadata.get("source", "model")
+    if run.ir.metadata.get("format") == "onnx":
+        source = Path(source).name  # the file, not where it lies
     counts: dict[str, int] = {}
     for decision in run.decisions:
         counts[decision.method] = counts.get(decision.method, 0) + 1
     methods = ", ".join(f"{count} {method}" for method, count in sorted(counts.items()))
-    objective, bound = float(run.plan.objective), float(run.plan.upper_bound)
-    share = f" ({100 * objective / bound:.1f}%)" if bound else ""
+    score, bound = float(run.plan.objective), float(run.plan.upper_bound)
+    share = f" ({100 * score / bound:.1f}%)" if bound else ""
     return (f'<p class="meta">Model <code>{_e(source)}</code> · target IpuModel, '
             f"{run.model.tiles_per_ipu:,} tiles of {run.model.bytes_per_tile:,} bytes · "
-            f"solver <code>{_e(run.algorithm)}</code>: objective {objective:,g} of "
-            f"{bound:,g}{share} on the unwinding graph · {len(run.decisions)} tensors "
+            f"solver <code>{_e(run.algorithm)}</code>, its score on the unwinding graph "
+            f"{_figure(score)} of {_figure(bound)}{share} · {len(run.decisions)} tensors "
             f"({_e(methods)}) · popart-unwind {_e(__version__)}</p>\n"
             + _ops_without_rule(run))
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
 
 
 def _ops_without_rule(run: PlanRun) -> str:
@@ -122,51 +136,16 @@ def _ops_without_rule(run: PlanRun) -> str:
             f"no exchange counted): {names}</p>")
 
 
-def _plan_text(plan: dict[str, Any] | None) -> str:
-    """A plan in a few words: its partition, and the pass it computes."""
-    if plan is None:
-        return "-"
-    part = plan["partition"]
-    splits = (part["groups"], part["rows"], part["inner"], part["cols"])
-    text = "×".join(map(str, splits)) + f" ({prod(splits):,} tiles)"
-    if plan.get("fully_connected_pass", "NONE") != "NONE":
-        text += (f", {plan['fully_connected_pass']} " +
-                 ("with its layer" if plan.get("joint") else "alone"))
-    if plan.get("start_tile"):
-        text += f", from tile {plan['start_tile']:,}"
-    return text
-
-
-def _matmul_plans(run: PlanRun) -> str:
-    """The matmuls and convolutions whose plan differs from PopART's, by what the
-    difference gains in cycles (the op's own: its input exchange, partial sums and
-    compute; the layouts it leads to elsewhere are in the summary)."""
-    if "popart" not in run.costs:
-        return ""
-    ops = run.planned_ops
-    differing = [op for op in ops if op.plans.get("ours") != op.plans.get("popart")]
-    intro = (f"<p>{len(ops)} matmuls and convolutions; {len(differing)} planned otherwise "
-             f"than PopART plans them (partition G×M×K×N of the tiles, and whether a fully "
-             f"connected layer's passes share it).</p>")
-    if not differing:
-        return f"<h2>Matmul plans</h2>\n{intro}"
-    differing.sort(key=lambda op: (op.cycles.get("ours", 0) - op.cycles.get("popart", 0),
-                                   op.name))
-    rows = [[op.name, op.type, _plan_text(op.plans.get("ours")),
-             _plan_text(op.plans.get("popart")), f"{op.cycles.get('ours', 0):,}",
-             f"{op.cycles.get('popart', 0):,}",
-             f"{op.cycles.get('ours', 0) - op.cycles.get('popart', 0):+,}"]
-            for op in differing[:TOP_OPS]]
-    table = _table(["op", "type", "our plan", "PopART's plan", "cycles ours",
-                    "cycles PopART", "difference"], rows, numeric_from=4)
-    more = f"<p>and {len(differing) - TOP_OPS} more.</p>" if len(differing) > TOP_OPS else ""
-    return f"<h2>Matmul plans</h2>\n{intro}\n{table}\n{more}"
-
-
 def _summary(run: PlanRun) -> str:
     header, rows = summary_rows(run.summaries(), run.model.bytes_per_tile)
-    note = ("<p>Objective: the planner's score of agreeing layouts (higher is better; the "
-            "share is of the upper bound). Exchange: bytes tiles receive before ops compute "
+    note = ("<p>Objective: the planner's preferences met by each plan's tiles (Σ value × "
+            "elements whose two ends share a tile; higher is better; the share is of the "
+            "upper bound), one figure per plan on one scale. The solver's score above "
+            "counts the same preferences on the unwinding graph, before its layouts become "
+            "tiles: there an element agrees only where the solver made it agree, while on "
+            "tiles two elements also agree when they land on one tile by coincidence, and "
+            "the realizer's memory balancing moves some elements; so the two differ by a "
+            "little either way. Exchange: bytes tiles receive before ops compute "
             "and the cycles that takes. Max tile memory: the fullest tile's resident bytes "
             "(always-live tensors and the largest single op's data) against the tile's "
             "budget. Peak tile memory: the most bytes the busiest tile holds at once over the "
@@ -266,29 +245,6 @@ def _top_ops(run: PlanRun) -> str:
             "of a subgraph counts once per call site).</p>\n" + _table(header, rows, 3))
 
 
-def _heatmaps(run: PlanRun, images: dict[str, bytes],
-              progress: ProgressCallback | None) -> str:
-    shown = [name for name in ("ours", "popart") if name in run.layouts]
-    largest = largest_tensors(run, HEATMAP_TENSORS)
-    what = f"the {len(largest)} largest tensors" if len(largest) < len(run.decisions) \
-        else "every tensor"
-    parts = [f"<h2>Tile maps of {what}</h2>",
-             "<p>x: element (row-major), y: tile; colour: share of the elements of an x bin "
-             "that lie on a tile. A linear mapping is a staircase.</p>"]
-    for index, decision in enumerate(largest):
-        if progress is not None:
-            progress("tile maps", index, len(largest))
-        key = (decision.graph_id, decision.tensor_id)
-        name = f"tensor_{index:02d}.png"
-        label = qualified_id(decision.graph_id, decision.tensor_id)
-        images[name] = pictures.tensor_heatmap(
-            label, decision.shape, {plan: run.layouts[plan][key] for plan in shown
-                                    if key in run.layouts[plan]}, run.model.tiles_per_ipu)
-        parts.append(f"<h3>{_e(label)} <small>({_e(decision.method)})</small></h3>")
-        parts.append(_img(images, name, f"tile map of {label}"))
-    return "\n".join(parts)
-
-
 def _diagram(run: PlanRun, folder: Path, images: dict[str, bytes]) -> str:
     graph = getattr(run.plan, "unwind_graph", None)
     solution = getattr(run.plan, "solution", None)
@@ -308,18 +264,3 @@ def _diagram(run: PlanRun, folder: Path, images: dict[str, bytes]) -> str:
             + _img(images, "unwind.png", "the unwinding graph and its solution"))
 
 
-def _tensor_list(run: PlanRun) -> str:
-    popart = run.methods.get("popart", {})
-    header = ["tensor", "graph", "shape", "dtype", "method", "explanation"]
-    if popart:
-        header += ["PopART method", "PopART explanation"]
-    rows = []
-    for d in run.decisions:
-        key = (d.graph_id, d.tensor_id)
-        row = [d.tensor_id, d.graph_id or "main", "×".join(map(str, d.shape)) or "scalar",
-               d.dtype, d.method, d.explanation]
-        if popart:
-            row += list(popart.get(key, ("", "")))
-        rows.append(row)
-    header_row = _table(header, rows, numeric_from=len(header))
-    return f"<h2>Tensors</h2>\n<p>How each producer-less tensor got its layout.</p>\n{header_row}"

@@ -1,9 +1,6 @@
-"""The report's pictures, rendered with matplotlib's Agg backend into PNG bytes.
+"""The report's pictures, rendered with matplotlib's Agg backend into PNG bytes (each
+tensor's layout is drawn by the page itself: ``layout_data.py``).
 
-- a tiles × elements heat map per tensor: x is the element (row-major, in bins when the
-  tensor is long), y the tile (in bins on a large target), colour the share of the bin's
-  elements on that tile — a linear mapping is a staircase, a matmul layout a pattern of
-  blocks; one panel per plan, side by side;
 - per-tile bars (resident memory, received exchange), one row per plan on one scale;
 - per-tile memory on a grid of tiles (always-live and peak), one column per plan, one
   colour scale for all, the budget as the top of the scale when a tile exceeds it.
@@ -14,7 +11,7 @@ Rendering is deterministic (no timestamps in the PNG), so one plan gives one pic
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import matplotlib
 import numpy as np
@@ -54,59 +51,6 @@ def _axes(fig: Figure, left: float, bottom: float, width: float, height: float) 
     ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
     return ax
-
-
-def occupancy(tiles: np.ndarray, tile_range: tuple[int, int], element_bins: int,
-              tile_bins: int) -> np.ndarray:
-    """[tile_bins, element_bins]: the share of each element bin's elements on each bin of
-    the tiles ``tile_range`` (first, last + 1); bins split the ranges as evenly as
-    integers allow."""
-    flat = np.asarray(tiles).reshape(-1)
-    if flat.size == 0:
-        return np.zeros((tile_bins, element_bins))
-    first, end = tile_range
-    # Element i falls in bin floor(i * bins / n): bin j starts at ceil(j * n / bins).
-    starts = -(-np.arange(element_bins + 1, dtype=np.int64) * flat.size // element_bins)
-    per_column = np.diff(starts)
-    column = np.repeat(np.arange(element_bins, dtype=np.int32), per_column)
-    row = (flat.astype(np.int32) - first) * tile_bins // (end - first)  # small: no overflow
-    counts = np.bincount(row * element_bins + column, minlength=tile_bins * element_bins)
-    counts = counts.reshape(tile_bins, element_bins).astype(float)
-    return counts / np.maximum(per_column, 1).astype(float)
-
-
-def tensor_heatmap(name: str, shape: Sequence[int], layouts: Mapping[str, np.ndarray],
-                   num_tiles: int) -> bytes:
-    """One panel per plan (``layouts``: plan name -> flat tiles) of a tensor's mapping."""
-    numel = int(np.prod(shape)) if len(shape) else 1
-    used = [np.asarray(t).reshape(-1) for t in layouts.values() if np.size(t)]
-    first = min((int(t.min()) for t in used), default=0)
-    end = max((int(t.max()) + 1 for t in used), default=num_tiles)
-    element_bins = max(1, min(numel, MAX_ELEMENT_BINS))
-    tile_bins = max(1, min(end - first, MAX_TILE_BINS))
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
-    panel, gap, left, right = 3.8, 0.5, 0.8, 1.1
-    with style.context("default"), matplotlib.rc_context(RC):
-        fig = _figure(left + len(layouts) * (panel + gap) - gap + right, 3.0)
-        axes = [_axes(fig, left + i * (panel + gap), 0.5, panel, 2.0)
-                for i in range(len(layouts))]
-        image = None
-        for ax, (plan, tiles) in zip(axes, layouts.items(), strict=True):
-            share = occupancy(tiles, (first, end), element_bins, tile_bins)
-            image = ax.imshow(np.ma.masked_equal(share, 0.0), cmap=cmap, vmin=0.0, vmax=1.0,
-                              aspect="auto", origin="lower", interpolation="nearest",
-                              extent=(0, numel, first, end))
-            used = np.unique(np.asarray(tiles)).size
-            ax.set_title(f"{PLAN_TITLES.get(plan, plan)}: {used} of {num_tiles} tiles")
-            ax.set_xlabel("element (row-major)")
-        axes[0].set_ylabel("tile" if (first, end) == (0, num_tiles)
-                           else f"tile ({first} to {end - 1} of {num_tiles})")
-        dims = "×".join(str(d) for d in shape) or "scalar"
-        fig.suptitle(f"{name}  [{dims}]", fontsize=9, fontweight="bold", y=0.97)
-        if image is not None:
-            bar = _axes(fig, left + len(layouts) * (panel + gap) - gap + 0.2, 0.5, 0.15, 2.0)
-            fig.colorbar(image, cax=bar, label="share of the bin's elements")
-        return _png(fig)
 
 
 def per_tile_bars(title: str, values: Mapping[str, np.ndarray], unit: str,

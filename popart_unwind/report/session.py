@@ -185,11 +185,3 @@ def _decision(entry: Any) -> TensorDecision:
                           str(entry.dtype), entry.tile_mapping, str(entry.method),
                           str(entry.explanation))
 
-
-def largest_tensors(run: PlanRun, count: int) -> list[TensorDecision]:
-    """The ``count`` producer-less tensors with the most bytes (ties: plan order)."""
-    def size(decision: TensorDecision) -> int:
-        return int(np.prod(decision.shape)) * run.model.dtype_size(decision.dtype)
-
-    order = sorted(range(len(run.decisions)), key=lambda i: (-size(run.decisions[i]), i))
-    return [run.decisions[i] for i in order[:count]]

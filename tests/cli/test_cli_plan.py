@@ -132,13 +132,17 @@ def test_report_is_one_self_contained_page(model_path, out_dir):
     assert (status, err) == (0, "")
     page = (report / "index.html").read_text()
     images = re.findall(r'<img src="([^"]*)"', page)
-    assert len(images) >= 5  # memory (resident, peak) and exchange bars, tensor maps,
+    assert len(images) >= 5  # memory (resident, peak) and exchange bars, the memory map,
     # the unwind diagram
     assert all(src.startswith("data:image/png;base64,") for src in images)
     assert not re.search(r"(https?:)?//[\w.-]+\.\w", page.replace("data:image", ""))
-    assert "<script" not in page and "<link" not in page
-    for text in ("Summary", "Per tile", "Exchange by op", "Tile maps", "Tensors", "w",
-                 "peak tile memory", "Peak tile memory", "peak memory per tile"):
+    scripts = re.findall(r"<script[^>]*>", page)  # inline only: the data and the script
+    assert scripts == ['<script type="application/json" id="tensor-data">', "<script>"]
+    assert "<link" not in page
+    assert "<title>linear.onnx</title>" in page and str(model_path.parent) not in page
+    for text in ("Where ours differs from PopART", "Summary", "Per tile", "Exchange by op",
+                 "Tensors", "w", "peak tile memory", "Peak tile memory",
+                 "peak memory per tile"):
         assert text in page
     assert not [p for p in out_dir.iterdir() if p.name.startswith(".")]  # no staging left
 

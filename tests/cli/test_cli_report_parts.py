@@ -14,8 +14,8 @@ from popart_unwind.errors import OutputError, PlanError
 from popart_unwind.machine import IpuModel
 from popart_unwind.report import atomic
 from popart_unwind.report.demo_model import build_demo_ir
+from popart_unwind.report.layout_data import LEVELS, levels
 from popart_unwind.report.output_targets import FileTarget, FolderTarget
-from popart_unwind.report.pictures import occupancy
 from popart_unwind.report.plan_file import (
     TensorDecision,
     build_plan_document,
@@ -131,24 +131,31 @@ def test_transaction_replaces_whole_files_or_puts_them_back(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "two.json"]
 
 
-def test_occupancy_columns_are_shares():
-    tiles = np.repeat(np.arange(4), 25)
-    share = occupancy(tiles, (0, 4), 10, 4)
-    assert share.shape == (4, 10)
-    np.testing.assert_allclose(share.sum(axis=0), 1.0)
-    assert share[0, 0] == 1.0 and share[3, 9] == 1.0
+def test_layout_levels_are_shares_rounded_up():
+    tiles = np.repeat(np.arange(4), 25)  # 100 elements, 25 a tile: bins of 10 elements
+    cells = levels(tiles, 0, 4, 10, 4)
+    assert cells.shape == (10, 4)
+    # bins 2 and 7 straddle two tiles, 5 elements on each: half, rounded up to 5 of 9
+    expected = np.zeros((10, 4), int)
+    for column, tile in enumerate([0, 0, 0, 1, 1, 2, 2, 2, 3, 3]):
+        expected[column, tile] = LEVELS
+    expected[2] = [5, 5, 0, 0]
+    expected[7] = [0, 0, 5, 5]
+    np.testing.assert_array_equal(cells, expected)
 
 
 @pytest.mark.parametrize("size", [1, 7, 161, 1000, 12345])
-def test_occupancy_matches_counting_element_by_element(size):
+def test_layout_levels_match_counting_element_by_element(size):
     tiles = np.random.default_rng(size).integers(3, 50, size).astype(np.int16)
     bins = min(size, 160)
-    share = occupancy(tiles, (3, 50), bins, 12)
+    cells = levels(tiles, 3, 50, bins, 12)
     column = np.arange(size) * bins // size
     row = (tiles.astype(int) - 3) * 12 // 47
-    expected = np.zeros((12, bins))
-    np.add.at(expected, (row, column), 1.0)
-    np.testing.assert_allclose(share, expected / np.bincount(column, minlength=bins))
+    counts = np.zeros((bins, 12), int)
+    np.add.at(counts, (column, row), 1)
+    per_column = np.bincount(column, minlength=bins)[:, None]
+    expected = np.ceil(LEVELS * counts / per_column).astype(int)  # rounded up: 0 only if none
+    np.testing.assert_array_equal(cells, expected)
 
 
 def test_progress_draws_on_a_terminal_only():
@@ -179,7 +186,7 @@ def test_demo_block_has_the_transformer_parts():
 
 
 def test_a_plan_in_a_few_words_names_its_pass_and_its_start_tile():
-    from popart_unwind.report.html import _plan_text
+    from popart_unwind.report.html_tensors import _plan_text
 
     plan = {"partition": {"groups": 1, "rows": 4, "inner": 2, "cols": 8},
             "fully_connected_pass": "TRAINING_WU", "joint": True, "start_tile": 0}

@@ -77,7 +77,7 @@ def test_plan_a_tiny_bert_training_graph_from_onnx(tmp_path):
     assert "exchange bytes" in out
     html = (tmp_path / "report" / "index.html").read_text()
     assert html.count("data:image/png;base64,") >= 3 and "http://" not in html
-    assert "<h2>Matmul plans</h2>" in html
+    assert "<h3>Matmul plans</h3>" in html and "Where ours differs from PopART" in html
     annotated = onnx.load(str(tmp_path / "bert.planned.onnx"))
     assert any(p.key == "popart_unwind.plan" for p in annotated.metadata_props)
 
