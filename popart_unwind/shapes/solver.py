@@ -252,11 +252,11 @@ class Solver(DimEnvironment):
                 self._stick(waiting, (subr.row_var,))
             return
         if cur.row_var == subr.row_var:
-            if not len(rest_subr):
+            if not len(rest_subr) and not len(rest_cur):
                 return
-            if not cur_end and not cur.beg_dims:
+            if not len(rest_cur):
                 self._fail(c, "a row cannot have more axes than itself")
-            self._stick(waiting, (cur.row_var,))
+            self._stick(waiting, (cur.row_var,))  # the alignment needs the variable's length
             return
         if subr_end:  # cur_end is empty: cur's variable holds what its beginning cannot
             grow = min(len(subr_end), len(subr.beg_dims) + len(subr_end) - len(cur.beg_dims))

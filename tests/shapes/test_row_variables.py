@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from popart_unwind.errors import ShapeError
 from popart_unwind.shapes import (
     BatchSlice,
+    Dim,
     DimVar,
     Einsum,
     PointwiseBin,
@@ -286,3 +287,18 @@ def test_a_closed_row_shorter_than_a_patterns_fixed_axes_cannot_be_above_it():
     solver.add(RowIneq(Row((3,)), Shape.parse("a,...,b").output, "broadcast"))
     with pytest.raises(ShapeError, match="fewer axes"):
         solver.solve()
+
+
+def test_a_row_above_itself_with_more_axes_is_checked_once_its_variable_is_known():
+    """``x,..v..,3 >= ..v..``: v's axes align with the right end of the longer row, so the
+    constraint waits for v, then its last axis meets the 3."""
+    v = RowVar.fresh()
+    solver = Solver()
+    above = Row((Dim(3),), v, beg_dims=(DimVar.fresh(),))
+    solver.add(RowIneq(above, Row((), v), "itself"), RowEq(Row((), v), Row((5,)), "value"))
+    with pytest.raises(ShapeError, match="does not broadcast"):
+        solver.solve()
+    solver = Solver()
+    solver.add(RowIneq(above, Row((), v), "itself"), RowEq(Row((), v), Row((3,)), "value"))
+    solver.finalise()
+    assert [d.size for d in solver.final_row(above).dims] == [1, 3, 3]
