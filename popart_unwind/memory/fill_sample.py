@@ -36,9 +36,10 @@ def region_from_ons(shape: Shape, ons: list[np.ndarray]) -> Region:
 def sample_fill_sources(sample: Region, fill: Region) -> Sources:
     """Per-axis sources of ``SettSample(sample) -> SettFillInto(fill)``."""
     sources = []
-    for kept, placed, size in zip(sample.get_ons(), fill.get_ons(), fill.shape, strict=True):
+    for kept, placed, size in zip(sample.ons_arrays(), fill.ons_arrays(), fill.shape,
+                                  strict=True):
         axis = np.full(size, EMPTY, dtype=np.int64)
-        axis[np.asarray(placed, dtype=np.int64)] = np.asarray(kept, dtype=np.int64)
+        axis[placed] = kept
         sources.append(axis)
     return sources
 
@@ -46,10 +47,11 @@ def sample_fill_sources(sample: Region, fill: Region) -> Sources:
 def fill_sample_sources(fill: Region, sample: Region) -> Sources:
     """Per-axis sources of ``SettFillInto(fill) -> SettSample(sample)``."""
     sources = []
-    for placed, read, size in zip(fill.get_ons(), sample.get_ons(), fill.shape, strict=True):
+    for placed, read, size in zip(fill.ons_arrays(), sample.ons_arrays(), fill.shape,
+                                  strict=True):
         input_at = np.full(size, EMPTY, dtype=np.int64)
-        input_at[np.asarray(placed, dtype=np.int64)] = np.arange(len(placed))
-        sources.append(input_at[np.asarray(read, dtype=np.int64)])
+        input_at[placed] = np.arange(len(placed))
+        sources.append(input_at[read])
     return sources
 
 
