@@ -22,35 +22,81 @@ from popart_unwind.unwind.solution import Path, dependency_order
 
 def inward_paths(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
     """For every tensor, the paths from roots (or sinks' own origins) that make its layout."""
+    into = _into(sink_paths)
+    inward: dict[TensorId, list[Path]] = {}
+    for tensor in dependency_order(graph, sink_paths):
+        inward[tensor] = _inward_of(graph, tensor, into, inward)
+    return inward
+
+
+class InwardPaths:
+    """Inward paths computed on demand: a tensor's, after those of what its layout is made
+    from, each tensor once. Realizing a plan asks for its sinks (and the inputs of barriers),
+    whose paths mostly start at roots, so most tensors of a large graph are never visited."""
+
+    def __init__(self, graph: Graph, sink_paths: list[Path]) -> None:
+        self.graph = graph
+        self._into = _into(sink_paths)
+        self._found: dict[TensorId, list[Path]] = {}
+
+    def __getitem__(self, tensor: TensorId) -> list[Path]:
+        if tensor not in self._found:
+            self._compute(tensor)
+        return self._found[tensor]
+
+    def _compute(self, tensor: TensorId) -> None:
+        stack: list[tuple[TensorId, bool]] = [(tensor, False)]
+        while stack:
+            current, ready = stack.pop()
+            if current in self._found:
+                continue
+            if ready:
+                self._found[current] = _inward_of(self.graph, current, self._into, self._found)
+                continue
+            stack.append((current, True))
+            stack.extend((need, False) for need in self._needs(current)
+                         if need not in self._found)
+
+    def _needs(self, tensor: TensorId) -> tuple[TensorId, ...]:
+        """The tensors whose inward paths ``tensor``'s are made from."""
+        kind = self.graph.node(tensor).kind
+        if kind in ROOT_KINDS:
+            return ()
+        if kind == "sink":
+            return tuple(dict.fromkeys(path.src for path in self._into.get(tensor, [])))
+        return tuple(dict.fromkeys(self.graph.node(tensor).inputs))
+
+
+def _into(sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
     into: dict[TensorId, list[Path]] = {}
     for path in sink_paths:
         into.setdefault(path.dst, []).append(path)
-    inward: dict[TensorId, list[Path]] = {}
-    for tensor in dependency_order(graph, sink_paths):
-        shape = graph.shape(tensor)
-        node = graph.node(tensor)
-        if node.kind in ROOT_KINDS:
-            inward[tensor] = [
-                _identity(tensor, shape, DisjointRegions(shape, [Region.full(shape)]))
-            ]
-            continue
-        if node.kind == "sink":
-            found = [
-                _through(before, path.chain, path.dst, path.regions)
-                for path in into.get(tensor, [])
-                for before in inward[path.src]
-            ]
-            covered = DisjointRegions(shape, [r for p in found if p for r in p.regions.regions])
-            own = covered.complement()
-            found.append(_identity(tensor, shape, own) if own.total_elms() else None)
-        else:
-            found = [
-                _through(before, edge.chain, tensor, DisjointRegions(shape, [edge.region]))
-                for edge in forward_edges(node, shape, graph.in_shapes(node))
-                for before in inward[edge.src]
-            ]
-        inward[tensor] = [p for p in found if p is not None]
-    return inward
+    return into
+
+
+def _inward_of(graph: Graph, tensor: TensorId, into: dict[TensorId, list[Path]],
+               inward: dict[TensorId, list[Path]]) -> list[Path]:
+    """``tensor``'s inward paths, from those of what it is made from (already in ``inward``)."""
+    shape = graph.shape(tensor)
+    node = graph.node(tensor)
+    if node.kind in ROOT_KINDS:
+        return [_identity(tensor, shape, DisjointRegions(shape, [Region.full(shape)]))]
+    if node.kind == "sink":
+        found = [
+            _through(before, path.chain, path.dst, path.regions)
+            for path in into.get(tensor, [])
+            for before in inward[path.src]
+        ]
+        covered = DisjointRegions(shape, [r for p in found if p for r in p.regions.regions])
+        own = covered.complement()
+        found.append(_identity(tensor, shape, own) if own.total_elms() else None)
+    else:
+        found = [
+            _through(before, edge.chain, tensor, DisjointRegions(shape, [edge.region]))
+            for edge in forward_edges(node, shape, graph.in_shapes(node))
+            for before in inward[edge.src]
+        ]
+    return [p for p in found if p is not None]
 
 
 def _identity(tensor: TensorId, shape, regions: DisjointRegions) -> Path:
@@ -65,7 +111,7 @@ def _through(before: Path, chain: Chain, dst: TensorId, within: DisjointRegions)
     return Path(before.src, dst, before.chain.then(chain).canonicalized(), regions)
 
 
-def symbolic_score(graph: Graph, inward: dict[TensorId, list[Path]]) -> float:
+def symbolic_score(graph: Graph, inward: dict[TensorId, list[Path]] | InwardPaths) -> float:
     """The exact objective from inward paths (see the module docstring)."""
     total = 0.0
     for pair in graph.valued_pairs():
