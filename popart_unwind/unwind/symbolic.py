@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from popart_unwind.memory import Chain, DisjointRegions, Region
+from popart_unwind.memory.fill_sample import fill_sample_sources
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import ROOT_KINDS, forward_edges
 from popart_unwind.unwind.solution import Path, dependency_order
@@ -123,12 +124,34 @@ def symbolic_score(graph: Graph, inward: dict[TensorId, list[Path]] | InwardPath
                 common = left.regions.intersect(right.regions)
                 if not common.total_elms():
                     continue
-                if left.chain == right.chain:
+                if left.chain == right.chain or (
+                    _keeps_place(left.chain, common) and _keeps_place(right.chain, common)
+                ):
                     agreeing += common.total_elms()
                 else:
                     agreeing += _agreeing_elements(graph, left, right, common)
         total += pair.value * agreeing
     return total
+
+
+def _keeps_place(chain: Chain, common: DisjointRegions) -> bool:
+    """Whether ``chain`` brings every element of ``common`` from the same index of its root:
+    no op, or a fill then a sample that copies each of those indices from itself (a Concat's
+    slab unwound into an input and concatenated again). Two such chains agree on ``common``
+    without comparing whole arrays, which for k inputs of a Concat would cost k times the
+    size of the Concat's output."""
+    ops = chain.ops
+    if not ops:
+        return True
+    if (len(ops) != 2 or ops[0].type != "SettFillInto" or ops[1].type != "SettSample"
+            or chain.in_shape != chain.out_shape):
+        return False
+    sources = fill_sample_sources(ops[0].attr, ops[1].attr)
+    return all(
+        np.array_equal(axis[ons], ons)
+        for region in common.regions
+        for axis, ons in zip(sources, region.ons_arrays(), strict=True)
+    )
 
 
 def _agreeing_elements(graph: Graph, left: Path, right: Path, common: DisjointRegions) -> int:
