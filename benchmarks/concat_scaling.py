@@ -3,9 +3,11 @@
 Each case is an ONNX model made here: k inputs of [4, 8] float32 joined by one Concat on
 axis 0. ``direct``: the inputs are the Concat's operands; ``add``: each input first goes
 through an Add with one shared [8] bias (k Adds reading the bias, k elementwise results
-joined). The command runs end to end in a fresh process per case (interpreter start and
-imports included, PopART baseline and linear plan compared, no output files), and the
-table gives its wall time, the time per thousand inputs, and its peak RSS:
+joined); ``matmul``: the Concat's result is multiplied by a [8, 16] weight, so the matmul's
+layout of its operand is unwound into every input. The command runs end to end in a
+fresh process per case (interpreter start and imports included, PopART baseline and
+linear plan compared, no output files), and the table gives its wall time, the time per
+thousand inputs, and its peak RSS:
 
     python benchmarks/concat_scaling.py
     python benchmarks/concat_scaling.py --inputs 100 1000 3000 6000 --kinds add
@@ -24,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
-KINDS = ("direct", "add")
+KINDS = ("direct", "add", "matmul")
 SHAPE = [4, 8]
 
 
@@ -42,7 +45,13 @@ def concat_model(count: int, kind: str) -> onnx.ModelProto:
         joined = [f"a{i}" for i in range(count)]
     nodes.append(helper.make_node("Concat", joined, ["y"], axis=0))
     output = helper.make_tensor_value_info("y", TensorProto.FLOAT, [SHAPE[0] * count, *SHAPE[1:]])
-    graph = helper.make_graph(nodes, f"concat_{kind}_{count}", inputs, [output])
+    weights = []
+    if kind == "matmul":
+        weights = [numpy_helper.from_array(np.zeros((SHAPE[1], 16), np.float32), "w")]
+        nodes.append(helper.make_node("MatMul", ["y", "w"], ["z"]))
+        output = helper.make_tensor_value_info("z", TensorProto.FLOAT, [SHAPE[0] * count, 16])
+    graph = helper.make_graph(nodes, f"concat_{kind}_{count}", inputs, [output],
+                              initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                              producer_name="concat-scaling")
 
