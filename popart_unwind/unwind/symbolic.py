@@ -6,8 +6,9 @@ elements have the same mapping iff they come from the same root element. So for 
 (a, b), only paths of a and b from the same root can agree, and only on the intersection of
 their regions; there they agree everywhere when their canonical chains are identical.
 When the chains differ they may still agree at some elements (a concat of a tensor with its
-own reverse is a palindrome), so those intersections are compared element by element:
-the result is always exactly the elementwise objective.
+own reverse is a palindrome), so those intersections are compared element by element,
+unless both chains keep every element of the intersection in place: the result is always
+exactly the elementwise objective.
 """
 
 from __future__ import annotations
