@@ -1,5 +1,7 @@
 #include "unwind_core/score.hpp"
 
+#include "unwind_core/fill_sample.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <queue>
@@ -200,6 +202,27 @@ Index agreeingElements(const Graph &graph, const Path &left, const Path &right,
   return same;
 }
 
+// Whether `chain` brings every element of `common` from the same index of its root: no op,
+// or a fill then a sample that copies each of those indices from itself (a Concat's slab
+// unwound into an input and concatenated again). Port of symbolic._keeps_place.
+bool keepsPlace(const Chain &chain, const Regions &common) {
+  const std::vector<Op> &ops = chain.ops();
+  if (ops.empty())
+    return true;
+  if (ops.size() != 2 || ops[0].type != OpType::SettFillInto ||
+      ops[1].type != OpType::SettSample || chain.inShape() != chain.outShape())
+    return false;
+  const Sources sources = fillSampleSources(ops[0].region, ops[1].region);
+  for (const Region &region : common.members()) {
+    const auto ons = onsOf(region);
+    for (std::size_t d = 0; d < ons.size(); ++d)
+      for (Index at : ons[d])
+        if (sources[d][static_cast<std::size_t>(at)] != at)
+          return false;
+  }
+  return true;
+}
+
 } // namespace
 
 std::vector<std::vector<Path>> inwardPaths(const Graph &graph,
@@ -244,9 +267,9 @@ double symbolicScore(const Graph &graph, const std::vector<std::vector<Path>> &i
         const Index count = common.totalElms();
         if (!count)
           continue;
-        agreeing += left.chain == right.chain
-                        ? count
-                        : agreeingElements(graph, left, right, common);
+        const bool same = left.chain == right.chain ||
+                          (keepsPlace(left.chain, common) && keepsPlace(right.chain, common));
+        agreeing += same ? count : agreeingElements(graph, left, right, common);
       }
     total += pair.value * static_cast<double>(agreeing);
   }

@@ -15,7 +15,7 @@ import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.dtypes import dtype_of_array
-from popart_unwind.ir.op import Op, OpSettings, OpType, op_class
+from popart_unwind.ir.op import Op, OpSettings, OpType, op_class, place
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.validation import as_shape
 
@@ -174,14 +174,14 @@ class Graph:
             raise IrError(f"op {op.debug_name()} already has an output at index {index}")
         tensor = self.add_tensor(tensor_id, dtype, shape)
         tensor.producer = op
-        op._outputs[index] = tensor
+        place(op._outputs, index, tensor)
         return tensor
 
     def connect_input(self, op: Op, index: int, tensor: TensorLike) -> None:
         tensor = self._resolve(tensor)
         if op.has_input(index):
             raise IrError(f"op {op.debug_name()} already has an input at index {index}")
-        op._inputs[index] = tensor
+        place(op._inputs, index, tensor)
         tensor._add_consumer(op)
 
     def disconnect_input(self, op: Op, index: int) -> Tensor:
@@ -198,7 +198,7 @@ class Graph:
                           f"{tensor.producer.debug_name()}")
         if op.has_output(index):
             raise IrError(f"op {op.debug_name()} already has an output at index {index}")
-        op._outputs[index] = tensor
+        place(op._outputs, index, tensor)
         tensor.producer = op
 
     def disconnect_output(self, op: Op, index: int) -> Tensor:

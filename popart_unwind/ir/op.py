@@ -93,6 +93,8 @@ class Op:
         self.type = op_type
         self.attributes = attributes
         self.settings = settings
+        # by index, kept in index order (``place``) so that reading them needs no sort:
+        # an op with k inputs is read many times by every walk
         self._inputs: dict[int, Tensor] = {}
         self._outputs: dict[int, Tensor] = {}
 
@@ -122,17 +124,17 @@ class Op:
     @property
     def inputs(self) -> list[Tensor]:
         """Connected inputs in index order (absent optional inputs skipped)."""
-        return [self._inputs[i] for i in sorted(self._inputs)]
+        return list(self._inputs.values())
 
     @property
     def outputs(self) -> list[Tensor]:
-        return [self._outputs[i] for i in sorted(self._outputs)]
+        return list(self._outputs.values())
 
     def input_map(self) -> dict[int, Tensor]:
-        return {i: self._inputs[i] for i in sorted(self._inputs)}
+        return dict(self._inputs)
 
     def output_map(self) -> dict[int, Tensor]:
-        return {i: self._outputs[i] for i in sorted(self._outputs)}
+        return dict(self._outputs)
 
     def is_type(self, name: str, domain: str | None = None) -> bool:
         return self.type.name == name and (domain is None or self.type.domain == domain)
@@ -228,6 +230,16 @@ class SubgraphOp(Op):
 #: Op classes by (domain, type name): an op family registers the class of an op type whose
 #: structure the IR must know (an op that runs subgraphs); any other type is a plain Op.
 _OP_CLASSES: dict[tuple[str, str], type[Op]] = {}
+
+
+def place(slots: dict[int, Tensor], index: int, tensor: Tensor) -> None:
+    """Put ``tensor`` in an op's ``slots`` at ``index``, keeping them in index order."""
+    last = next(reversed(slots), None)
+    slots[index] = tensor
+    if last is not None and index < last:
+        ordered = sorted(slots.items())
+        slots.clear()
+        slots.update(ordered)
 
 
 def register_op_class(domain: str, name: str, cls: type[Op]) -> None:

@@ -36,9 +36,10 @@ def region_from_ons(shape: Shape, ons: list[np.ndarray]) -> Region:
 def sample_fill_sources(sample: Region, fill: Region) -> Sources:
     """Per-axis sources of ``SettSample(sample) -> SettFillInto(fill)``."""
     sources = []
-    for kept, placed, size in zip(sample.get_ons(), fill.get_ons(), fill.shape, strict=True):
+    for kept, placed, size in zip(sample.ons_arrays(), fill.ons_arrays(), fill.shape,
+                                  strict=True):
         axis = np.full(size, EMPTY, dtype=np.int64)
-        axis[np.asarray(placed, dtype=np.int64)] = np.asarray(kept, dtype=np.int64)
+        axis[placed] = kept
         sources.append(axis)
     return sources
 
@@ -46,33 +47,32 @@ def sample_fill_sources(sample: Region, fill: Region) -> Sources:
 def fill_sample_sources(fill: Region, sample: Region) -> Sources:
     """Per-axis sources of ``SettFillInto(fill) -> SettSample(sample)``."""
     sources = []
-    for placed, read, size in zip(fill.get_ons(), sample.get_ons(), fill.shape, strict=True):
+    for placed, read, size in zip(fill.ons_arrays(), sample.ons_arrays(), fill.shape,
+                                  strict=True):
         input_at = np.full(size, EMPTY, dtype=np.int64)
-        input_at[np.asarray(placed, dtype=np.int64)] = np.arange(len(placed))
-        sources.append(input_at[np.asarray(read, dtype=np.int64)])
+        input_at[placed] = np.arange(len(placed))
+        sources.append(input_at[read])
     return sources
 
 
 def _scaffold(axis_sources: np.ndarray, in_size: int) -> tuple[int, np.ndarray, np.ndarray]:
-    """Lay out one axis: returns (scaffold size, input slots, slots the output reads)."""
-    input_slots: list[int] = []
-    read_slots: list[int] = []
-    next_input = 0
-    slot = 0
-    for source in axis_sources.tolist():
-        if source == EMPTY:
-            read_slots.append(slot)
-            slot += 1
-            continue
-        for _ in range(next_input, source + 1):
-            input_slots.append(slot)
-            slot += 1
-        read_slots.append(slot - 1)
-        next_input = source + 1
-    for _ in range(next_input, in_size):
-        input_slots.append(slot)
-        slot += 1
-    return slot, np.asarray(input_slots, dtype=np.int64), np.asarray(read_slots, dtype=np.int64)
+    """Lay out one axis: returns (scaffold size, input slots, slots the output reads).
+
+    Walking the outputs in order, an empty one takes the next slot, and one copying input
+    ``s`` takes a slot for each input up to ``s`` not placed yet, reading the last of them;
+    the inputs never copied follow. Computed with array operations (an axis as long as a
+    Concat of thousands of inputs is laid out once per input)."""
+    sources = np.asarray(axis_sources, dtype=np.int64).reshape(-1)
+    copies = sources != EMPTY
+    reached = np.maximum.accumulate(np.where(copies, sources, -1)) if sources.size else sources
+    before = np.concatenate(([-1], reached[:-1])) if sources.size else sources
+    taken = np.where(copies, np.maximum(sources - before, 0), 1)
+    read_slots = np.cumsum(taken) - 1
+    placed = int(reached[-1]) + 1 if sources.size else 0
+    size = int(read_slots[-1]) + 1 + in_size - placed if sources.size else in_size
+    is_input = np.ones(size, dtype=bool)
+    is_input[read_slots[~copies]] = False
+    return size, np.flatnonzero(is_input).astype(np.int64), read_slots.astype(np.int64)
 
 
 def fill_sample_ops(in_shape: Shape, sources: Sources) -> list[ChainOp]:

@@ -138,6 +138,10 @@ class Region(_Shaped):
     def get_ons(self) -> list[list[int]]:
         return [sb.ons(d, n).tolist() for d, n in zip(self._dims, self._shape, strict=True)]
 
+    def ons_arrays(self) -> list[np.ndarray]:
+        """``get_ons`` as read-only int64 arrays, without a Python list per axis."""
+        return [sb.ons(d, n) for d, n in zip(self._dims, self._shape, strict=True)]
+
     def is_empty(self) -> bool:
         return self._empty
 

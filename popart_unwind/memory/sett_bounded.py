@@ -5,6 +5,13 @@ Every function computes index arrays with numpy and compresses the answer back w
 deterministic function of the index set and the size). Functions are memoised on the
 hashable ``(DisjointSetts, size)`` arguments because regions reuse the same few patterns;
 cached arrays are returned read-only.
+
+Sets that are one run ``[lo, hi)`` in canonical form (EMPTY, FULL, or the single stripe
+``(hi - lo, size - (hi - lo), lo)`` that compression gives one run) are common: every slab of
+a Concat or a Slice is one. For them counting, intersecting, sampling and filling are
+computed from the two bounds, with the very result the index arrays would give, so their
+cost does not grow with the dimension (a Concat of k inputs would otherwise pay k times its
+axis length).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from popart_unwind.errors import RegionError
-from popart_unwind.memory.sett import DisjointSetts, Sett
+from popart_unwind.memory.sett import DisjointSetts, Sett, Stripe
 
 __all__ = [
     "EMPTY",
@@ -64,11 +71,40 @@ def from_sorted(indices: np.ndarray, size: int) -> DisjointSetts:
     return DisjointSetts.from_indices(indices, size)
 
 
+def _run(ds: DisjointSetts, size: int) -> tuple[int, int] | None:
+    """``(lo, hi)`` if ``ds`` is, in canonical form, the one run ``[lo, hi)`` of
+    ``[0, size)`` (empty and full included); None for every other form."""
+    if ds == FULL:
+        return 0, size
+    setts = ds.setts
+    if not setts:
+        return 0, 0
+    if len(setts) != 1 or len(setts[0].stripes) != 1:
+        return None
+    stripe = setts[0].stripes[0]
+    if stripe.period != size or stripe.phase + stripe.on > size:
+        return None
+    return stripe.phase, stripe.phase + stripe.on
+
+
+def _run_form(lo: int, hi: int, size: int) -> DisjointSetts:
+    """The canonical form of ``[lo, hi)`` clipped to ``[0, size)``, as from_sorted gives it."""
+    lo, hi = max(lo, 0), min(hi, size)
+    if hi <= lo:
+        return EMPTY
+    if hi - lo == size:
+        return FULL
+    return DisjointSetts([Sett([Stripe(hi - lo, size - (hi - lo), lo)])])
+
+
 def _mask(ds: DisjointSetts, size: int) -> np.ndarray:
     return _readonly(np.ones(size, dtype=bool) if ds == FULL else ds.mask(size))
 
 
 def _ons(ds: DisjointSetts, size: int) -> np.ndarray:
+    run = _run(ds, size)
+    if run is not None:
+        return _readonly(np.arange(*run, dtype=np.int64))
     return _readonly(np.flatnonzero(mask(ds, size)).astype(np.int64))
 
 
@@ -87,6 +123,9 @@ def ons(ds: DisjointSetts, size: int) -> np.ndarray:
 
 
 def count(ds: DisjointSetts, size: int) -> int:
+    run = _run(ds, size)
+    if run is not None:
+        return run[1] - run[0]
     return int(ons(ds, size).size)
 
 
@@ -101,12 +140,15 @@ def is_full(ds: DisjointSetts, size: int) -> bool:
 @lru_cache(maxsize=_CACHE)
 def canonical(ds: DisjointSetts, size: int) -> DisjointSetts:
     """The canonical (compressed) form of ``ds`` within ``[0, size)``."""
+    run = _run(ds, size)
+    if run is not None:
+        return _run_form(*run, size)
     return from_sorted(ons(ds, size), size)
 
 
 def interval(lo: int, hi: int, size: int) -> DisjointSetts:
     """``[lo, hi)`` within ``[0, size)``."""
-    return from_sorted(np.arange(max(lo, 0), min(hi, size), dtype=np.int64), size)
+    return _run_form(lo, hi, size)
 
 
 def strided(stride: int, size: int, start: int = 0) -> DisjointSetts:
@@ -118,6 +160,9 @@ def strided(stride: int, size: int, start: int = 0) -> DisjointSetts:
 
 @lru_cache(maxsize=_CACHE)
 def intersect(a: DisjointSetts, b: DisjointSetts, size: int) -> DisjointSetts:
+    run_a, run_b = _run(a, size), _run(b, size)
+    if run_a is not None and run_b is not None:
+        return _run_form(max(run_a[0], run_b[0]), min(run_a[1], run_b[1]), size)
     return from_sorted(np.flatnonzero(mask(a, size) & mask(b, size)), size)
 
 
@@ -140,6 +185,9 @@ def complement(a: DisjointSetts, size: int) -> DisjointSetts:
 @lru_cache(maxsize=_CACHE)
 def contains(a: DisjointSetts, b: DisjointSetts, size: int) -> bool:
     """Whether ``b`` is a subset of ``a``."""
+    run_a, run_b = _run(a, size), _run(b, size)
+    if run_a is not None and run_b is not None:
+        return run_b[0] >= run_b[1] or (run_a[0] <= run_b[0] and run_b[1] <= run_a[1])
     return not bool((mask(b, size) & ~mask(a, size)).any())
 
 
@@ -161,6 +209,10 @@ def sample(a: DisjointSetts, where: DisjointSetts, size: int) -> DisjointSetts:
 
     The result lives in ``[0, count(where, size))``.
     """
+    run_a, run_where = _run(a, size), _run(where, size)
+    if run_a is not None and run_where is not None:
+        lo, hi = run_where
+        return _run_form(run_a[0] - lo, run_a[1] - lo, hi - lo)
     kept = mask(a, size)[ons(where, size)]
     return from_sorted(np.flatnonzero(kept), int(kept.size))
 
@@ -171,5 +223,11 @@ def fill_into(a: DisjointSetts, scaffold: DisjointSetts, size: int) -> DisjointS
 
     ``a`` lives in ``[0, count(scaffold, size))``; the result lives in ``[0, size)``.
     """
+    run_scaffold = _run(scaffold, size)
+    if run_scaffold is not None:
+        lo, hi = run_scaffold
+        run_a = _run(a, hi - lo)
+        if run_a is not None:
+            return _run_form(lo + run_a[0], lo + run_a[1], size)
     slots = ons(scaffold, size)
     return from_sorted(slots[ons(a, int(slots.size))], size)

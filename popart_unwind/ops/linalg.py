@@ -1,8 +1,9 @@
 """Op family: linear algebra (MatMul, MatMulInteger, Gemm, Einsum), with ONNX semantics.
 
 Shapes come from the project's shape engine (``matmul_shape``, ``einsum_shape``) wherever it
-states the rule; Einsum equations the engine's notation cannot write (an ellipsis in the
-middle of a term, more than two operands) use a direct label-by-label rule.
+states the rule, an ellipsis anywhere in a term included; Einsum equations of more than two
+operands, and those whose result has an ellipsis no operand has while one sits inside a
+term, use a direct label-by-label rule.
 
 Layouts: when a MatMul's or Gemm's product is the row-major flattening of a grouped
 ``[G, M, K] x [G, K, N]`` (``matmul_groups``), each operand is tied to a Source carrying
@@ -156,10 +157,26 @@ def parse_einsum(op: Op, equation: str, count: int) -> tuple[list[str], str]:
 
 
 def _engine_spec(terms: list[str], result: str) -> str | None:
-    """The equation in the shape engine's notation, or None if it cannot be written so."""
-    if len(terms) > 2 or any("..." in t and not t.startswith("...") for t in [*terms, result]):
+    """The equation in the shape engine's notation, or None where the direct rule serves:
+    more than two operands, or an ellipsis inside a term of a result whose ellipsis no
+    operand has (NumPy gives it no axes; the engine asks an operand for them)."""
+    if len(terms) > 2:
+        return None
+    inside = any("..." in t and not t.startswith("...") for t in [*terms, result])
+    if inside and "..." in result and not any("..." in t for t in terms):
         return None
     return ";".join(terms) + "=>" + result
+
+
+def _check_ranks(op: Op, terms: list[str], shapes: list[tuple[int, ...]]) -> None:
+    """Each operand has one axis per label of its term, and any more only for its ellipsis
+    (ONNX and NumPy; the engine alone would broadcast a short operand into its term)."""
+    for position, (term, shape) in enumerate(zip(terms, shapes, strict=True)):
+        head, dots, tail = term.partition("...")
+        spread = len(shape) - len(head) - len(tail)
+        if spread < 0 or (spread and not dots):
+            raise ShapeError(f"op {op.debug_name()}: einsum term {term!r} does not fit "
+                             f"operand {position} of shape {shape}")
 
 
 def _direct_einsum(op: Op, terms: list[str], result: str,
@@ -167,12 +184,10 @@ def _direct_einsum(op: Op, terms: list[str], result: str,
     """Label sizes across operands (1 broadcasts), ellipsis parts broadcast NumPy-style."""
     sizes: dict[str, int] = {}
     ellipses = []
+    _check_ranks(op, terms, shapes)
     for position, (term, shape) in enumerate(zip(terms, shapes, strict=True)):
         head, dots, tail = term.partition("...")
         spread = len(shape) - len(head) - len(tail)
-        if spread < 0 or (spread and not dots):
-            raise ShapeError(f"op {op.debug_name()}: einsum term {term!r} does not fit "
-                             f"operand {position} of shape {shape}")
         ellipses.append(shape[len(head):len(head) + spread])
         for label, size in zip(head + tail, shape[:len(head)] + shape[len(head) + spread:],
                                strict=True):
@@ -199,6 +214,7 @@ def _infer_einsum(op: Op) -> list:
     count = max(op.input_map(), default=-1) + 1
     shapes = [input_shape(op, i) for i in range(count)]
     terms, result = parse_einsum(op, str(op.attributes.get("equation", "")), count)
+    _check_ranks(op, terms, shapes)
     spec = _engine_spec(terms, result)
     if spec is not None:
         operands = [Shape(output=shape) for shape in shapes]

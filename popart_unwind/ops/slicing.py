@@ -216,18 +216,22 @@ class ConcatRule(LayoutRule):
                             f"{rank}")
         return axis % rank
 
+    def input_slabs(self, op: Op) -> list[tuple[int, int, int]]:
+        """(axis, begin, end) of every input along the output's axis, in input order: one
+        pass over the inputs, so a Concat of k inputs costs k, not k²."""
+        axis = self._axis(op)
+        slabs, begin = [], 0
+        for tensor in op.inputs:  # Concat's inputs are 0 .. k-1, none optional
+            end = begin + known_shape(op, tensor)[axis]  # raises on an unknown shape, naming it
+            slabs.append((axis, begin, end))
+            begin = end
+        return slabs
+
     def input_slab(self, op: Op, in_index: int) -> tuple[int, int, int]:
         """(axis, begin, end): where input ``in_index`` lies along the output's axis."""
-        axis = self._axis(op)
-        inputs = op.inputs  # Concat's inputs are 0 .. k-1, none optional
-        if not 0 <= in_index < len(inputs):
+        if not 0 <= in_index < len(op.inputs):
             raise PlanError(f"op {op.debug_name()} has no input {in_index}")
-        before = inputs[:in_index]
-        unknown = next((t for t in (*before, inputs[in_index]) if t.shape is None), None)
-        if unknown is not None:
-            known_shape(op, unknown)  # raises, naming it
-        begin = sum(tensor.shape[axis] for tensor in before)
-        return axis, begin, begin + inputs[in_index].shape[axis]
+        return self.input_slabs(op)[in_index]
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         inputs = [emitter.tensor(t) for t in op.inputs]
@@ -247,7 +251,17 @@ class ConcatRule(LayoutRule):
         """Input ``in_index`` is its slab of the output (``ConcatOpx::unwindTensorLayout``)."""
         if out_index != 0 or not op.has_input(in_index):
             return None
-        axis, begin, end = self.input_slab(op, in_index)
+        return self._slab_chain(op, self.input_slab(op, in_index), in_index)
+
+    def popart_views(self, op: Op, out_index: int) -> dict[int, Chain | None]:
+        """Every input's slab, the offsets summed once."""
+        if out_index != 0:
+            return dict.fromkeys(op.input_map())
+        return {index: self._slab_chain(op, slab, index)
+                for index, slab in zip(op.input_map(), self.input_slabs(op), strict=True)}
+
+    def _slab_chain(self, op: Op, slab: tuple[int, int, int], in_index: int) -> Chain:
+        axis, begin, end = slab
         out_shape = known_shape(op, op.output(0))
         return Chain(known_shape(op, op.input(in_index))).sett_fill_into(
             concat_slab(out_shape, axis, begin, end - begin))

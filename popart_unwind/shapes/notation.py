@@ -3,8 +3,10 @@
 A row's entries are separated by whitespace, commas or parentheses; without any separator
 each character is an entry, unless the text is all digits (one size). Digits are sizes (or
 fixed indices in einsum specs), other entries are names, ``label=size`` is a labelled size.
-A row may start with ``...`` (its row variable) or ``..name..`` (a named row variable).
-Whitespace around a row, or right after its row variable, does not count as a separator.
+A row may hold one row variable, ``...`` or ``..name..`` (named), anywhere: its entries
+before it are the row's beginning, those after it the end (``i...j``, ``b, ..., c``).
+Whitespace around a row, or next to its row variable, does not count as a separator; the
+separator rule is decided for the row as a whole, the all-digits rule for each side.
 This module only reads and writes text; :mod:`shape` and :mod:`einsum` give it meaning.
 """
 
@@ -18,7 +20,7 @@ from popart_unwind.errors import ShapeError
 __all__ = ["Labelled", "RowSpec", "ShapeSpec", "parse_einsum_spec", "parse_shape_spec"]
 
 _SEPARATOR = re.compile(r"[\s,()]+")
-_ROW_VAR = re.compile(r"\s*(?:\.\.\.|\.\.([A-Za-z_][\w]*)\.\.)")
+_ROW_VAR = re.compile(r"\s*(?:\.\.\.|\.\.([A-Za-z_][\w]*)\.\.)\s*")
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")
 _LABELLED = re.compile(r"([A-Za-z_][\w]*)=(\d+)")
 
@@ -36,10 +38,13 @@ Entry = int | str | Labelled
 
 @dataclass(frozen=True)
 class RowSpec:
-    """One row as written: ``row_var`` is None (closed), ``""`` for ``...``, or a name."""
+    """One row as written: ``row_var`` is None (closed), ``""`` for ``...``, or a name;
+    ``beg`` holds the entries before the row variable, ``entries`` those after it (all of
+    them when there is none)."""
 
     entries: tuple[Entry, ...] = ()
     row_var: str | None = None
+    beg: tuple[Entry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,26 +64,36 @@ def _entry(token: str, text: str) -> Entry:
         return Labelled(labelled[1], int(labelled[2]))
     if _NAME.fullmatch(token):
         return token
-    if token.startswith(".."):
-        raise ShapeError(f"'{token}' in {text!r}: a row variable must come first in its row")
     raise ShapeError(f"cannot read axis entry '{token}' in {text!r}")
 
 
+def _tokens(part: str, separated: bool) -> list[str]:
+    if separated:
+        return [t for t in _SEPARATOR.split(part) if t]
+    if part.isdigit():
+        return [part]
+    return list(part)
+
+
 def parse_row_spec(text: str) -> RowSpec:
-    """Read one row: leading row variable, then separated entries or single characters."""
-    row_var = None
-    rest = text.strip()
-    match = _ROW_VAR.match(rest)
-    if match:
-        row_var = match[1] or ""
-        rest = rest[match.end() :].strip()
-    if _SEPARATOR.search(rest):
-        tokens = [t for t in _SEPARATOR.split(rest) if t]
-    elif rest.isdigit():
-        tokens = [rest]
+    """Read one row: entries before the row variable (if any), the row variable, entries
+    after it; entries are separated, or single characters where the row has no separator."""
+    found = list(_ROW_VAR.finditer(text))
+    if len(found) > 1:
+        raise ShapeError(f"{text!r}: a row holds at most one row variable")
+    if found:
+        match = found[0]
+        row_var: str | None = match[1] or ""
+        before, after = text[: match.start()].strip(), text[match.end() :].strip()
     else:
-        tokens = list(rest)
-    return RowSpec(tuple(_entry(t, text) for t in tokens), row_var)
+        row_var, before, after = None, "", text.strip()
+    separated = bool(_SEPARATOR.search(before) or _SEPARATOR.search(after))
+    beg = tuple(_entry(t, text) for t in _tokens(before, separated))
+    entries = tuple(_entry(t, text) for t in _tokens(after, separated))
+    for entry in (*beg, *entries):
+        if isinstance(entry, str) and entry.startswith("."):
+            raise ShapeError(f"cannot read axis entry '{entry}' in {text!r}")
+    return RowSpec(entries, row_var, beg)
 
 
 def parse_shape_spec(text: str) -> ShapeSpec:

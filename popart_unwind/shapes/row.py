@@ -1,9 +1,11 @@
 """Dimensions, rows and the constraints between them: the vocabulary of shape inference.
 
 A *row* is the list of axes of one kind (batch, input or output). Each axis is a known
-:class:`Dim` or a :class:`DimVar`; an open row also has a :class:`RowVar` standing for axes
-still to be discovered on its left (broadcasting adds leading axes, never trailing ones).
-Values are immutable; what is known about variables lives in a
+:class:`Dim` or a :class:`DimVar`. An open row also has a :class:`RowVar` standing for axes
+still to be discovered; it may stand anywhere in the row, so a row is its beginning axes
+(``beg_dims``), the row variable, then its end axes (``dims``), as in OCANNL's rows. A row
+without a row variable has no beginning axes: all of them are ``dims``. Values are
+immutable; what is known about variables lives in a
 :class:`~popart_unwind.shapes.solver.Solver`.
 """
 
@@ -88,7 +90,8 @@ DimLike = Dim | DimVar
 
 @dataclass(frozen=True)
 class RowVar:
-    """Unknown leading axes of a row. Printed ``...``, or ``..name..`` when named."""
+    """Unknown axes of a row, between its beginning and end axes. Printed ``...``, or
+    ``..name..`` when named."""
 
     id: int
     name: str | None = field(default=None, compare=False)
@@ -109,19 +112,27 @@ def _as_dim(entry: object) -> DimLike:
 
 @dataclass(frozen=True)
 class Row:
-    """The axes of one kind: ``row_var`` (if any) stands for further axes on the left.
+    """The axes of one kind: ``beg_dims``, then what ``row_var`` (if any) stands for, then
+    ``dims``.
 
     A row without a row variable is *broadcastable*: it has exactly these axes but may still be
-    broadcast against a longer row. ``total_elems`` constrains the product of all its axes,
+    broadcast against a longer row; its axes are all in ``dims`` (``beg_dims`` given without a
+    row variable are moved there). ``total_elems`` constrains the product of all its axes,
     including those the row variable will add.
     """
 
     dims: tuple[DimLike, ...] = ()
     row_var: RowVar | None = None
     total_elems: int | None = None
+    beg_dims: tuple[DimLike, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dims", tuple(_as_dim(d) for d in self.dims))
+        dims = tuple(_as_dim(d) for d in self.dims)
+        beg = tuple(_as_dim(d) for d in self.beg_dims)
+        if self.row_var is None:
+            dims, beg = beg + dims, ()
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "beg_dims", beg)
         if self.total_elems is not None and self.total_elems < 0:
             raise ShapeError(f"Total_elems must be non-negative, got {self.total_elems}")
 
@@ -129,8 +140,13 @@ class Row:
     def is_open(self) -> bool:
         return self.row_var is not None
 
+    @property
+    def axes(self) -> tuple[DimLike, ...]:
+        """Every axis the row states: beginning and end axes (the row variable's aside)."""
+        return self.beg_dims + self.dims
+
     def __len__(self) -> int:
-        return len(self.dims)
+        return len(self.beg_dims) + len(self.dims)
 
     def __str__(self) -> str:
         entries = [str(d) for d in self.dims]
@@ -138,7 +154,9 @@ class Row:
             only = entries[0]
             if len(only) > 1 and not only.isdigit():
                 return f"({only})"  # one multi-character entry must not read as characters
-        return ",".join(([str(self.row_var)] if self.row_var else []) + entries)
+        if self.row_var is not None:
+            entries = [str(d) for d in self.beg_dims] + [str(self.row_var)] + entries
+        return ",".join(entries)
 
 
 def as_row(value: Row | Iterable[int | DimLike]) -> Row:
@@ -177,7 +195,8 @@ class DimIneq:
 
 @dataclass(frozen=True)
 class RowEq:
-    """``left = right``: the same axes, aligned from the right."""
+    """``left = right``: the same axes; end axes align from the right, beginning axes from
+    the left."""
 
     left: Row
     right: Row
@@ -187,7 +206,8 @@ class RowEq:
 
 @dataclass(frozen=True)
 class RowIneq:
-    """``cur >= subr``: ``cur`` has at least ``subr``'s axes; right-aligned pairs obey ``>=``."""
+    """``cur >= subr``: ``cur`` has at least ``subr``'s axes; right-aligned pairs obey ``>=``
+    (NumPy broadcasting: ``subr`` may lack leading axes, wherever its row variable stands)."""
 
     cur: Row
     subr: Row

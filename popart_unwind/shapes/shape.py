@@ -46,7 +46,8 @@ class Shape:
     @classmethod
     def parse(cls, text: str, name: str = "") -> Shape:
         """A shape from ``batch|input->output`` text; names become variables (shared by name),
-        ``...`` an anonymous row variable of its row, ``..r..`` a row variable named r."""
+        ``...`` an anonymous row variable of its row, ``..r..`` a row variable named r, each
+        anywhere in its row (``a...b``)."""
         spec = parse_shape_spec(text)
         dim_vars: dict[str, DimVar] = {}
         row_vars: dict[str, RowVar] = {}
@@ -54,20 +55,23 @@ class Shape:
         def row(row_spec: RowSpec | None) -> Row:
             if row_spec is None:
                 return Row()
-            dims: list[DimLike] = []
-            for entry in row_spec.entries:
-                if isinstance(entry, int):
-                    dims.append(Dim(entry))
-                elif isinstance(entry, Labelled):
-                    dims.append(Dim(entry.size, entry.label))
-                else:
-                    dims.append(dim_vars.setdefault(entry, DimVar.fresh(entry)))
+            def dims(entries: tuple) -> tuple[DimLike, ...]:
+                found: list[DimLike] = []
+                for entry in entries:
+                    if isinstance(entry, int):
+                        found.append(Dim(entry))
+                    elif isinstance(entry, Labelled):
+                        found.append(Dim(entry.size, entry.label))
+                    else:
+                        found.append(dim_vars.setdefault(entry, DimVar.fresh(entry)))
+                return tuple(found)
+
             var = None
             if row_spec.row_var == "":
                 var = RowVar.fresh()
             elif row_spec.row_var is not None:
                 var = row_vars.setdefault(row_spec.row_var, RowVar.fresh(row_spec.row_var))
-            return Row(tuple(dims), var)
+            return Row(dims(row_spec.entries), var, beg_dims=dims(row_spec.beg))
 
         return cls(row(spec.batch), row(spec.input), row(spec.output), name)
 
@@ -85,7 +89,7 @@ class Shape:
     @property
     def memory_dims(self) -> tuple[DimLike, ...]:
         """All axes in memory order: batch, output, input."""
-        return self.batch.dims + self.output.dims + self.input.dims
+        return self.batch.axes + self.output.axes + self.input.axes
 
     @property
     def is_known(self) -> bool:
@@ -107,9 +111,9 @@ class Shape:
 
     def __str__(self) -> str:
         text = str(self.output)
-        if self.input.dims or self.input.is_open:
+        if len(self.input) or self.input.is_open:
             text = f"{self.input}->{text}"
-        if self.batch.dims or self.batch.is_open:
+        if len(self.batch) or self.batch.is_open:
             text = f"{self.batch}|{text}"
         return text
 

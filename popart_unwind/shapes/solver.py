@@ -109,33 +109,40 @@ class Solver(DimEnvironment):
     def row(self, r: Row) -> Row:
         """``r`` with solved row variables substituted and its dims as far as known."""
         resolved = self._resolve_row(r)
-        return Row(tuple(self.dim(d) for d in resolved.dims), resolved.row_var)
+        return Row(
+            tuple(self.dim(d) for d in resolved.dims),
+            resolved.row_var,
+            beg_dims=tuple(self.dim(d) for d in resolved.beg_dims),
+        )
 
     def final_row(self, r: Row) -> Row:
         """``r`` with every variable the solver never saw taken as 1 / no further axes."""
         resolved = self.row(r)
-        return Row(tuple(d if isinstance(d, Dim) else Dim(1) for d in resolved.dims))
+        return Row(tuple(d if isinstance(d, Dim) else Dim(1) for d in resolved.axes))
 
     # ----- rows -------------------------------------------------------------------------------
     def _resolve_row(self, r: Row) -> Row:
-        dims, var = r.dims, r.row_var
+        beg, dims, var = r.beg_dims, r.dims, r.row_var
         while var is not None and var in self._row_links:
             solution = self._row_links[var]
-            dims, var = solution.dims + dims, solution.row_var
-        return Row(dims, var)
+            beg, dims, var = beg + solution.beg_dims, solution.dims + dims, solution.row_var
+        return Row(dims, var, beg_dims=beg)
 
     def _row_entry(self, v: RowVar) -> _RowBounds:
         return self._row_bounds.setdefault(v, _RowBounds())
 
     def _pair_suffixes(self, c: Constraint, kind: type, left: Row, right: Row) -> int:
         """Relate the right-aligned common suffix of two rows axis by axis; returns its length."""
-        common = min(len(left), len(right))
+        common = min(len(left.dims), len(right.dims))
         for i in range(1, common + 1):
             self._derive(c, kind, left.dims[-i], right.dims[-i])
         return common
 
     def _row_eq(self, c: RowEq) -> None:
         a, b = self._resolve_row(c.left), self._resolve_row(c.right)
+        if a.beg_dims or b.beg_dims:
+            self._row_eq_inside(c, a, b)
+            return
         common = self._pair_suffixes(c, DimEq, a, b)
         rest_a = Row(a.dims[: len(a) - common], a.row_var)
         rest_b = Row(b.dims[: len(b) - common], b.row_var)
@@ -155,6 +162,9 @@ class Solver(DimEnvironment):
 
     def _row_ineq(self, c: RowIneq) -> None:
         cur, subr = self._resolve_row(c.cur), self._resolve_row(c.subr)
+        if cur.beg_dims or subr.beg_dims:
+            self._row_ineq_inside(c, cur, subr)
+            return
         common = self._pair_suffixes(c, DimIneq, cur, subr)
         cur_rest = cur.dims[: len(cur) - common]
         subr_rest = subr.dims[: len(subr) - common]
@@ -175,6 +185,89 @@ class Solver(DimEnvironment):
         else:  # ..a.. X >= ..b..: b may be shorter than X or reach into a; wait
             waiting = self._make(c, RowIneq, Row(cur_rest, cur.row_var), Row((), subr.row_var))
             self._stick(waiting, (cur.row_var, subr.row_var))
+
+    # ----- rows whose variable has axes on its left (beginning axes) --------------------------
+    def _row_eq_inside(self, c: RowEq, a: Row, b: Row) -> None:
+        """``a = b`` when a row variable stands inside a row: end axes pair from the right,
+        beginning axes from the left; a closed side then gives the row variable its middle.
+        Two open rows with axes left over on opposite ends wait (either variable may be the
+        longer one)."""
+        common = self._pair_suffixes(c, DimEq, a, b)
+        a_end, b_end = a.dims[: len(a.dims) - common], b.dims[: len(b.dims) - common]
+        if a.row_var is None or b.row_var is None:
+            closed, rest, other, other_end = (
+                (a, a_end, b, b_end) if a.row_var is None else (b, b_end, a, a_end)
+            )
+            assert other.row_var is not None
+            if other_end or len(rest) < len(other.beg_dims):
+                self._fail(
+                    c,
+                    f"[{self._show(closed)}] has {_axes(len(closed))}, "
+                    f"[{self._show(other)}] needs at least {len(other)}",
+                )
+            for left, right in zip(other.beg_dims, rest, strict=False):
+                self._derive(c, DimEq, left, right)
+            self._solve_row(other.row_var, Row(rest[len(other.beg_dims) :]), c)
+            return
+        start = min(len(a.beg_dims), len(b.beg_dims))
+        for left, right in zip(a.beg_dims[:start], b.beg_dims[:start], strict=True):
+            self._derive(c, DimEq, left, right)
+        rest_a = Row(a_end, a.row_var, beg_dims=a.beg_dims[start:])
+        rest_b = Row(b_end, b.row_var, beg_dims=b.beg_dims[start:])
+        if a.row_var == b.row_var:
+            if len(rest_a) != len(rest_b):
+                self._fail(c, "a row cannot equal itself with more axes")
+            if len(rest_a):  # the same axes shifted: wait until the variable is known
+                self._stick(self._make(c, RowEq, rest_a, rest_b), (a.row_var,))
+        elif not len(rest_a) and not len(rest_b):
+            low, high = sorted((a.row_var, b.row_var), key=lambda v: v.id)
+            self._solve_row(high, Row((), low), c)
+        elif not len(rest_b):
+            self._solve_row(b.row_var, rest_a, c)
+        elif not len(rest_a):
+            self._solve_row(a.row_var, rest_b, c)
+        else:
+            self._stick(self._make(c, RowEq, rest_a, rest_b), (a.row_var, b.row_var))
+
+    def _row_ineq_inside(self, c: RowIneq, cur: Row, subr: Row) -> None:
+        """``cur >= subr`` when a row variable stands inside a row. Broadcasting is NumPy's
+        whatever the notation: ``subr``'s axes align with ``cur``'s from the right and it may
+        lack leading ones, so beginning axes have no fixed partner until the row variables'
+        lengths are known. Growth is still forced where ``cur`` must be longer: the axes
+        ``subr`` has beyond ``cur``'s end axes lie in ``cur``'s variable as far as its
+        beginning axes cannot hold them."""
+        common = self._pair_suffixes(c, DimIneq, cur, subr)
+        cur_end, subr_end = cur.dims[: len(cur.dims) - common], subr.dims[: len(subr.dims) - common]
+        rest_cur = Row(cur_end, cur.row_var, beg_dims=cur.beg_dims)
+        rest_subr = Row(subr_end, subr.row_var, beg_dims=subr.beg_dims)
+        waiting = self._make(c, RowIneq, rest_cur, rest_subr)
+        if cur.row_var is None:  # then subr has the beginning axes
+            assert subr.row_var is not None
+            if subr_end or len(cur_end) < len(subr.beg_dims):
+                self._fail(c, f"[{self._show(cur)}] has fewer axes than [{self._show(subr)}]")
+            if len(cur_end) == len(subr.beg_dims):  # no room left for subr's variable
+                self._solve_row(subr.row_var, Row(), c)
+                self._queue.append(waiting)
+            else:
+                self._stick(waiting, (subr.row_var,))
+            return
+        if cur.row_var == subr.row_var:
+            if not len(rest_subr) and not len(rest_cur):
+                return
+            if not len(rest_cur):
+                self._fail(c, "a row cannot have more axes than itself")
+            self._stick(waiting, (cur.row_var,))  # the alignment needs the variable's length
+            return
+        if subr_end:  # cur_end is empty: cur's variable holds what its beginning cannot
+            grow = min(len(subr_end), len(subr.beg_dims) + len(subr_end) - len(cur.beg_dims))
+            if grow > 0:
+                grown = Row(tuple(DimVar.fresh() for _ in range(grow)), RowVar.fresh())
+                self._solve_row(cur.row_var, grown, c)
+                self._queue.append(waiting)
+                return
+        elif subr.row_var is None:
+            return  # subr's axes are all paired: the rest of cur broadcasts
+        self._stick(waiting, (cur.row_var, subr.row_var))
 
     def _add_row_upper(self, v: RowVar, upper: Row, c: Constraint) -> None:
         if not upper.dims:
@@ -204,7 +297,7 @@ class Solver(DimEnvironment):
     def _solve_row(self, v: RowVar, value: Row, c: Constraint | None) -> None:
         """Substitute ``value`` for ``v`` and re-state everything that was known about ``v``."""
         if value.row_var == v:
-            if value.dims:
+            if len(value):
                 assert c is not None
                 self._fail(c, "a row cannot equal itself with more axes")
             return
@@ -217,7 +310,11 @@ class Solver(DimEnvironment):
                 )
             self._depth[value.row_var] = max(self._depth.get(value.row_var, 0), depth)
         bounds = self._row_bounds.pop(v, None)
-        self._row_links[v] = Row(tuple(self._owned(d, c) for d in value.dims), value.row_var)
+        self._row_links[v] = Row(
+            tuple(self._owned(d, c) for d in value.dims),
+            value.row_var,
+            beg_dims=tuple(self._owned(d, c) for d in value.beg_dims),
+        )
         alone = Row((), v)
         if bounds is not None:
             for u, origin in bounds.cur.items():
@@ -257,7 +354,7 @@ class Solver(DimEnvironment):
     def _total_elems(self, c: TotalElems) -> None:
         row = self._resolve_row(c.row)
         known, unknown = 1, []
-        for d in row.dims:
+        for d in row.axes:
             rep = self._rep(d)
             value = self._value(rep)
             if value is not None:
@@ -280,6 +377,15 @@ class Solver(DimEnvironment):
 
     def _row_slice(self, c: RowSlice) -> None:
         full, rest = self._resolve_row(c.full), self._resolve_row(c.rest)
+        if full.beg_dims or rest.beg_dims:  # full is one fresh axis followed by rest
+            axis = (DimVar.fresh(),)
+            sliced = (
+                Row(axis + rest.dims)
+                if rest.row_var is None
+                else Row(rest.dims, rest.row_var, beg_dims=axis + rest.beg_dims)
+            )
+            self._derive(c, RowEq, full, sliced)
+            return
         common = self._pair_suffixes(c, DimEq, full, rest)
         full_rest = full.dims[: len(full) - common]
         rest_rest = rest.dims[: len(rest) - common]
@@ -311,9 +417,10 @@ class Solver(DimEnvironment):
     def _same_row(self, a: Row, b: Row) -> bool:
         return (
             a.row_var == b.row_var
+            and len(a.beg_dims) == len(b.beg_dims)
             and len(a) == len(b)
             and all(
-                same_dim(self._rep(x), self._rep(y)) for x, y in zip(a.dims, b.dims, strict=True)
+                same_dim(self._rep(x), self._rep(y)) for x, y in zip(a.axes, b.axes, strict=True)
             )
         )
 
@@ -383,7 +490,7 @@ class Solver(DimEnvironment):
             if isinstance(c, TotalElems):
                 row = self.row(c.row)
                 if row.row_var is not None:
-                    known = all(isinstance(d, Dim) for d in row.dims)
+                    known = all(isinstance(d, Dim) for d in row.axes)
                     counted[row.row_var] = c.total // _product(row) if known else None
         return counted
 
@@ -413,17 +520,23 @@ class Solver(DimEnvironment):
 
     def _close_rows(self) -> bool:
         waiting: set[RowVar | None] = {v for v, bounds in self._row_bounds.items() if bounds.cur}
-        waiting.update(
-            self._resolve_row(c.subr).row_var
-            for c in self._stuck.values()
-            if isinstance(c, RowIneq)
-        )
+        for c in self._stuck.values():
+            if isinstance(c, RowIneq):
+                # a row waits below the row it broadcasts into; one with beginning axes has no
+                # fixed place in it, so it closes first and the row above follows from it
+                cur, subr = self._resolve_row(c.cur), self._resolve_row(c.subr)
+                waiting.add(cur.row_var if subr.beg_dims else subr.row_var)
+            elif isinstance(c, RowEq):
+                # axes left over on opposite ends: the side with more of them closes first,
+                # and the other variable takes the difference
+                a, b = self._resolve_row(c.left), self._resolve_row(c.right)
+                waiting.add(a.row_var if len(a) < len(b) else b.row_var)
         ready = [v for v in self._row_bounds if v not in waiting] or list(self._row_bounds)
         one_axis = set()
         for c in self._stuck.values():
             if isinstance(c, TotalElems):
                 row = self.row(c.row)
-                if all(isinstance(d, Dim) for d in row.dims) and _product(row) != c.total:
+                if all(isinstance(d, Dim) for d in row.axes) and _product(row) != c.total:
                     one_axis.add(row.row_var)
         for v in ready:
             self._solve_row(v, Row((DimVar.fresh(),) if v in one_axis else ()), None)
@@ -433,7 +546,7 @@ class Solver(DimEnvironment):
         keep = set()
         for c in self._stuck.values():
             if isinstance(c, TotalElems):
-                unknown = [d for d in self.row(c.row).dims if isinstance(d, DimVar)]
+                unknown = [d for d in self.row(c.row).axes if isinstance(d, DimVar)]
                 if len(set(unknown)) > 1:
                     keep.add(unknown[-1])  # the rightmost unknown takes what the others leave
         chosen = [v for v in self._dim_bounds if v not in keep] or list(self._dim_bounds)
@@ -457,9 +570,13 @@ class Solver(DimEnvironment):
         return super()._describe(c)
 
 
+def _axes(count: int) -> str:
+    return f"{count} axis" if count == 1 else f"{count} axes"
+
+
 def _product(row: Row) -> int:
     total = 1
-    for d in row.dims:
+    for d in row.axes:
         assert isinstance(d, Dim)
         total *= d.size
     return total

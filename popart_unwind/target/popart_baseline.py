@@ -221,6 +221,10 @@ class _CreatorSearch:
         self.ir, self.registry = ir, registry
         self.unwind_elementwise = unwind_elementwise
         self.tied = tied  # ids of the Gathers TiedGatherPattern replaces
+        # Per op, computed once: where each tensor enters it, and the views of its inputs
+        # (an op with k inputs is reached k times; asking it afresh each time costs k²).
+        self._uses: dict[int, dict[Tensor, list[int]]] = {}
+        self._views: dict[tuple[int, int], dict[int, Chain | None]] = {}
         schedule = _GlobalSchedule()
         schedule.run(ir)
         self.position, self.call_sites = schedule.position, schedule.call_sites
@@ -241,7 +245,7 @@ class _CreatorSearch:
                 continue  # first path wins: each tensor explored once per call context
             seen.add(key)
             for op in current.consumers:
-                for index in [i for i, t in op.input_map().items() if t is current]:
+                for index in self._input_indices(op).get(current, ()):
                     stack.extend(self._step(op, index, chain, calls, path, numel, found))
             stack.extend(self._escape(current, chain, calls, path))
         return found
@@ -278,7 +282,19 @@ class _CreatorSearch:
         inputs), elementwise ones only when the search is asked to pass them."""
         if rule.kind == "elementwise" and not self.unwind_elementwise:
             return None
-        return rule.popart_view(op, index, out_index)
+        key = (op.id, out_index)
+        if key not in self._views:
+            self._views[key] = rule.popart_views(op, out_index)
+        return self._views[key].get(index)
+
+    def _input_indices(self, op: Op) -> dict[Tensor, list[int]]:
+        """The input indices at which each tensor enters ``op``, in index order."""
+        if op.id not in self._uses:
+            uses: dict[Tensor, list[int]] = {}
+            for index, tensor in op.input_map().items():
+                uses.setdefault(tensor, []).append(index)
+            self._uses[op.id] = uses
+        return self._uses[op.id]
 
     def _escape(self, tensor: Tensor, chain: Chain, calls: tuple[Op, ...],
                 path: tuple[str, ...]) -> list[tuple]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.unwind.graph import Graph, TensorId
 from popart_unwind.unwind.ops import FREE_ROOT_KINDS, ROOT_KINDS, forward_edges
+
+if TYPE_CHECKING:
+    from popart_unwind.unwind.symbolic import InwardPaths
 
 EMPTY = -1
 
@@ -221,7 +225,7 @@ class Solution:
         self.proven_optimal = proven_optimal
         self.stats = dict(stats or {})
         self._layouts: dict[TensorId, np.ndarray] | None = None
-        self._inward_paths: dict[TensorId, list[Path]] | None = None
+        self._inward_paths: InwardPaths | None = None
         dependency_order(graph, self._sink_paths)  # reject cyclic solutions at once
 
     def sink_paths(self) -> list[Path]:
@@ -238,11 +242,12 @@ class Solution:
         sink's own origins) through a canonical chain."""
         return list(self._inward()[tensor])
 
-    def _inward(self) -> dict[TensorId, list[Path]]:
+    def _inward(self) -> InwardPaths:
+        """Inward paths, each tensor's computed when first asked for."""
         if self._inward_paths is None:
-            from popart_unwind.unwind.symbolic import inward_paths
+            from popart_unwind.unwind.symbolic import InwardPaths
 
-            self._inward_paths = inward_paths(self.graph, self._sink_paths)
+            self._inward_paths = InwardPaths(self.graph, self._sink_paths)
         return self._inward_paths
 
     def layouts(self) -> dict[TensorId, np.ndarray]:

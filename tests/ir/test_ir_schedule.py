@@ -46,3 +46,21 @@ def test_a_called_graph_cannot_be_removed():
     ir.main_graph.create_op(OpType("ai.graphcore", "Call"), [x], 1, {"callee": "body"})
     with pytest.raises(IrError, match="still called by Call#0"):
         ir.remove_graph("body")
+
+
+def test_inputs_and_outputs_read_in_index_order_however_they_were_connected():
+    ir = Ir()
+    graph = ir.main_graph
+    xs = [graph.add_input(f"x{i}", "float32", (2,)) for i in range(4)]
+    concat = graph.create_op(OpType("ai.onnx", "Concat", 18), [], 0)
+    for index in (2, 0, 3, 1):
+        graph.connect_input(concat, index, xs[index])
+    assert [t.id for t in concat.inputs] == ["x0", "x1", "x2", "x3"]
+    assert list(concat.input_map()) == [0, 1, 2, 3]
+    graph.disconnect_input(concat, 1)
+    graph.connect_input(concat, 1, xs[3])
+    assert [t.id for t in concat.inputs] == ["x0", "x3", "x2", "x3"]
+    for index in (1, 0):
+        graph.create_output(concat, index, f"y{index}")
+    assert [t.id for t in concat.outputs] == ["y0", "y1"]
+    assert list(concat.output_map()) == [0, 1]

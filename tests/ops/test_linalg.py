@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpType, TensorType
-from popart_unwind.ops import REGISTRY
+from popart_unwind.ops import REGISTRY, linalg
 from popart_unwind.ops.shape_inference import infer_op
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -131,8 +131,9 @@ def test_gemm_folds_with_alpha_beta_and_transposes():
 EQUATIONS = [
     "ij,jk->ik", "bij,bjk->bik", "...ij,...jk->...ik", "ij->ji", "ii->i", "ij->", "ij,ij->ij",
     "i,j->ij", "ij,jk", "ba", "...i,i->...", "bhqd,bhkd->bhqk",
-    # the direct rule: ellipsis inside a term, three operands
-    "i...j,j->i...", "ij,jk,kl->il", "a,b,c->abc", "i...,...->i...",
+    # an ellipsis inside a term (the engine), three operands (the direct rule)
+    "i...j,j->i...", "ij,jk,kl->il", "a,b,c->abc", "i...,...->i...", "j...,k...->...jk",
+    "a...b->b...a", "ij->i...j",
 ]
 
 
@@ -180,3 +181,53 @@ def test_einsum_folds_small_constants():
     infer_op(op)
     [value] = folded(op)
     assert np.array_equal(value, a @ b)
+
+
+@st.composite
+def inside_ellipsis_case(draw):
+    """One or two terms with the ellipsis anywhere, shapes that may or may not fit them."""
+    labels = "ijk"
+    terms = []
+    for _ in range(draw(st.integers(1, 2))):
+        head = "".join(draw(st.lists(st.sampled_from(labels), max_size=2, unique=True)))
+        tail = "".join(draw(st.lists(st.sampled_from(labels), max_size=2, unique=True)))
+        terms.append(head + ("..." if draw(st.booleans()) else "") + tail)
+    used = sorted(set("".join(terms).replace(".", "")))
+    out = draw(st.permutations(used))[: draw(st.integers(0, len(used)))]
+    at = draw(st.integers(0, len(out)))
+    result = "".join(out[:at]) + ("..." if draw(st.booleans()) else "") + "".join(out[at:])
+    shapes = [tuple(draw(st.lists(st.integers(1, 3), max_size=5))) for _ in terms]
+    return terms, result, shapes
+
+
+@SETTINGS
+@given(inside_ellipsis_case())
+def test_inside_ellipses_give_what_the_direct_rule_gave(case):
+    """Terms with an ellipsis inside moved from the direct rule to the engine: the op infers
+    the shape the direct rule gives, or both refuse; where NumPy answers, so do they."""
+    terms, result, shapes = case
+    assume(any("..." in t and not t.startswith("...") for t in [*terms, result]))
+    equation = ",".join(terms) + "->" + result
+    op = build("Einsum", list(shapes), {"equation": equation}, version=12)
+    try:
+        direct = linalg._direct_einsum(op, terms, result, list(shapes))
+    except ShapeError:
+        direct = None
+    try:
+        [inferred] = shapes_of("Einsum", list(shapes), {"equation": equation}, version=12)
+    except ShapeError:
+        inferred = None
+    assert inferred == direct
+    try:
+        expected = np.einsum(equation, *(np.zeros(s) for s in shapes)).shape
+    except ValueError:
+        return
+    if "..." in result or not any("..." in t for t in terms):  # NumPy sums no ellipsis
+        assert inferred == expected
+
+
+def test_an_operand_with_fewer_axes_than_its_labels_is_refused_on_every_path():
+    for equation, shapes in (("ij,jk->ik", [(3,), (3, 4)]), ("...ij->...", [(3,)]),
+                             ("i...j->...", [(3,)]), ("ij->ij", [(2, 3, 4)])):
+        with pytest.raises(ShapeError, match=r"Einsum#0.*does not fit operand"):
+            shapes_of("Einsum", shapes, {"equation": equation}, version=12)

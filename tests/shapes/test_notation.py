@@ -79,7 +79,9 @@ def test_a_single_multi_character_name_prints_in_parentheses():
     assert parse_row_spec(str(row)).entries == ("ab",)
 
 
-@pytest.mark.parametrize("text", ["1|2|3", "2->3->4", "3->4|2", "i...", "i,...", "a-b", "2|3->@"])
+@pytest.mark.parametrize(
+    "text", ["1|2|3", "2->3->4", "3->4|2", "...i...", "..a..,...", "a..b", "a-b", "2|3->@"]
+)
 def test_malformed_shapes_are_rejected(text):
     with pytest.raises(ShapeError):
         Shape.parse(text)
