@@ -235,6 +235,8 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
         _print_fullest_tile(run, model.bytes_per_tile, stdout)
+        if run.memory_search is not None:
+            stdout.write(run.memory_search.line() + "\n")
         if run.ops_without_rule:
             stdout.write(ops_without_rule_line(run.ops_without_rule) + "\n")
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
@@ -304,8 +306,25 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             transform(ir)
         check_planning_memory(ir)
         run = plan_session(ir, model, args.algo, args.baseline, progress)
+        search = None
+        if ir.options.memory_weight > 0 and not run.costs["ours"].fits:
+            from popart_unwind.report.memory_search import search_memory_settings
+
+            def load() -> Any:
+                again = _import(args)
+                again.options = session_options(again.options, args.options)
+                return again
+
+            with progress.stage("memory search"):
+                kept, search = search_memory_settings(load, run.costs["ours"], model,
+                                                      transform, progress.update)
+            if kept is not None:
+                run = plan_session(kept, model, args.algo, args.baseline, progress)
         document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
                                        run.planner(), run.ops_without_rule, run.planned_ops)
+        if search is not None:
+            document["memory_search"] = search.entry()
+        run.memory_search = search
         with progress.stage("report"):
             for target in outputs.files:
                 if target.option == "--out":

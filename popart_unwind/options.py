@@ -104,6 +104,12 @@ class SessionOptions:
     #: (norms) or ``recompute_all``. Anything but ``none`` adds ExplicitRecompute to the
     #: pipeline, after the transforms that merge duplicate ops.
     recompute: str = "none"
+    #: When our plan's peak tile memory is over a tile's bytes, what one byte over is
+    #: worth in cycles: the command then plans the model again under each of PopART's
+    #: memory settings (recomputation, serialized matmuls, rotated plan starts) and keeps
+    #: the setting of least cycles + this weight × the bytes over (docs/cli.md, "Memory
+    #: search"). 0 (the default) plans the model as given.
+    memory_weight: float = 0.0
     #: Turn each sum of more than two gradient partials in a training step's backward pass
     #: into a chain of additions run as soon as each partial exists, so partials die early
     #: (PopART's ``decomposeGradSum``; docs/transforms.md, "DecomposeGradSum").
@@ -144,10 +150,11 @@ class SessionOptions:
                 raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
                                   f"got {getattr(self, name)!r}")
         parse_serialization(self.serialize_matmuls)
-        if not (isinstance(self.outline_threshold, int | float)
-                and 0.0 <= self.outline_threshold < float("inf")):
-            raise OptionError(f"option outline_threshold must be a finite number >= 0; "
-                              f"got {self.outline_threshold!r}")
+        for name in ("outline_threshold", "memory_weight"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value < float("inf")):
+                raise OptionError(f"option {name} must be a finite number >= 0; got "
+                                  f"{value!r}")
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

@@ -64,6 +64,9 @@ class PlanRun:
     #: plan name -> (graph id, op id) -> the matmul plan chosen for each op the plan chose
     #: one for (the others are planned alone)
     op_plans: dict[str, dict[tuple[str, int], Any]] = dataclasses.field(default_factory=dict)
+    #: When the plan did not fit and the options asked for it, the memory settings tried
+    #: (report.memory_search.MemorySearch); None otherwise
+    memory_search: Any = None
 
     def summaries(self) -> dict[str, dict[str, Any]]:
         return {name: dict(report.summary()) for name, report in self.costs.items()}

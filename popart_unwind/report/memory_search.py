@@ -1,0 +1,141 @@
+"""When our plan does not fit: the memory settings tried, and the one kept.
+
+"Out of memory on tile N" is what stops IPU users, and what fixes it is usually one of
+PopART's memory transforms. With ``SessionOptions.memory_weight`` above 0 and our plan's
+peak tile memory over the tile's bytes, the session plans the model again with each
+setting of ``MEMORY_SETTINGS`` on top of the user's options (recomputation, serialized
+matmuls, both, plans starting where the last ended), costs our plan of each, and keeps
+the one of least
+
+    cycles + memory_weight × (peak tile bytes − bytes per tile, if positive)
+
+the plan as given among them (each setting's graph is imported afresh). The weight is
+what one byte over the budget is worth in cycles: 0 turns the search off, a large one
+takes the fastest setting that fits when one does. The PopART baseline is then planned on
+the graph kept, so the comparison stays like for like. The search costs one import,
+pipeline, plan and costing of our plan per setting; settings that need a loss
+(recomputation) are skipped for a graph without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from popart_unwind.ir import Ir
+from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.options import with_options
+from popart_unwind.target.cost import CostReport, evaluate
+
+#: The settings tried, each a list of ``--option`` assignments, cheapest first as
+#: measured on the benchmark models (benchmarks/RESULTS.md, memory_transforms).
+MEMORY_SETTINGS: tuple[tuple[str, ...], ...] = (
+    ("rotate_plan_start_tiles=true",),
+    ("recompute=norm_only",),
+    ("recompute=standard",),
+    ("serialize_matmuls=output_channels:2",),
+    ("serialize_matmuls=output_channels:4",),
+    ("recompute=standard", "serialize_matmuls=output_channels:4"),
+)
+AS_GIVEN = "as given"
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """Our plan under one setting."""
+
+    setting: str
+    peak_tile_bytes: int
+    cycles: int
+    exchange_bytes: int
+    fits: bool
+    score: float
+
+    def entry(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySearch:
+    """The settings tried (the plan as given first) and the one kept."""
+
+    weight: float
+    bytes_per_tile: int
+    trials: tuple[Trial, ...]
+    kept: str
+
+    def entry(self) -> dict[str, Any]:
+        """The plan file's ``memory_search``."""
+        return {"memory_weight": self.weight, "bytes_per_tile": self.bytes_per_tile,
+                "kept": self.kept, "trials": [trial.entry() for trial in self.trials]}
+
+    def line(self) -> str:
+        """One line for the terminal summary."""
+        first = self.trials[0]
+        kept = next(trial for trial in self.trials if trial.setting == self.kept)
+        over = first.peak_tile_bytes - self.bytes_per_tile
+        text = (f"memory: as given, ours peaks {_kib(first.peak_tile_bytes)} of "
+                f"{_kib(self.bytes_per_tile)} ({_kib(over)} over); "
+                f"{len(self.trials) - 1} memory settings tried")
+        if kept is first:
+            return text + "; none is worth its cycles at memory_weight " \
+                          f"{self.weight:g}, the plan is kept as given"
+        fits = "fits" if kept.fits else \
+            f"{_kib(kept.peak_tile_bytes - self.bytes_per_tile)} over"
+        return (text + f"; kept {kept.setting}: {_kib(kept.peak_tile_bytes)} ({fits}), "
+                f"{kept.cycles / first.cycles:.3f} × the cycles")
+
+
+def _kib(count: int) -> str:
+    return f"{count / 1024:,.1f} KiB"
+
+
+def score(report: CostReport, weight: float, bytes_per_tile: int) -> float:
+    """Cycles plus the weight times the bytes over the budget."""
+    return report.cycles + weight * max(0, report.peak_tile_bytes - bytes_per_tile)
+
+
+def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: IpuModel,
+                           transform: Callable[[Ir], None],
+                           progress: Callable[[str, int, int], None] | None = None
+                           ) -> tuple[Ir | None, MemorySearch]:
+    """Plan the model under each setting; ``load`` imports it afresh (with the session's
+    options, as the plan as given was imported) and ``first`` costs our plan as given.
+    Returns the transformed graph of the setting kept (None: the plan as given) and the
+    search's record."""
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    probe = load()
+    options = probe.options
+    weight, budget = options.memory_weight, model.bytes_per_tile
+    trials = [_trial(AS_GIVEN, first, weight, budget)]
+    graphs: dict[str, Ir] = {}
+    settings = [s for s in MEMORY_SETTINGS
+                if probe.final_loss_id is not None or not _needs_loss(s)]
+    for step, setting in enumerate(settings):
+        name = ", ".join(setting)
+        if progress is not None:
+            progress(name, step, len(settings))
+        ir = probe if step == 0 else load()
+        ir.options = with_options(options, setting)
+        transform(ir)
+        target = TileTarget(model)
+        plan = plan_ir(ir, target, write=False)
+        report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
+                                                for p in plan.tensors},
+                          op_plans=plan.op_plans)
+        trials.append(_trial(name, report, weight, budget))
+        graphs[name] = ir
+    kept = min(trials, key=lambda trial: trial.score)  # the earliest among equals
+    record = MemorySearch(weight, budget, tuple(trials), kept.setting)
+    return graphs.get(kept.setting), record
+
+
+def _needs_loss(setting: tuple[str, ...]) -> bool:
+    return any(assignment.startswith("recompute=") for assignment in setting)
+
+
+def _trial(setting: str, report: CostReport, weight: float, budget: int) -> Trial:
+    return Trial(setting, int(report.peak_tile_bytes), int(report.cycles),
+                 int(report.exchange_bytes), bool(report.fits), score(report, weight, budget))
