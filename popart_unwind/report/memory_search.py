@@ -110,7 +110,7 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
     options = probe.options
     weight, budget = options.memory_weight, model.bytes_per_tile
     trials = [_trial(AS_GIVEN, first, weight, budget)]
-    graphs: dict[str, Ir] = {}
+    best, best_graph = trials[0], None  # only the best graph so far is kept in memory
     settings = [s for s in MEMORY_SETTINGS
                 if probe.final_loss_id is not None or not _needs_loss(s)]
     for step, setting in enumerate(settings):
@@ -118,6 +118,7 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
         if progress is not None:
             progress(name, step, len(settings))
         ir = probe if step == 0 else load()
+        probe = None
         ir.options = with_options(options, setting)
         transform(ir)
         target = TileTarget(model)
@@ -126,10 +127,10 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
                                                 for p in plan.tensors},
                           op_plans=plan.op_plans)
         trials.append(_trial(name, report, weight, budget))
-        graphs[name] = ir
-    kept = min(trials, key=lambda trial: trial.score)  # the earliest among equals
-    record = MemorySearch(weight, budget, tuple(trials), kept.setting)
-    return graphs.get(kept.setting), record
+        if trials[-1].score < best.score:  # the earliest among equals
+            best, best_graph = trials[-1], ir
+        del ir, plan, report
+    return best_graph, MemorySearch(weight, budget, tuple(trials), best.setting)
 
 
 def _needs_loss(setting: tuple[str, ...]) -> bool:
