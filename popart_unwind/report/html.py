@@ -53,6 +53,7 @@ def write_report(run: PlanRun, folder: Path, title: str,
         ("summary", lambda: _summary(run)),
         ("per-tile bars", lambda: _per_tile(run, images)),
         ("memory map", lambda: _memory_map(run, images)),
+        ("memory search", lambda: _memory_search(run)),
         ("ops", lambda: _top_ops(run)),
         ("diagram", lambda: _diagram(run, folder, images)),
     ]
@@ -208,6 +209,24 @@ def _memory_map(run: PlanRun, images: dict[str, bytes]) -> str:
             + "<p>The fullest tile of each plan, at the first op where its peak is reached, "
             "with the largest tensors live on it then and their bytes on that tile (a "
             "subgraph the op runs counts as its own peak on the tile).</p>\n" + table)
+
+
+def _memory_search(run: PlanRun) -> str:
+    """The memory settings tried when our plan did not fit (``--option memory_weight``),
+    or nothing."""
+    search = run.memory_search
+    if search is None:
+        return ""
+    rows = [[trial.setting + (" (kept)" if trial.setting == search.kept else ""),
+             f"{trial.peak_tile_bytes:,} B", f"{trial.cycles:,}",
+             f"{trial.exchange_bytes:,}", f"{trial.score:,.0f}",
+             "yes" if trial.fits else "no"] for trial in search.trials]
+    table = _table(["setting", "peak (ours)", "cycles", "exchange bytes", "score", "fits"],
+                   rows, numeric_from=1, text_from=5)
+    return ("<h2>Memory settings tried</h2>\n"
+            f"<p>{_e(search.line())}. Each setting was planned and costed on its own graph; "
+            f"score = cycles + {search.weight:g} × bytes over {search.bytes_per_tile:,}. "
+            "Everything else on this page is the setting kept.</p>\n" + table)
 
 
 def _op_rows(report: Any) -> list[Any]:

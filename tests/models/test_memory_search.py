@@ -43,7 +43,7 @@ def factory(tmp_path, monkeypatch):
 def test_the_setting_of_least_score_is_kept_and_summarised(factory):
     status, out, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles",
                            str(TILES), "--out", "plan.json", "--option",
-                           "memory_weight=2", "--baseline", "none")
+                           "memory_weight=2", "--baseline", "none", "--report", "report")
     assert (status, err) == (0, ""), err
     plan = json.loads((factory / "plan.json").read_text())
     validate_plan(plan)
@@ -62,6 +62,10 @@ def test_the_setting_of_least_score_is_kept_and_summarised(factory):
     assert (ours["peak_tile_bytes"], ours["cycles"]) == (kept["peak_tile_bytes"],
                                                          kept["cycles"])
     assert f"kept {kept['setting']}:" in out and "memory settings tried" in out
+    page = (factory / "report" / "index.html").read_text()
+    assert "<h2>Memory settings tried</h2>" in page
+    section = page.split("<h2>Memory settings tried</h2>")[1].split("<h2>")[0]
+    assert section.count("(kept)") == 1 and section.count("<tr>") == len(trials) + 1
 
 
 def test_without_a_weight_or_when_it_fits_nothing_is_searched(factory):
