@@ -711,11 +711,12 @@ def _constant_pad(ctx, node, args, kwargs):
     rank = len(shape)
     if len(pad) % 2 or len(pad) > 2 * rank or min(pad, default=0) < 0:
         return None  # cropping (a negative pad) is no pad
+    widths = {rank - 1 - pair: (pad[2 * pair], pad[2 * pair + 1])
+              for pair in range(len(pad) // 2)}  # axis -> (before, after)
+    padded = [axis for axis in sorted(widths) if widths[axis] != (0, 0)]
     result = data
-    padded = [axis for axis in range(rank) if pad[2 * (rank - 1 - axis):][:2] != [0, 0]
-              and 2 * (rank - 1 - axis) < len(pad)]
     for count, axis in enumerate(padded):
-        before, after = pad[2 * (rank - 1 - axis)], pad[2 * (rank - 1 - axis) + 1]
+        before, after = widths[axis]
         parts = []
         for width in (before, after):
             block = np.full([*shape[:axis], width, *shape[axis + 1:]], value,
