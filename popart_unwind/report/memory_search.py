@@ -14,7 +14,8 @@ what one byte over the budget is worth in cycles: 0 turns the search off, a larg
 takes the fastest setting that fits when one does. The PopART baseline is then planned on
 the graph kept, so the comparison stays like for like. The search costs one import,
 pipeline, plan and costing of our plan per setting; settings that need a loss
-(recomputation) are skipped for a graph without one.
+(recomputation) are skipped for a graph without one, and a setting the model cannot take
+(an error planning it) is recorded with its reason and never kept.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from popart_unwind.errors import PopartUnwindError
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import with_options
@@ -51,9 +53,16 @@ class Trial:
     exchange_bytes: int
     fits: bool
     score: float
+    #: Why the setting could not be planned ("" when it was): it is then never kept.
+    failed: str = ""
 
     def entry(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        entry = dataclasses.asdict(self)
+        if not self.failed:
+            del entry["failed"]
+        else:
+            entry["score"] = None  # JSON has no infinity
+        return entry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,13 +128,17 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
             progress(name, step, len(settings))
         ir = probe if step == 0 else load()
         probe = None
-        ir.options = with_options(options, setting)
-        transform(ir)
-        target = TileTarget(model)
-        plan = plan_ir(ir, target, write=False)
-        report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
-                                                for p in plan.tensors},
-                          op_plans=plan.op_plans)
+        try:
+            ir.options = with_options(options, setting)
+            transform(ir)
+            target = TileTarget(model)
+            plan = plan_ir(ir, target, write=False)
+            report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
+                                                    for p in plan.tensors},
+                              op_plans=plan.op_plans)
+        except PopartUnwindError as error:  # one setting the model cannot take
+            trials.append(Trial(name, 0, 0, 0, False, float("inf"), str(error)))
+            continue
         trials.append(_trial(name, report, weight, budget))
         if trials[-1].score < best.score:  # the earliest among equals
             best, best_graph = trials[-1], ir
