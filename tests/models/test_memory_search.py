@@ -4,7 +4,6 @@ records every setting tried, and its summary is the setting kept."""
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 from pathlib import Path
@@ -15,19 +14,13 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_model_plans import run  # the command, its status and both streams
 
-from popart_unwind.cli import main
 from popart_unwind.report.memory_search import AS_GIVEN, MEMORY_SETTINGS, score
 from popart_unwind.report.plan_file import validate_plan
 
 #: Few enough tiles that the tiny GPT-2 training step is over a tile's bytes.
 TILES = 4
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture()
@@ -99,7 +92,7 @@ def test_a_setting_that_fails_is_recorded_and_never_kept():
     first_ir = build_demo_ir()
     transform(first_ir)
     target = TileTarget(model)
-    first = evaluate(first_ir, target, dict(linear_plan(first_ir, TileTarget(model))))
+    first = evaluate(first_ir, target, dict(linear_plan(first_ir, target)))
     calls = []
 
     def failing(ir):

@@ -114,9 +114,12 @@ def test_outlined_steps_plan_and_cost_with_the_subgraph_planned_once():
     ours = evaluate(ir, target)
     linear = evaluate(ir, target, dict(linear_plan(ir, target)))
     assert ours.exchange_bytes <= linear.exchange_bytes
-    # the callee's own peak counts at each call site: the four calls hold the layer's
-    # activations once at a time, the weights of all four layers always
-    assert ours.peak_tile_bytes > 0
+    # the callee's ops are costed once per call site, and only its ops and the calls ran
+    callee_rows = [row for row in ours.ops if row.graph_id == "outlined_0"]
+    assert len(callee_rows) == len(callee.ops)
+    assert all(row.executions == 4 for row in callee_rows)
+    assert sorted(row.type for row in ours.ops if row.graph_id == "") == \
+        ["Call"] * 4 + ["ReduceSum"]
 
 
 def test_reruns_are_identical():
