@@ -13,6 +13,8 @@ from popart_unwind.options import SessionOptions
 if TYPE_CHECKING:
     import onnx
 
+    from popart_unwind.ir.serialize import DataChoice
+
 MAIN_GRAPH_ID = ""
 
 
@@ -100,8 +102,9 @@ class Ir:
 
         verify_ir(self, require_shapes=require_shapes)
 
-    def to_json(self, include_data: bool = False) -> str:
-        """Stable JSON: equal IRs give byte-identical text (see ``ir.serialize``)."""
+    def to_json(self, include_data: DataChoice = False) -> str:
+        """Stable JSON: equal IRs give byte-identical text (see ``ir.serialize``);
+        ``include_data``: every tensor's data in full, none, or a predicate's choice."""
         from popart_unwind.ir.serialize import ir_to_json
 
         return ir_to_json(self, include_data=include_data)

@@ -2,7 +2,8 @@
 
 Graphs are listed main first then by id, ops by id, tensors by id, keys sorted. Tensor data
 is summarised by its SHA-256 (and included in base64 only when asked, since real weights run
-to hundreds of MB); numpy attribute values are encoded the same way.
+to hundreds of MB: for every tensor, or for those a predicate picks, such as the constants
+of a graph whose weights only matter by shape); numpy attribute values are encoded in full.
 """
 
 from __future__ import annotations
@@ -10,17 +11,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from popart_unwind.errors import IrError
 from popart_unwind.ir.op import Op, OpSettings, OpType
-from popart_unwind.ir.tensor import TensorType
+from popart_unwind.ir.tensor import Tensor, TensorType
 
 if TYPE_CHECKING:
     from popart_unwind.ir.graph import Graph
     from popart_unwind.ir.ir import Ir
+
+#: Whether tensors' data is written in full: every tensor's, none, or as a predicate says.
+DataChoice = bool | Callable[[Tensor], bool]
 
 FORMAT_VERSION = 1
 
@@ -46,15 +51,15 @@ def _decode_array(encoded: dict[str, Any]) -> np.ndarray | None:
     return np.frombuffer(raw, dtype=encoded["dtype"]).reshape(encoded["shape"]).copy()
 
 
-def _encode_value(value: Any, include_data: bool) -> Any:
+def _encode_value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return {"__ndarray__": _encode_array(value, True)}
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, tuple | list):
-        return [_encode_value(v, include_data) for v in value]
+        return [_encode_value(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _encode_value(v, include_data) for k, v in value.items()}
+        return {str(k): _encode_value(v) for k, v in value.items()}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise IrError(f"cannot serialise attribute value of type {type(value).__name__}")
@@ -70,13 +75,14 @@ def _decode_value(value: Any) -> Any:
     return value
 
 
-def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
+def graph_to_dict(graph: Graph, include_data: DataChoice) -> dict[str, Any]:
     tensors = {}
     for tensor in sorted(graph.tensors, key=lambda t: t.id):
         entry: dict[str, Any] = {"dtype": tensor.dtype, "type": tensor.tensor_type.value,
                                  "shape": None if tensor.shape is None else list(tensor.shape)}
         if tensor.data is not None:
-            entry["data"] = _encode_array(tensor.data, include_data)
+            full = include_data(tensor) if callable(include_data) else include_data
+            entry["data"] = _encode_array(tensor.data, bool(full))
         if tensor.tile_mapping is not None:
             entry["tile_mapping"] = [[list(iv) for iv in tile] for tile in tensor.tile_mapping]
         tensors[tensor.id] = entry
@@ -85,7 +91,7 @@ def graph_to_dict(graph: Graph, include_data: bool) -> dict[str, Any]:
         ops.append({
             "id": op.id,
             "type": [op.type.domain, op.type.name, op.type.version],
-            "attributes": _encode_value(op.attributes, include_data),
+            "attributes": _encode_value(op.attributes),
             "settings": {"name": op.settings.name, "scope": op.settings.scope,
                          **op.settings.placement(), **_recomputed(op)},
             "inputs": [[i, t.id] for i, t in op.input_map().items()],
@@ -116,7 +122,7 @@ def _settings(entry: dict[str, Any]) -> OpSettings:
     return OpSettings(**entry)
 
 
-def ir_to_json(ir: Ir, include_data: bool = False) -> str:
+def ir_to_json(ir: Ir, include_data: DataChoice = False) -> str:
     document = {"format": FORMAT_VERSION,
                 "graphs": {g.id: graph_to_dict(g, include_data) for g in ir.graphs}}
     if ir.final_loss_id is not None:
