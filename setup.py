@@ -3,7 +3,8 @@
 The Python package lives in ``popart_unwind/``; the top-level ``transforms/`` folder installs
 inside it as ``popart_unwind.transforms`` (a top-level ``transforms`` module would collide with
 an unrelated published package); the C++ layout hooks in ``cpp_hooks/`` build into the
-extension module ``popart_unwind._hooks`` with pybind11.
+extension module ``popart_unwind._hooks`` with pybind11. The demo's model ships as package
+data.
 """
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
@@ -40,6 +41,8 @@ hooks = Pybind11Extension(
 setup(
     packages=library_packages + transform_packages,
     package_dir={"popart_unwind.transforms": "transforms"},
+    # the demo's model (popart_unwind/report/demo_model.py)
+    package_data={"popart_unwind.report": ["demo_gpt2_training.json.gz"]},
     ext_modules=[hooks],
     cmdclass={"build_ext": build_ext},
 )

@@ -1,85 +1,33 @@
-"""The embedded example of ``popart-unwind demo``: one small transformer block.
+"""The model of ``popart-unwind demo``: one training step of a small GPT-2.
 
-Built with the project's Builder (no files needed) and small enough that planning, the
-baselines, the cost model and the report all run in a few seconds, while still holding every
-layout question the planner answers: an embedding table (a sliceable creator), Q/K/V and
-output projections (matmul operands reached through reshapes and transposes), biases
-(broadcast operands), residual adds, a layer norm and an MLP.
+What people train, at sizes where a GC200's tiles matter: transformers' GPT-2 decoder (2
+layers, width 256, 4 heads, a 4,096-token vocabulary) with its LM head tied to the token
+embedding, so one table is both gathered from and multiplied by; batch 4, sequence 128;
+forward, the model's own cross-entropy of the next tokens, backward and an SGD update of
+every weight. The step is shipped as the PyTorch front end imports it, in the IR's stable
+JSON (``tests/models/make_demo_model.py`` builds the file), so the demo needs neither
+PyTorch nor files. The weights' values are not shipped: the plan depends on their shapes
+and types only; the constants keep theirs.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import gzip
+from importlib import resources
 
-import numpy as np
-
-from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 
+#: The packaged file (beside this module).
+DEMO_FILE = "demo_gpt2_training.json.gz"
 
-@dataclasses.dataclass(frozen=True)
-class DemoSizes:
-    """Sizes of the demo block (defaults keep the whole run to a few seconds)."""
-
-    batch: int = 2
-    sequence: int = 16
-    hidden: int = 64
-    heads: int = 4
-    mlp: int = 256
-    vocabulary: int = 128
+#: What the demo plans, in the words of its summary's and report's title.
+DEMO_TITLE = "popart-unwind demo: a GPT-2 training step (tied LM head, batch 4 × 128 tokens)"
 
 
-def build_demo_ir(sizes: DemoSizes = DemoSizes(), seed: int = 0) -> Ir:
-    """The demo transformer block as an Ir (weights drawn from a fixed seed)."""
-    rng = np.random.default_rng(seed)
-    b, s, h, n = sizes.batch, sizes.sequence, sizes.hidden, sizes.heads
-    d = h // n
-
-    def weight(name: str, *shape: int) -> str:
-        scale = 1.0 / np.sqrt(shape[0])
-        return builder.add_initialized_input_tensor(
-            (rng.standard_normal(shape) * scale).astype(np.float32), name)
-
-    def bias(name: str, size: int) -> str:
-        return builder.add_initialized_input_tensor(np.zeros(size, np.float32), name)
-
-    def shape_of(*dims: int) -> np.ndarray:
-        return np.array(dims, dtype=np.int64)
-
-    builder = Builder()
-    onnx = builder.ai_onnx
-    tokens = builder.add_input_tensor("int64", (b, s), "tokens")
-    table = weight("embedding", sizes.vocabulary, h)
-    x = onnx.gather([table, tokens], axis=0, name="embed")
-
-    def heads(projected: str, perm: list[int]) -> str:
-        split = onnx.reshape([projected, shape_of(b, s, n, d)])
-        return onnx.transpose([split], perm=perm)
-
-    with builder.name_scope("attention"):
-        q = heads(onnx.matmul([x, weight("wq", h, h)], name="q"), [0, 2, 1, 3])
-        k = heads(onnx.matmul([x, weight("wk", h, h)], name="k"), [0, 2, 3, 1])
-        v = heads(onnx.matmul([x, weight("wv", h, h)], name="v"), [0, 2, 1, 3])
-        scores = onnx.matmul([q, k], name="scores")
-        scaled = onnx.mul([scores, np.array(1.0 / np.sqrt(d), np.float32)], name="scale")
-        probs = onnx.softmax([scaled], axis=-1)
-        context = onnx.matmul([probs, v], name="context")
-        merged = onnx.reshape([onnx.transpose([context], perm=[0, 2, 1, 3]),
-                               shape_of(b, s, h)])
-        projected = onnx.add([onnx.matmul([merged, weight("wo", h, h)], name="out"),
-                              bias("bo", h)], name="out_bias")
-        residual = onnx.add([x, projected], name="residual")
-    with builder.name_scope("norm"):
-        normed = onnx.layer_normalization(
-            [residual, builder.add_initialized_input_tensor(np.ones(h, np.float32), "gamma"),
-             bias("beta", h)], axis=-1, epsilon=1e-5)
-    with builder.name_scope("mlp"):
-        hidden = onnx.add([onnx.matmul([normed, weight("w1", h, sizes.mlp)]),
-                           bias("b1", sizes.mlp)])
-        activated = onnx.gelu([hidden])
-        out = onnx.add([onnx.matmul([activated, weight("w2", sizes.mlp, h)]), bias("b2", h)])
-        result = onnx.add([normed, out], name="residual")
-    builder.add_output_tensor(result)
-    ir = builder.ir()
-    ir.metadata.update({"source": "demo: transformer block (Builder)", "format": "builder"})
+def build_demo_ir() -> Ir:
+    """The demo's training step as a fresh Ir (nothing shared between calls)."""
+    data = resources.files(__package__).joinpath(DEMO_FILE).read_bytes()
+    ir = Ir.from_json(gzip.decompress(data).decode())
+    ir.metadata.update({"source": "demo: GPT-2 training step (PyTorch front end)",
+                        "kind": "training", "format": "ir-json"})
     return ir

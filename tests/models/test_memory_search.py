@@ -80,16 +80,17 @@ def test_the_score_counts_only_the_bytes_over():
 
 
 def test_a_setting_that_fails_is_recorded_and_never_kept():
+    from transformer_block import transformer_block_ir
+
     from popart_unwind.errors import TransformError
     from popart_unwind.machine import IpuModel, TileTarget
     from popart_unwind.report import memory_search
-    from popart_unwind.report.demo_model import build_demo_ir
     from popart_unwind.report.session import transform
     from popart_unwind.target.cost import evaluate
     from popart_unwind.target.linear_plan import linear_plan
 
     model = IpuModel(tiles_per_ipu=2, bytes_per_tile=64)
-    first_ir = build_demo_ir()
+    first_ir = transformer_block_ir()
     transform(first_ir)
     target = TileTarget(model)
     first = evaluate(first_ir, target, dict(linear_plan(first_ir, target)))
@@ -101,8 +102,8 @@ def test_a_setting_that_fails_is_recorded_and_never_kept():
             raise TransformError("this setting cannot be planned")
         transform(ir)
 
-    _, search = memory_search.search_memory_settings(build_demo_ir, first, model, failing)
+    _, search = memory_search.search_memory_settings(transformer_block_ir, first, model, failing)
     failed = [t for t in search.trials if t.failed]
     assert [t.setting for t in failed] == ["rotate_plan_start_tiles=true"]
     assert failed[0].entry()["score"] is None and search.kept != failed[0].setting
-    assert len(calls) == len(search.trials) - 1  # the demo has no loss: no recomputation
+    assert len(calls) == len(search.trials) - 1  # inference: no recomputation

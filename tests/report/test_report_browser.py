@@ -24,6 +24,7 @@ import pytest
 from wide_model import save_wide_model
 
 from popart_unwind.cli import main
+from popart_unwind.report.demo_model import DEMO_TITLE
 
 #: Layers of the wide model in the browser tests: 4 tensors each, 2,001 with the input.
 WIDE_LAYERS = 500
@@ -132,14 +133,14 @@ def test_page_loads_without_errors_and_every_image_decodes(page, report):
         document.querySelectorAll('div.layout-slot svg rect').length]""")
     assert slots == 0 or drawn > slots  # each difference drawn (a frame and its cells)
     no_sideways_scroll(page)
-    assert page.title() == ("popart-unwind demo: a transformer block"
-                            if "demo" in str(report) else "wide.onnx")
+    assert page.title() == (DEMO_TITLE if "demo" in str(report) else "wide.onnx")
 
 
 def test_search_finds_a_tensor_and_shows_its_explanation(page, report):
     plan = plan_of(report)
     # 32.norm.weight is also part of 132.norm.weight, ...: the full name opens its own row
-    name = "mlp/w1" if "demo" in str(report) else "32.norm.weight"
+    name = ("model.transformer.h.0.mlp.c_fc.weight" if "demo" in str(report)
+            else "32.norm.weight")
     entry = plan["tensors"][name]
     page.fill("#tensor-search", name)
     matches = sum(name in other for other in plan["tensors"])

@@ -223,11 +223,12 @@ def test_without_popart_the_page_says_no_comparison_was_made(tmp_path):
 
 def test_ops_planned_otherwise_rank_by_cycles_then_bytes_saved():
     """With rotated start tiles ours plans every matmul from another tile than PopART."""
+    from transformer_block import transformer_block_ir
+
     from popart_unwind.options import with_options
-    from popart_unwind.report.demo_model import build_demo_ir
     from popart_unwind.report.differences import differing_ops
 
-    ir = build_demo_ir()
+    ir = transformer_block_ir()
     ir.options = with_options(ir.options, ["rotate_plan_start_tiles=true"])
     transform(ir)
     with StageProgress(io.StringIO(), enabled=False) as progress:
