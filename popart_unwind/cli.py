@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "leaves symbolic, e.g. input_ids=1,128 (repeatable)")
     _add_safety_options(plan, model_options=True)
     demo = commands.add_parser("demo", help="plan the embedded example (no files needed)",
-                               description="Plan a small transformer block built in Python "
-                               "and show how it compares with PopART's heuristic.")
+                               description="Plan one training step of a small GPT-2 (tied "
+                               "LM head, shipped with the package) and show how it compares "
+                               "with PopART's heuristic.")
     _add_common(demo)
     _add_safety_options(demo, model_options=False)
     return parser
@@ -231,8 +232,15 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise UsageError("--onnx-out needs an ONNX model; MODEL is module:factory")
     run, title = _plan_safely(args, model, onnx_out, stderr)
     if not args.quiet:
-        from popart_unwind.report.summary import ops_without_rule_line, print_summary
+        from popart_unwind.report.summary import (
+            ops_without_rule_line,
+            print_summary,
+            verdict,
+        )
 
+        sentence = verdict(run.summaries())
+        if sentence is not None:
+            stdout.write(sentence + "\n")
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
         _print_fullest_tile(run, model.bytes_per_tile, stdout)
         if run.memory_search is not None:
@@ -286,6 +294,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
           stderr: TextIO) -> tuple[Any, str]:
     """Every stage, then every output written into its temporary; returns the session's
     PlanRun and the title of the summary and report."""
+    from popart_unwind.report.demo_model import DEMO_TITLE
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
     from popart_unwind.report.planning_memory import check_planning_memory
@@ -293,8 +302,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
     from popart_unwind.report.session import plan_session, transform
 
     demo = args.command == "demo"
-    title = "popart-unwind demo: a transformer block" if demo else \
-        f"popart-unwind plan {args.model}"
+    title = DEMO_TITLE if demo else f"popart-unwind plan {args.model}"
     with StageProgress(stderr, enabled=not args.quiet) as progress:
         with progress.stage("import"):
             ir = _import(args)  # an UnknownOpsWarning is printed when the run succeeds

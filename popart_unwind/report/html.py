@@ -22,7 +22,12 @@ from popart_unwind.report.html_tensors import tensor_sections
 from popart_unwind.report.page_script import SCRIPT, STYLE
 from popart_unwind.report.progress import ProgressCallback
 from popart_unwind.report.session import PlanRun
-from popart_unwind.report.summary import PLAN_TITLES, ops_without_rule_order, summary_rows
+from popart_unwind.report.summary import (
+    PLAN_TITLES,
+    ops_without_rule_order,
+    summary_rows,
+    verdict,
+)
 from popart_unwind.version import __version__
 
 TOP_OPS = 20
@@ -39,6 +44,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 td.text { max-width: 40em; overflow-wrap: break-word; }
 img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1.5em; }
 .meta { color: #555; } code { font-size: 0.95em; }
+.verdict { font-size: 1.15em; font-weight: 600; }
 """
 
 
@@ -69,7 +75,7 @@ def write_report(run: PlanRun, folder: Path, title: str,
     page = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>{_e(title)}</title>\n<style>{CSS}{STYLE}</style>\n</head>\n<body>\n"
-            f"<h1>{_e(title)}</h1>\n{_meta(run)}\n{body}\n{data}\n"
+            f"<h1>{_e(title)}</h1>\n{_verdict(run)}{_meta(run)}\n{body}\n{data}\n"
             f"<script>{SCRIPT}</script>\n</body>\n</html>\n")
     (folder / "index.html").write_text(page, encoding="utf-8")
 
@@ -102,6 +108,12 @@ def _breakable(text: Any) -> str:
     """Escaped, with a line-break opportunity after each separator of a long name
     (``model.layer.0/MatMul``), so that names wrap at their parts, not mid-word."""
     return re.sub(r"([/._:])", r"\1<wbr>", _e(text))
+
+
+def _verdict(run: PlanRun) -> str:
+    """The summary's sentence, first on the page (none without the PopART baseline)."""
+    sentence = verdict(run.summaries())
+    return "" if sentence is None else f'<p class="verdict">{_e(sentence)}</p>\n'
 
 
 def _meta(run: PlanRun) -> str:

@@ -59,6 +59,58 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
     return header, rows
 
 
+#: The figures the verdict weighs: (summary key, what fewer of them is, what more is, unit).
+_VERDICT_FIGURES = (
+    ("exchange_bytes", "exchanges {} fewer byte{}", "exchanges {} more byte{}", ""),
+    ("cycles", "takes {} fewer cycle{}", "takes {} more cycle{}", ""),
+    ("peak_tile_bytes", "peaks {} lower on its fullest tile{}",
+     "peaks {} higher on its fullest tile{}", " B"),
+)
+
+
+def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """One sentence: what our plan saves against PopART's heuristic in exchange bytes,
+    total cycles and peak tile memory, from the summaries themselves (the plan file's
+    figures, to the byte), saying as plainly when it saves nothing or costs more. None
+    without the PopART baseline."""
+    ours, popart = summaries.get("ours"), summaries.get("popart")
+    if ours is None or popart is None:
+        return None
+    better, worse, same = [], [], []
+    for key, fewer, more, unit in _VERDICT_FIGURES:
+        saved = int(popart[key]) - int(ours[key])
+        if saved == 0:
+            same.append(key)
+            continue
+        plural = "" if abs(saved) == 1 or unit else "s"
+        text = (fewer if saved > 0 else more).format(f"{abs(saved):,}{unit}", plural)
+        text += _share(abs(saved), int(popart[key]))
+        (better if saved > 0 else worse).append(text)
+    names = {"exchange_bytes": "exchange bytes", "cycles": "cycles",
+             "peak_tile_bytes": "peak tile memory"}
+    if not better and not worse:
+        return ("Against PopART's heuristic, ours saves nothing: the same exchange bytes, "
+                "cycles and peak tile memory.")
+    said = " but ".join(_listed(part) for part in (better, worse) if part)
+    if not better:
+        said = "saves nothing: it " + said
+    if same:
+        said += "; the same " + _listed([names[key] for key in same])
+    return f"Against PopART's heuristic, ours {said}."
+
+
+def _share(part: int, whole: int) -> str:
+    """`` (3.3%)`` of ``whole``; `` (<0.1%)`` when that would read 0.0%."""
+    if whole <= 0:
+        return ""
+    percent = 100 * part / whole
+    return f" ({percent:.1f}%)" if percent >= 0.05 else " (<0.1%)"
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def ops_without_rule_order(counts: Mapping[str, int]) -> list[tuple[str, int]]:
     """(op type, count), most frequent first, ties by name: the summary's and the
     report's order."""

@@ -95,7 +95,9 @@ def test_baseline_option_chooses_the_compared_plans(model_path, out_dir):
 def test_summary_table_lists_each_figure_for_each_plan(model_path):
     status, out, err = run("plan", str(model_path), "--tiles", str(TILES))
     assert (status, err) == (0, "")
-    header = out.splitlines()[1]
+    lines = out.splitlines()
+    assert lines[0].startswith("Against PopART's heuristic, ours ")  # the sentence first
+    header = lines[2]  # under the title
     assert re.search(r"ours\s+PopART baseline\s+linear", header)
     for label in ("objective", "upper bound", "exchange bytes", "exchange cycles",
                   "max tile memory", "peak tile memory", "always-live tile memory",

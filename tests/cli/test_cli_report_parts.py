@@ -13,7 +13,6 @@ import pytest
 from popart_unwind.errors import OutputError, PlanError
 from popart_unwind.machine import IpuModel
 from popart_unwind.report import atomic
-from popart_unwind.report.demo_model import build_demo_ir
 from popart_unwind.report.layout_data import LEVELS, levels
 from popart_unwind.report.output_targets import FileTarget, FolderTarget
 from popart_unwind.report.plan_file import (
@@ -25,7 +24,7 @@ from popart_unwind.report.plan_file import (
     validate_plan,
 )
 from popart_unwind.report.progress import StageProgress
-from popart_unwind.report.summary import plain_table, summary_rows
+from popart_unwind.report.summary import plain_table, summary_rows, verdict
 
 SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
            "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,
@@ -90,6 +89,26 @@ def test_summary_rows_show_shares_of_bound_and_budget():
         {"ours": SUMMARY, "linear": fitting}, 638976)[1])["fits"] == "yes"
     lines = plain_table({"ours": SUMMARY}, 638976).splitlines()
     assert len({len(line) for line in lines[:2]}) == 1  # header as wide as the rule
+
+
+def test_the_sentence_says_what_ours_saves_costs_or_leaves_the_same():
+    popart = {"exchange_bytes": 1_000_000, "cycles": 2_000, "peak_tile_bytes": 5_000}
+
+    def said(**ours: int) -> str | None:
+        return verdict({"ours": {**popart, **ours}, "popart": popart})
+
+    assert said(exchange_bytes=967_000, cycles=1_990, peak_tile_bytes=4_000) == (
+        "Against PopART's heuristic, ours exchanges 33,000 fewer bytes (3.3%), takes 10 "
+        "fewer cycles (0.5%) and peaks 1,000 B lower on its fullest tile (20.0%).")
+    assert said() == ("Against PopART's heuristic, ours saves nothing: the same exchange "
+                      "bytes, cycles and peak tile memory.")
+    assert said(cycles=2_001) == (
+        "Against PopART's heuristic, ours saves nothing: it takes 1 more cycle (0.1%); "
+        "the same exchange bytes and peak tile memory.")
+    assert said(exchange_bytes=999_999, peak_tile_bytes=5_100) == (
+        "Against PopART's heuristic, ours exchanges 1 fewer byte (<0.1%) but peaks 100 B "
+        "higher on its fullest tile (2.0%); the same cycles.")
+    assert verdict({"ours": popart, "linear": popart}) is None  # no PopART, no sentence
 
 
 def test_transaction_removes_its_temporaries_when_the_block_fails(tmp_path):
@@ -173,16 +192,6 @@ def test_progress_draws_on_a_terminal_only():
     assert progress.enabled and "plan" in screen.getvalue()
     with StageProgress(Terminal(), enabled=False) as progress:
         assert not progress.enabled
-
-
-def test_demo_block_has_the_transformer_parts():
-    ir = build_demo_ir()
-    types = {op.type.name for op in ir.main_graph.ops}
-    assert {"Gather", "MatMul", "Reshape", "Transpose", "Softmax", "Add",
-            "LayerNormalization", "Gelu"} <= types
-    weights = {t.id for t in ir.main_graph.producerless_tensors()}
-    assert {"embedding", "attention/wq", "attention/wk", "attention/wv", "attention/wo",
-            "attention/bo", "mlp/w1", "mlp/b1", "mlp/w2", "mlp/b2"} <= weights
 
 
 def test_a_plan_in_a_few_words_names_its_pass_and_its_start_tile():
