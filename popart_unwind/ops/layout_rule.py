@@ -38,7 +38,7 @@ from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 if TYPE_CHECKING:
     from popart_unwind.ir.op import Op
     from popart_unwind.ir.tensor import Tensor
-    from popart_unwind.memory import Chain
+    from popart_unwind.memory import Chain, DisjointRegions
     from popart_unwind.unwind import Graph, TensorId
 
 #: Input layouts by input index (flat, row-major), None where an input is absent or unknown.
@@ -218,6 +218,18 @@ class LayoutRule:
         """The element map from input ``in_index`` to output ``out_index`` along which
         PopART's creator search looks for a creator (``Opx::canUnwind``), or None."""
         return None
+
+    def popart_output_finder(self, op: Op, in_index: int
+                             ) -> Callable[[DisjointRegions], list[int]] | None:
+        """For a rule with many outputs: a function giving, for elements ``reach`` of input
+        ``in_index``, the outputs whose view may hold one of them, found without asking
+        each output (a Split of k outputs reached from each of k Concat inputs would
+        otherwise cost k²). Asked once per op and input; None: every output may."""
+        return None
+
+    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
+        """``popart_views`` of every output: the creator search asks once per op."""
+        return {out: self.popart_views(op, out) for out in op.output_map()}
 
     def popart_views(self, op: Op, out_index: int) -> dict[int, Chain | None]:
         """``popart_view`` of every input to output ``out_index`` at once. The creator

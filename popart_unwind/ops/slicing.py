@@ -7,7 +7,11 @@ being the slab ``input_slab(op, i)`` of its output.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Callable
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +20,7 @@ from popart_unwind.ir.dtypes import numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
-from popart_unwind.memory import Chain
+from popart_unwind.memory import Chain, DisjointRegions, sett_bounded
 from popart_unwind.ops.common import (
     constant_input,
     input_shape,
@@ -191,16 +195,52 @@ class SplitRule(ViewRule):
     """Output j is the slab of the input between the sizes before it and its own end."""
 
     def steps(self, op: Op, out_index: int) -> list[Step]:
+        return self.all_steps(op)[out_index]
+
+    def all_steps(self, op: Op) -> dict[int, list[Step]]:
+        """Every output's slab from one reading of the sizes (asking per output would
+        read all k sizes k times)."""
         shape = known_shape(op, op.input(0))
         axis, sizes = split_sizes(op, shape)
+        steps: dict[int, list[Step]] = {}
+        begin = 0
+        for out_index, size in zip(sorted(op.output_map()), sizes, strict=True):
+            lower, upper = [0] * len(shape), list(shape)
+            lower[axis], upper[axis] = begin, begin + size
+            whole = lower == [0] * len(shape) and upper == list(shape)
+            steps[out_index] = [] if whole else [("slice", tuple(lower), tuple(upper))]
+            begin += size
+        return steps
+
+
+    def popart_output_finder(self, op: Op, in_index: int
+                             ) -> Callable[[DisjointRegions], list[int]]:
+        """The outputs whose slab along the split axis meets the span ``reach`` covers on
+        that axis, found by bisection (the slabs are consecutive, in output order)."""
+        if in_index != 0:
+            return lambda reach: []  # the sizes: no output views them
+        shape = known_shape(op, op.input(0))
+        axis, sizes = split_sizes(op, shape)
+        ends = list(itertools.accumulate(sizes))
         outputs = sorted(op.output_map())
-        position = outputs.index(out_index)
-        begin = sum(sizes[:position])
-        lower, upper = [0] * len(shape), list(shape)
-        lower[axis], upper[axis] = begin, begin + sizes[position]
-        if lower == [0] * len(shape) and upper == list(shape):
-            return []
-        return [("slice", tuple(lower), tuple(upper))]
+
+        def reached(reach: DisjointRegions) -> list[int]:
+            spans = [span for span in (_span(region.setts[axis], shape[axis])
+                                       for region in reach.regions) if span is not None]
+            if not spans:
+                return []
+            low, high = min(s[0] for s in spans), max(s[1] for s in spans)
+            first = bisect.bisect_right(ends, low)  # the first slab ending after low
+            last = min(bisect.bisect_right(ends, high), len(outputs) - 1)  # holding high
+            return [outputs[p] for p in range(first, last + 1) if sizes[p]]
+
+        return reached
+
+
+def _span(dims: Any, size: int) -> tuple[int, int] | None:
+    """The first and last index one axis of a region holds on ``[0, size)``; None if none."""
+    on = sett_bounded.ons(dims, size)
+    return (int(on[0]), int(on[-1])) if on.size else None
 
 
 class ConcatRule(LayoutRule):

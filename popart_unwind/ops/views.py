@@ -321,6 +321,10 @@ class ViewRule(LayoutRule):
     def steps(self, op: Op, out_index: int) -> list[Step]:
         raise NotImplementedError
 
+    def all_steps(self, op: Op) -> dict[int, list[Step]]:
+        """``steps`` of every output (a rule with many outputs answers at once)."""
+        return {index: self.steps(op, index) for index in op.output_map()}
+
     def view_chain(self, op: Op, in_index: int, out_index: int) -> Chain | None:
         if in_index != 0 or not op.has_input(0) or not op.has_output(out_index):
             return None
@@ -328,15 +332,17 @@ class ViewRule(LayoutRule):
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         source = emitter.tensor(op.input(0))
+        steps = self.all_steps(op)
         for index, out in op.output_map().items():
-            emitter.define(out, emit_steps(emitter.graph, source, self.steps(op, index),
-                                           out.id))
+            emitter.define(out, emit_steps(emitter.graph, source, steps[index], out.id))
 
     def output_tiles(self, op: Op, input_tiles: InputTiles,
                      target: TileMachine) -> list[np.ndarray]:
         tiles = input_layout(op, input_tiles, 0)
         shaped = np.asarray(tiles).reshape(known_shape(op, op.input(0)))
-        return [flat_layout(self.view_chain(op, 0, j).apply(shaped)) for j in op.output_map()]
+        shape = known_shape(op, op.input(0))
+        return [flat_layout(chain_of(shape, steps).apply(shaped))
+                for steps in self.all_steps(op).values()]
 
     def aliases_outputs(self, op: Op) -> bool:
         return True
@@ -348,6 +354,15 @@ class ViewRule(LayoutRule):
     def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
         """Views pass layouts back exactly (``Opx::unwindTensorLayout`` of view ops)."""
         return self.view_chain(op, in_index, out_index)
+
+    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
+        """Input 0's view into every output, from one call to ``all_steps``."""
+        if not op.has_input(0):
+            return super().popart_output_views(op)
+        shape = known_shape(op, op.input(0))
+        return {out: {index: chain_of(shape, steps) if index == 0 else None
+                      for index in op.input_map()}
+                for out, steps in self.all_steps(op).items()}
 
 
 def input_layout(op: Op, input_tiles: InputTiles, index: int) -> np.ndarray:

@@ -38,7 +38,7 @@ from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
-from popart_unwind.memory import Chain
+from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
 from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
@@ -224,7 +224,8 @@ class _CreatorSearch:
         # Per op, computed once: where each tensor enters it, and the views of its inputs
         # (an op with k inputs is reached k times; asking it afresh each time costs k²).
         self._uses: dict[int, dict[Tensor, list[int]]] = {}
-        self._views: dict[tuple[int, int], dict[int, Chain | None]] = {}
+        self._views: dict[int, dict[int, dict[int, Chain | None]]] = {}
+        self._finders: dict[tuple[int, int], Any] = {}
         schedule = _GlobalSchedule()
         schedule.run(ir)
         self.position, self.call_sites = schedule.position, schedule.call_sites
@@ -236,30 +237,38 @@ class _CreatorSearch:
         # A tensor of a subgraph starts "inside" the first call site of each enclosing graph,
         # so that the search can leave through the graph's outputs (as PopART does).
         calls = self._enclosing_calls(tensor.graph)
-        stack = [(tensor, Chain(shape), calls, ())]
+        everything = DisjointRegions.from_region(Region.full(shape))
+        stack = [(tensor, Chain(shape), calls, (), everything)]
         seen: set[tuple] = set()
         while stack:
-            current, chain, calls, path = stack.pop()
+            current, chain, calls, path, reach = stack.pop()
             key = (current.graph.id, current.id, tuple(op.id for op in calls))
             if key in seen:
                 continue  # first path wins: each tensor explored once per call context
             seen.add(key)
             for op in current.consumers:
                 for index in self._input_indices(op).get(current, ()):
-                    stack.extend(self._step(op, index, chain, calls, path, numel, found))
-            stack.extend(self._escape(current, chain, calls, path))
+                    stack.extend(self._step(op, index, chain, calls, path, reach, numel,
+                                            found))
+            stack.extend(self._escape(current, chain, calls, path, reach))
         return found
 
     def _step(self, op: Op, index: int, chain: Chain, calls: tuple[Op, ...],
-              path: tuple[str, ...], numel: int, found: list[Candidate]) -> list[tuple]:
-        """Record ``op`` input ``index`` if it creates; return the tensors to search next."""
+              path: tuple[str, ...], reach: DisjointRegions, numel: int,
+              found: list[Candidate]) -> list[tuple]:
+        """Record ``op`` input ``index`` if it creates; return the tensors to search next:
+        those the searched tensor's elements reach (``reach``: the elements of the current
+        tensor it views). A view that holds none of them (a Split's output cut from another
+        Concat input's slab) is not followed: PopART follows it, but a creator found there
+        covers no element and is never used, while following every one costs k² for a
+        Concat of k inputs split again into k."""
         if isinstance(op, SubgraphOp):  # PopART: CanDelegate — continue inside the callee
             nexts = []
             for graph in op.called_graphs():
                 inner = op.op_in_to_subgraph_in_index(graph, index)
                 if inner is not None and inner < len(graph.input_ids):
                     nexts.append((graph.tensor(graph.input_ids[inner]), chain,
-                                  (*calls, op), (*path, op.debug_name())))
+                                  (*calls, op), (*path, op.debug_name()), reach))
             return nexts
         rule = self.registry.layout_rule(op)
         priority = rule.creates_input(op, index)
@@ -270,10 +279,17 @@ class _CreatorSearch:
             found.append(Candidate(op, index, chain, float(priority),
                                    _covered(chain, numel), self.position[op.id], path, tied))
         nexts = []
-        for out_index, output in op.output_map().items():
+        finder = self._finder(rule, op, index)
+        outputs = (op.output_map().items() if finder is None
+                   else [(i, op.output(i)) for i in finder(reach)])
+        for out_index, output in outputs:
             step = self._view(rule, op, index, out_index)
-            if step is not None:
-                nexts.append((output, chain.then(step), calls, (*path, op.debug_name())))
+            if step is None:
+                continue
+            viewed = step.apply_regions(reach)
+            if not viewed.is_empty():
+                nexts.append((output, chain.then(step), calls, (*path, op.debug_name()),
+                              viewed))
         return nexts
 
     def _view(self, rule: LayoutRule, op: Op, index: int, out_index: int) -> Chain | None:
@@ -282,10 +298,16 @@ class _CreatorSearch:
         inputs), elementwise ones only when the search is asked to pass them."""
         if rule.kind == "elementwise" and not self.unwind_elementwise:
             return None
-        key = (op.id, out_index)
-        if key not in self._views:
-            self._views[key] = rule.popart_views(op, out_index)
-        return self._views[key].get(index)
+        if op.id not in self._views:
+            self._views[op.id] = rule.popart_output_views(op)
+        return self._views[op.id][out_index].get(index)
+
+    def _finder(self, rule: LayoutRule, op: Op, index: int) -> Any:
+        """The rule's ``popart_output_finder`` for ``op`` input ``index``, made once."""
+        key = (op.id, index)
+        if key not in self._finders:
+            self._finders[key] = rule.popart_output_finder(op, index)
+        return self._finders[key]
 
     def _input_indices(self, op: Op) -> dict[Tensor, list[int]]:
         """The input indices at which each tensor enters ``op``, in index order."""
@@ -297,7 +319,7 @@ class _CreatorSearch:
         return self._uses[op.id]
 
     def _escape(self, tensor: Tensor, chain: Chain, calls: tuple[Op, ...],
-                path: tuple[str, ...]) -> list[tuple]:
+                path: tuple[str, ...], reach: DisjointRegions) -> list[tuple]:
         """A callee's output continues as the output of the call site the search entered by."""
         if not calls or not tensor.is_graph_output():
             return []
@@ -306,7 +328,8 @@ class _CreatorSearch:
             if tensor_id == tensor.id:
                 index = caller.subgraph_out_to_op_out_index(tensor.graph, inner)
                 if index is not None and caller.has_output(index):
-                    return [(caller.output(index), chain, calls[:-1], (*path, "return"))]
+                    return [(caller.output(index), chain, calls[:-1], (*path, "return"),
+                             reach)]
         return []
 
     def _enclosing_calls(self, graph: Graph) -> tuple[Op, ...]:

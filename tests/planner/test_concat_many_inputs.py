@@ -21,6 +21,7 @@ from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.ops import REGISTRY
 from popart_unwind.target import IpuModel, TileTarget, popart_baseline
+from popart_unwind.unwind import Graph
 from popart_unwind.unwind.ops import Node, concat_slab, forward_edges, unwind_routes
 
 #: the module (the package exports its function under the same name)
@@ -193,3 +194,90 @@ def test_each_input_reaches_exactly_its_slab_in_the_unwinding_graph(case) -> Non
         slab = concat_slab(out_shape, axis, begin, widths[index])
         assert edge.chain.apply_regions(Region.full(in_shapes[index])) == DisjointRegions(
             out_shape, [slab])
+
+
+# -- a Concat split again (or sliced) -------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=6), st.data())
+def test_a_slice_of_a_concat_within_one_input_views_that_input(widths, data) -> None:
+    """The unwinding graph's slice of a concat's output is, element for element, numpy's
+    slice of the concatenation, whether or not it lies within one input's slab."""
+    graph = Graph()
+    inputs = [graph.sink((w, 3), name=f"x{i}") for i, w in enumerate(widths)]
+    joined = graph.concat(inputs, axis=0)
+    total = sum(widths)
+    low = data.draw(st.integers(0, total - 1))
+    high = data.draw(st.integers(low + 1, total))
+    columns = sorted(data.draw(st.lists(st.integers(0, 3), min_size=2, max_size=2,
+                                        unique=True)))
+    sliced = graph.slice(joined, (low, columns[0]), (high, columns[1]))
+    arrays = {t: (np.arange(w * 3) + 100 * i).reshape(w, 3)
+              for i, (t, w) in enumerate(zip(inputs, widths, strict=True))}
+    node = graph.node(sliced)
+    source = node.inputs[0]
+    held = arrays[source] if source in arrays else np.concatenate(
+        [arrays[t] for t in inputs], axis=0)
+    expected = np.concatenate([arrays[t] for t in inputs], axis=0)[
+        low:high, columns[0]:columns[1]]
+    assert np.array_equal(node.chain.apply(held), expected)
+    ends = np.cumsum(widths)
+    within = int(np.searchsorted(ends, low, side="right"))
+    assert (source != joined) == (high <= ends[within])  # skipped the concat iff within
+
+
+def split_ir(widths: list[int], axis: int):
+    """Inputs concatenated, split again into other sizes, each piece multiplied by a
+    weight (the matmuls create the pieces, so the search unwinds through the Split)."""
+    b = Builder()
+    names = [b.add_input_tensor("float32", (3, w) if axis == 1 else (w, 3), f"x{i}")
+             for i, w in enumerate(widths)]
+    joined = b.ai_onnx.concat(names, axis=axis, name="join")
+    total = sum(widths)
+    pieces = [total // 3, total // 3, total - 2 * (total // 3)]
+    parts = b.ai_onnx.split([joined, np.array(pieces, np.int64)], num_outputs=3, axis=axis,
+                            name="cut")
+    for i, (part, size) in enumerate(zip(parts, pieces, strict=True)):
+        weight = np.zeros((size, 2) if axis == 1 else (3, 2), np.float32)
+        b.add_output_tensor(b.ai_onnx.matmul(
+            [part, b.add_initialized_input_tensor(weight, f"w{i}")], name=f"mm{i}"))
+    return b.ir()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=3, max_size=8), st.sampled_from([0, 1]),
+       st.data())
+def test_the_split_finds_the_outputs_a_reach_meets_as_asking_each_does(widths, axis,
+                                                                     data) -> None:
+    ir = split_ir(widths, axis)
+    op = next(op for op in ir.main_graph.ops if op.type.name == "Split")
+    rule = REGISTRY.layout_rule(op)
+    shape = op.input(0).shape
+    low = data.draw(st.integers(0, shape[axis] - 1))
+    high = data.draw(st.integers(low + 1, shape[axis]))
+    lower, upper = [0, 0], list(shape)
+    lower[axis], upper[axis] = low, high
+    reach = DisjointRegions(shape, [Region.from_bounds(shape, lower, upper)])
+    views = rule.popart_output_views(op)
+    asked = [out for out in sorted(op.output_map())
+             if not views[out][0].apply_regions(reach).is_empty()]
+    assert rule.popart_output_finder(op, 0)(reach) == asked
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_the_baseline_through_a_split_is_the_one_following_every_output(axis,
+                                                                        monkeypatch) -> None:
+    """Following only the Split outputs an input's elements reach, and skipping views
+    that hold none of them, decides every tensor as following all of them does."""
+    ir = split_ir([2, 1, 4, 3, 2, 5, 1], axis)
+    target = TileTarget(IpuModel(tiles_per_ipu=16))
+    pruned = popart_baseline(ir, target)
+    monkeypatch.setattr(type(REGISTRY.layout_rule(next(
+        op for op in ir.main_graph.ops if op.type.name == "Split"))), "popart_output_finder",
+        lambda self, op, index: None)
+    monkeypatch.setattr(DisjointRegions, "is_empty", lambda self: False)
+    every = popart_baseline(ir, target)
+    assert [(d.tensor_id, d.method, d.explanation) for d in pruned.decisions] == [
+        (d.tensor_id, d.method, d.explanation) for d in every.decisions]
+    for key, tiles in pruned.mappings.items():
+        assert np.array_equal(tiles, every.mappings[key])
+    assert any("cut" in d.explanation for d in pruned.decisions)  # through the Split
