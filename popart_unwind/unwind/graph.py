@@ -9,6 +9,8 @@ the same mapping (see ``objective.py``).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +78,7 @@ class Graph:
         self._ids: list[TensorId] = []
         self._pairs: list[ValuedPair] = []
         self._consumers: list[list[TensorId]] = []
+        self._concat_ends: dict[TensorId, list[int]] = {}  # per concat: where inputs end
 
     # ----- queries ---------------------------------------------------------------------
     def shape(self, tensor: TensorId) -> Shape:
@@ -211,7 +214,38 @@ class Graph:
     def slice(
         self, t: TensorId, lower: Sequence[int], upper: Sequence[int], name: str = ""
     ) -> TensorId:
+        """A slice; of a concat's output within one input's slab, a slice of that input
+        (the same elements: the view skips the concat, so a concat of k inputs split again
+        into k gives k paths, not k²)."""
+        inner = self._within_concat_input(t, lower, upper)
+        if inner is not None:
+            t, lower, upper = inner
         return self._view(t, lambda c: c.slice(lower, upper), "slice", name)
+
+    def _within_concat_input(
+        self, t: TensorId, lower: Sequence[int], upper: Sequence[int]
+    ) -> tuple[TensorId, list[int], list[int]] | None:
+        """(input, lower, upper in it) when ``t`` is a concat's output and the valid,
+        non-empty slice lies within one input's slab; None otherwise."""
+        node = self.node(t)
+        shape = self.shape(t)
+        if node.kind != "concat" or len(lower) != len(shape) or len(upper) != len(shape):
+            return None
+        lower, upper = [int(x) for x in lower], [int(x) for x in upper]
+        if not all(0 <= a < b <= n for a, b, n in zip(lower, upper, shape, strict=True)):
+            return None
+        ends = self._concat_ends.get(t)
+        if ends is None:
+            sizes = [self.shape(x)[node.axis] for x in node.inputs]
+            ends = self._concat_ends[t] = list(itertools.accumulate(sizes))
+        axis = node.axis
+        index = bisect.bisect_right(ends, lower[axis])  # the input holding the first row
+        if index == len(ends) or upper[axis] > ends[index]:
+            return None
+        start = ends[index] - self.shape(node.inputs[index])[axis]
+        lower[axis] -= start
+        upper[axis] -= start
+        return node.inputs[index], lower, upper
 
     def sub_sample(self, t: TensorId, strides: Sequence[int], name: str = "") -> TensorId:
         shape = self.shape(t)
