@@ -4,7 +4,9 @@ Each case is an ONNX model made here: k inputs of [4, 8] float32 joined by one C
 axis 0. ``direct``: the inputs are the Concat's operands; ``add``: each input first goes
 through an Add with one shared [8] bias (k Adds reading the bias, k elementwise results
 joined); ``matmul``: the Concat's result is multiplied by a [8, 16] weight, so the matmul's
-layout of its operand is unwound into every input. The command runs end to end in a
+layout of its operand is unwound into every input; ``split``: the Concat's result is split
+again into k outputs of [4, 8], each through a Relu (every input reaches the Split, whose
+outputs each hold one input's elements). The command runs end to end in a
 fresh process per case (interpreter start and imports included, PopART baseline and
 linear plan compared, no output files), and the table gives its wall time, the time per
 thousand inputs, and its peak RSS:
@@ -30,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-KINDS = ("direct", "add", "matmul")
+KINDS = ("direct", "add", "matmul", "split")
 SHAPE = [4, 8]
 
 
@@ -50,7 +52,15 @@ def concat_model(count: int, kind: str) -> onnx.ModelProto:
         weights = [numpy_helper.from_array(np.zeros((SHAPE[1], 16), np.float32), "w")]
         nodes.append(helper.make_node("MatMul", ["y", "w"], ["z"]))
         output = helper.make_tensor_value_info("z", TensorProto.FLOAT, [SHAPE[0] * count, 16])
-    graph = helper.make_graph(nodes, f"concat_{kind}_{count}", inputs, [output],
+    outputs = [output]
+    if kind == "split":
+        weights = [numpy_helper.from_array(np.full(count, SHAPE[0], np.int64), "sizes")]
+        nodes.append(helper.make_node("Split", ["y", "sizes"], [f"s{i}" for i in range(count)],
+                                      axis=0))
+        nodes += [helper.make_node("Relu", [f"s{i}"], [f"r{i}"]) for i in range(count)]
+        outputs = [helper.make_tensor_value_info(f"r{i}", TensorProto.FLOAT, SHAPE)
+                   for i in range(count)]
+    graph = helper.make_graph(nodes, f"concat_{kind}_{count}", inputs, outputs,
                               initializer=weights)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                              producer_name="concat-scaling")
