@@ -1,6 +1,8 @@
-"""Every test module may import the model builders of ``tests/models`` by name."""
+"""Every test module may import the shared helpers of ``tests`` (``cli_runner``) and the
+model builders of ``tests/models`` by name."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "models"))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "models")]

@@ -5,7 +5,6 @@ aim outputs at. Each bad model is built from the good linear layer by one change
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,6 @@ import onnx
 from conftest import linear_layer_model
 from onnx import TensorProto, helper
 
-from popart_unwind.cli import main
 from popart_unwind.report.output_targets import MARKER_HEADER, REPORT_MARKER
 
 
@@ -188,10 +186,4 @@ def snapshot(root: Path) -> dict[str, str]:
                 entries[key] = hashlib.sha256(path.read_bytes()).hexdigest()
     return entries
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    """The command line in-process: (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from bad_inputs import BAD_MODEL_FILES, run, snapshot
+from bad_inputs import BAD_MODEL_FILES, snapshot
+from cli_runner import run
 
 #: Output options each bad model is tried with: none of them may appear.
 OUTPUT_SETS = {

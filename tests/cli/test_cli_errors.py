@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
 import onnx
 import pytest
+from cli_runner import run
 from conftest import linear_layer_model
 
-from popart_unwind.cli import main
 from popart_unwind.errors import PlanError
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def outputs(out_dir: Path) -> list[str]:

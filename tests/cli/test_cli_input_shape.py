@@ -8,10 +8,11 @@ import json
 
 import onnx
 import pytest
+from cli_runner import run
 from conftest import save_alone
 from onnx import TensorProto
 from onnx import helper as oh
-from test_cli_errors import assert_refused, run
+from test_cli_errors import assert_refused
 
 
 def symbolic_model() -> onnx.ModelProto:

@@ -8,7 +8,7 @@ import io
 import re
 
 import numpy as np
-from test_cli_errors import run
+from cli_runner import run
 
 from popart_unwind.cli import main
 from popart_unwind.report.pictures import tile_grid, tile_memory_heatmap

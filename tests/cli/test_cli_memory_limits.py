@@ -4,7 +4,8 @@ where memory runs out during the work, one line and nothing written; never a tra
 from __future__ import annotations
 
 import pytest
-from test_cli_errors import assert_refused, outputs, run
+from cli_runner import run
+from test_cli_errors import assert_refused, outputs
 
 from popart_unwind.errors import ResourceError
 from popart_unwind.ir import Ir

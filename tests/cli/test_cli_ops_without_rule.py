@@ -3,7 +3,6 @@ report name them by type with counts."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
+from cli_runner import run
 from conftest import save_alone
 from onnx import TensorProto, helper, numpy_helper
 
-from popart_unwind.cli import main
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, OpType
@@ -57,11 +56,6 @@ EXPECTED = {"Trilu": 2, "com.example::Foo": 2}
 def gaps_path(tmp_path: Path) -> Path:
     return save_alone(gaps_model(), tmp_path / "gaps", "gaps.onnx")
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def test_no_rule_means_the_base_rule_itself():

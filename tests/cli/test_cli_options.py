@@ -11,7 +11,8 @@ import typing
 from pathlib import Path
 
 import pytest
-from test_cli_errors import assert_refused, outputs, run
+from cli_runner import run
+from test_cli_errors import assert_refused, outputs
 
 from popart_unwind.errors import OptionError
 from popart_unwind.options import (

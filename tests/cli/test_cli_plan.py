@@ -3,7 +3,6 @@ report, run in-process through ``main``."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from math import prod
@@ -11,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from cli_runner import run
 
-from popart_unwind.cli import main
 from popart_unwind.ir import Ir
 from popart_unwind.report.onnx_annotate import PLAN_KEY, VERSION_KEY
 from popart_unwind.report.output_targets import MARKER_HEADER, REPORT_MARKER
@@ -21,11 +20,6 @@ from popart_unwind.report.session import transform
 
 TILES = 16
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def producerless_keys(model_path: Path) -> set[str]:

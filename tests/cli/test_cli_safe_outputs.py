@@ -14,7 +14,8 @@ import time
 
 import onnx
 import pytest
-from bad_inputs import run, snapshot
+from bad_inputs import snapshot
+from cli_runner import run
 
 from popart_unwind.errors import OutputError
 from popart_unwind.report import atomic

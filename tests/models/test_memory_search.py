@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_model_plans import run  # the command, its status and both streams
+from cli_runner import run
 
 from popart_unwind.report.memory_search import AS_GIVEN, MEMORY_SETTINGS, score
 from popart_unwind.report.plan_file import validate_plan

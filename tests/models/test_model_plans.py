@@ -3,7 +3,6 @@ factory (a training step), with every output the command writes."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import sys
@@ -18,17 +17,12 @@ pytest.importorskip("onnxscript")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import make_models
+from cli_runner import run
 
-from popart_unwind.cli import main
 from popart_unwind.report.plan_file import validate_plan
 
 TILES = 64
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), stdout=out, stderr=err)
-    return status, out.getvalue(), err.getvalue()
 
 
 def check_plan(path: Path) -> dict:
