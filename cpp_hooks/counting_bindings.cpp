@@ -89,6 +89,59 @@ py::tuple blockReaderCounts(const Tiles<T> &tiles, const Tiles<std::int32_t> &bl
   return py::make_tuple(runs, heldElements, heldRuns);
 }
 
+// blockReaderCounts for an [A, B, C] operand cut into a grid of blocks, without per-element
+// block arrays: element (i, j, k) lies in block (partsA[i] * countB + partsB[j]) * countC +
+// partsC[k] (each axis's part per index); a run starts where the block or the tile changes.
+template <typename T>
+py::tuple gridReaderCounts(const Tiles<T> &tiles, const Tiles<std::int64_t> &partsA,
+                           const Tiles<std::int64_t> &partsB,
+                           const Tiles<std::int64_t> &partsC, std::int64_t countB,
+                           std::int64_t countC, const Tiles<std::int64_t> &tileBlock,
+                           std::size_t numBlocks) {
+  const auto sizeA = static_cast<std::size_t>(partsA.size());
+  const auto sizeB = static_cast<std::size_t>(partsB.size());
+  const auto sizeC = static_cast<std::size_t>(partsC.size());
+  const auto n = static_cast<std::size_t>(tiles.size());
+  const auto numTiles = static_cast<std::size_t>(tileBlock.size());
+  if (sizeA * sizeB * sizeC != n) {
+    throw std::invalid_argument("the grid's axes do not hold one entry per element");
+  }
+  py::array_t<std::int64_t> runs(static_cast<py::ssize_t>(numBlocks));
+  py::array_t<std::int64_t> heldElements(static_cast<py::ssize_t>(numTiles));
+  py::array_t<std::int64_t> heldRuns(static_cast<py::ssize_t>(numTiles));
+  std::int64_t *r = runs.mutable_data();
+  std::int64_t *he = heldElements.mutable_data();
+  std::int64_t *hr = heldRuns.mutable_data();
+  std::fill(r, r + numBlocks, 0);
+  std::fill(he, he + numTiles, 0);
+  std::fill(hr, hr + numTiles, 0);
+  const T *ids = tiles.data();
+  const std::int64_t *pa = partsA.data(), *pb = partsB.data(), *pc = partsC.data();
+  const std::int64_t *tb = tileBlock.data();
+  std::size_t e = 0;
+  std::int64_t previous = -1;
+  for (std::size_t i = 0; i < sizeA; ++i) {
+    for (std::size_t j = 0; j < sizeB; ++j) {
+      const std::int64_t row = (pa[i] * countB + pb[j]) * countC;
+      for (std::size_t k = 0; k < sizeC; ++k, ++e) {
+        const std::int64_t block = row + pc[k];
+        if (block < 0 || static_cast<std::size_t>(block) >= numBlocks) {
+          throw std::invalid_argument("block " + std::to_string(block) + " is out of range");
+        }
+        const auto tile = checkedTile(ids, e, numTiles);
+        const bool start = e == 0 || block != previous || ids[e] != ids[e - 1];
+        previous = block;
+        r[block] += start ? 1 : 0;
+        if (tb[tile] == block) {
+          ++he[tile];
+          hr[tile] += start ? 1 : 0;
+        }
+      }
+    }
+  }
+  return py::make_tuple(runs, heldElements, heldRuns);
+}
+
 // Each tile's maximal runs of equal ids, in flat order (Poplar's interval format): returns
 // (bounds, begins, ends) where tile t's runs are begins[bounds[t]:bounds[t+1]] and the same
 // slice of ends. bounds is int64 (numTiles + 1 entries); begins and ends are int32 when every
@@ -151,6 +204,12 @@ template <typename T> void bindFor(py::module_ &m) {
         py::arg("blocks").noconvert(), py::arg("block_starts").noconvert(),
         py::arg("tile_block").noconvert(), py::arg("num_blocks"),
         "Runs per block, and elements and runs each tile holds of the block it reads.");
+  m.def("grid_reader_counts", &gridReaderCounts<T>, py::arg("tiles").noconvert(),
+        py::arg("parts_a").noconvert(), py::arg("parts_b").noconvert(),
+        py::arg("parts_c").noconvert(), py::arg("count_b"), py::arg("count_c"),
+        py::arg("tile_block").noconvert(), py::arg("num_blocks"),
+        "block_reader_counts for an operand cut into a grid of blocks, each axis's part "
+        "per index given instead of each element's block.");
   m.def("tile_counts", &tileCounts<T>, py::arg("tiles").noconvert(), py::arg("num_tiles"),
         "How many elements of a tile-id array lie on each tile (int64, num_tiles long).");
   m.def("run_count", &runCount<T>, py::arg("tiles").noconvert(),

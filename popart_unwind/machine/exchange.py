@@ -350,6 +350,15 @@ def block_need(held: np.ndarray, blocks: np.ndarray, starts: np.ndarray,
     joins two others: they are not contiguous). One pass in C++ counts the runs."""
     runs_per_block, held_elements, held_runs = hooks.block_reader_counts(
         held, blocks, starts, tile_block, block_sizes.size)
+    return reader_need(runs_per_block, held_elements, held_runs, block_sizes, tile_block,
+                       element_bytes, num_tiles)
+
+
+def reader_need(runs_per_block: np.ndarray, held_elements: np.ndarray,
+                held_runs: np.ndarray, block_sizes: np.ndarray, tile_block: np.ndarray,
+                element_bytes: int, num_tiles: int) -> ExchangeNeed:
+    """``block_need`` from its counts: each reading tile receives its block's elements
+    less those it holds, in the block's runs less those it holds."""
     readers = tile_block >= 0
     reader_blocks = tile_block[readers]
     received = np.zeros(num_tiles, np.int64)

@@ -10,7 +10,7 @@ The rules each hook follows, and the public facts they rest on, are in docs/ipu-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -110,6 +110,19 @@ def block_reader_counts(tiles: np.ndarray, blocks: np.ndarray, block_starts: np.
     return _call("block reader counts", _hooks.block_reader_counts,
                  _tile_ids(tiles, max(len(tile_block), 1)), blocks, block_starts, tile_block,
                  num_blocks)
+
+
+def grid_reader_counts(tiles: np.ndarray, axis_parts: Sequence[np.ndarray],
+                       splits: Sequence[int], tile_block: np.ndarray, num_blocks: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``block_reader_counts`` for an [A, B, C] operand cut into ``splits`` parts per axis:
+    ``axis_parts`` gives each axis's part per index (int64), so element (i, j, k) lies in
+    block ``(a[i] * splits[1] + b[j]) * splits[2] + c[k]``. No per-element block array is
+    made (a matmul operand of 67 M elements would need 335 MB of them)."""
+    a, b, c = (np.ascontiguousarray(parts, dtype=np.int64) for parts in axis_parts)
+    return _call("grid reader counts", _hooks.grid_reader_counts,
+                 _tile_ids(tiles, max(len(tile_block), 1)), a, b, c, int(splits[1]),
+                 int(splits[2]), tile_block, num_blocks)
 
 
 def _tile_ids(tiles: np.ndarray, num_tiles: int) -> np.ndarray:

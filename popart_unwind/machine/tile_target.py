@@ -20,11 +20,11 @@ from popart_unwind.machine import hooks
 from popart_unwind.machine.exchange import (
     axis_bounds,
     axis_parts,
-    block_need,
     broadcast_index_view,
     matmul_reader_blocks,
     most_read_tiles,
     read_need,
+    reader_need,
 )
 from popart_unwind.machine.interface import (
     MATMUL_OPERANDS,
@@ -218,28 +218,31 @@ class TileTarget(TileMachine):
     def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                        operand: str, partition: MatmulPartition,
                        tiles: np.ndarray) -> ExchangeNeed:
-        """Each reading tile receives the elements of its block it does not hold
-        (``exchange.block_need``; an operand element lies in one block)."""
-        blocks, block_starts, block_sizes, tile_block = self.remembered(
+        """Each reading tile receives the elements of its block it does not hold, in as
+        many regions as the block has runs from one source tile, less those it holds
+        (an operand element lies in one block; ``exchange.block_need`` for any blocks)."""
+        *parts, splits, block_sizes, tile_block = self.remembered(
             ("readers", groups, rows, inner, cols, dtype, operand, partition.as_tuple()),
             lambda: self._reader_layout(groups, rows, inner, cols, operand, partition))
-        return block_need(tiles, blocks, block_starts, block_sizes, tile_block,
-                          self.dtype_size(dtype), self.num_tiles)
+        runs_per_block, held_elements, held_runs = hooks.grid_reader_counts(
+            tiles, parts, splits, tile_block, block_sizes.size)
+        return reader_need(runs_per_block, held_elements, held_runs, block_sizes,
+                           tile_block, self.dtype_size(dtype), self.num_tiles)
 
     def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, operand: str,
                        partition: MatmulPartition) -> tuple[np.ndarray, ...]:
-        """What ``matmul_readers`` needs of the partition alone: each operand element's
-        block, where blocks start in flat order, each block's size, and the block each tile
-        reads."""
+        """What ``matmul_readers`` needs of the partition alone: each of the three axes'
+        part per index, the parts per axis, each block's size (row-major over the parts),
+        and the block each tile reads."""
         axes = {"lhs": "gmk", "rhs": "gkn", "output": "gmn"}[operand]
         size = dict(zip("gmkn", (groups, rows, inner, cols), strict=True))
         shape = tuple(size[axis] for axis in axes)
         splits = tuple(partition.split(axis) for axis in axes)
-        blocks, block_sizes = _block_ids(shape, splits)  # type: ignore[arg-type]
-        blocks = blocks.astype(np.int32)  # at most one block per tile: kept small
-        block_starts = np.ones(blocks.size, dtype=bool)
-        block_starts[1:] = blocks[1:] != blocks[:-1]
-        return (blocks, block_starts, block_sizes,
+        parts = [axis_parts(n, count) for n, count in zip(shape, splits, strict=True)]
+        sizes = [np.diff(axis_bounds(n, count)) for n, count in zip(shape, splits, strict=True)]
+        block_sizes = (sizes[0][:, None, None] * sizes[1][None, :, None]
+                       * sizes[2][None, None, :]).reshape(-1)
+        return (*parts, np.array(splits), block_sizes,
                 matmul_reader_blocks(partition, operand, self.num_tiles))
 
     def broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: Sequence[int],
@@ -353,18 +356,3 @@ def _nbytes(answer: Answer) -> int:
     return sum(array.nbytes for array in _arrays(answer))
 
 
-def _block_ids(shape: tuple[int, int, int], parts: tuple[int, int, int]
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """Each element's block (row-major over the parts) and each block's size, for a [A,B,C]
-    tensor cut into parts[0] x parts[1] x parts[2] blocks at floor(p * size / parts)."""
-    per_axis = []
-    sizes = []
-    for size, count in zip(shape, parts, strict=True):
-        per_axis.append(axis_parts(size, count))
-        sizes.append(np.diff(axis_bounds(size, count)))
-    a, b, c = per_axis
-    blocks = ((a[:, None, None] * parts[1] + b[None, :, None]) * parts[2]
-              + c[None, None, :]).reshape(-1)
-    block_sizes = (sizes[0][:, None, None] * sizes[1][None, :, None]
-                   * sizes[2][None, None, :]).reshape(-1)
-    return blocks, block_sizes

@@ -73,6 +73,35 @@ def test_tile_counts_refuse_ids_out_of_range():
         hooks.tile_counts(np.array([0.5]), 3)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.tuples(*[st.integers(1, 4)] * 3), st.data())
+def test_grid_reader_counts_equal_the_counts_of_each_elements_block(shape, data):
+    """The grid kernel, which derives each element's block from its indices, counts what
+    the per-element kernel counts given every element's block and where blocks start."""
+    splits = tuple(data.draw(st.integers(1, size)) for size in shape)
+    parts = [exchange.axis_parts(size, count) for size, count in zip(shape, splits, strict=True)]
+    a, b, c = np.meshgrid(*parts, indexing="ij")
+    blocks = ((a * splits[1] + b) * splits[2] + c).reshape(-1).astype(np.int32)
+    starts = np.ones(blocks.size, dtype=bool)
+    starts[1:] = blocks[1:] != blocks[:-1]
+    num_tiles, num_blocks = 5, splits[0] * splits[1] * splits[2]
+    tiles = np.array(data.draw(st.lists(st.integers(0, num_tiles - 1), min_size=blocks.size,
+                                        max_size=blocks.size)), np.int16)
+    tile_block = np.array(data.draw(st.lists(st.integers(-1, num_blocks - 1),
+                                             min_size=num_tiles, max_size=num_tiles)), np.int64)
+    expected = hooks.block_reader_counts(tiles, blocks, starts, tile_block, num_blocks)
+    found = hooks.grid_reader_counts(tiles, parts, splits, tile_block, num_blocks)
+    for one, other in zip(found, expected, strict=True):
+        np.testing.assert_array_equal(one, other)
+
+
+def test_grid_reader_counts_refuse_a_grid_of_another_size():
+    parts = [np.zeros(2, np.int64)] * 3
+    with pytest.raises(TargetError, match="grid"):
+        hooks.grid_reader_counts(np.zeros(7, np.int16), parts, (1, 1, 1),
+                                 np.zeros(3, np.int64), 1)
+
+
 def test_target_answers_are_remembered_and_read_only():
     target = TileTarget(IpuModel(tiles_per_ipu=64))
     first = target.matmul_tiles(1, 8, 16, 32, "float32", "rhs")
