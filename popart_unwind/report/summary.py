@@ -59,13 +59,16 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
     return header, rows
 
 
-#: The figures the verdict weighs: (summary key, what fewer of them is, what more is, unit).
+#: The figures the verdict weighs: (summary key, saying fewer, saying more, the unit: a
+#: noun counted, or ``B`` after a number of bytes of tile memory).
 _VERDICT_FIGURES = (
-    ("exchange_bytes", "exchanges {} fewer byte{}", "exchanges {} more byte{}", ""),
-    ("cycles", "takes {} fewer cycle{}", "takes {} more cycle{}", ""),
-    ("peak_tile_bytes", "peaks {} lower on its fullest tile{}",
-     "peaks {} higher on its fullest tile{}", " B"),
+    ("exchange_bytes", "exchanges {n} fewer {noun}", "exchanges {n} more {noun}", "byte"),
+    ("cycles", "takes {n} fewer {noun}", "takes {n} more {noun}", "cycle"),
+    ("peak_tile_bytes", "peaks {n} {noun} lower on its fullest tile",
+     "peaks {n} {noun} higher on its fullest tile", "B"),
 )
+_VERDICT_NAMES = {"exchange_bytes": "exchange bytes", "cycles": "cycles",
+                  "peak_tile_bytes": "peak tile memory"}
 
 
 def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -80,14 +83,12 @@ def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
     for key, fewer, more, unit in _VERDICT_FIGURES:
         saved = int(popart[key]) - int(ours[key])
         if saved == 0:
-            same.append(key)
+            same.append(_VERDICT_NAMES[key])
             continue
-        plural = "" if abs(saved) == 1 or unit else "s"
-        text = (fewer if saved > 0 else more).format(f"{abs(saved):,}{unit}", plural)
-        text += _share(abs(saved), int(popart[key]))
-        (better if saved > 0 else worse).append(text)
-    names = {"exchange_bytes": "exchange bytes", "cycles": "cycles",
-             "peak_tile_bytes": "peak tile memory"}
+        amount = abs(saved)
+        noun = unit if unit == "B" or amount == 1 else unit + "s"
+        text = (fewer if saved > 0 else more).format(n=f"{amount:,}", noun=noun)
+        (better if saved > 0 else worse).append(text + _share(amount, int(popart[key])))
     if not better and not worse:
         return ("Against PopART's heuristic, ours saves nothing: the same exchange bytes, "
                 "cycles and peak tile memory.")
@@ -95,7 +96,7 @@ def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
     if not better:
         said = "saves nothing: it " + said
     if same:
-        said += "; the same " + _listed([names[key] for key in same])
+        said += "; the same " + _listed(same)
     return f"Against PopART's heuristic, ours {said}."
 
 
