@@ -212,7 +212,6 @@ class SplitRule(ViewRule):
             begin += size
         return steps
 
-
     def popart_output_finder(self, op: Op, in_index: int
                              ) -> Callable[[DisjointRegions], list[int]]:
         """The outputs whose slab along the split axis meets the span ``reach`` covers on
