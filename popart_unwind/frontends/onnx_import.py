@@ -58,11 +58,11 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         allow_unknown_ops = (options or SessionOptions()).allow_unknown_ops
     opsets = check_versions(proto, source)
     try:
-        proto = _prepare(proto, input_shapes or {})
+        proto, initializers = _prepare(proto, input_shapes or {})
         check_op_types(proto, opsets, source, allow_unknown_ops)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
-        _Importer(ir, proto, folder).run()
+        _Importer(ir, proto, folder, initializers).run()
         infer_shapes(ir, trust_seeded=True)
     except ModelImportError:
         raise
@@ -110,8 +110,9 @@ def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Pat
 
 
 def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
-             ) -> onnx.ModelProto:
-    """Inline local functions, fix the given input shapes, seed shapes by ONNX's inference."""
+             ) -> tuple[onnx.ModelProto, Sequence[onnx.TensorProto]]:
+    """Inline local functions, fix the given input shapes, seed shapes by ONNX's inference
+    (``_with_inferred_shapes``: the model to import, and its main graph's initializers)."""
     import onnx.inliner
     import onnx.shape_inference
 
@@ -133,11 +134,55 @@ def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
         dims.Clear()
         for size in shape:
             dims.dim.add().dim_value = int(size)
+    return _with_inferred_shapes(proto)
+
+
+#: Main-graph initializers larger than this lend ONNX's shape inference their type and dims
+#: only (no shape depends on the data of a tensor this large).
+INFERENCE_DATA_BYTES = 1 << 16
+
+
+def _with_inferred_shapes(proto: onnx.ModelProto
+                          ) -> tuple[onnx.ModelProto, Sequence[onnx.TensorProto]]:
+    """The model with the value infos ONNX's shape inference finds (only a seed: if it
+    fails, none), and the main graph's initializers as read. The inference copies the model
+    it is given twice (serialized, then parsed back), so it is given a copy whose large
+    initializers hold no data, and those are imported from the model as read: 550 MB of
+    weights are not held three times over."""
+    import onnx.shape_inference
+
+    light = onnx.ModelProto()
+    _copy_fields(proto, light, skip="graph")
+    _copy_fields(proto.graph, light.graph, skip="initializer")
+    for tensor in proto.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL \
+                and tensor.ByteSize() > INFERENCE_DATA_BYTES:
+            stub = light.graph.initializer.add()
+            stub.name, stub.data_type = tensor.name, tensor.data_type
+            stub.dims.extend(tensor.dims)
+        else:
+            light.graph.initializer.append(tensor)
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
-                                                 data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False,
+                                                     strict_mode=False, data_prop=True)
     except Exception:  # ONNX's inference is only a seed: go on without it
-        return proto
+        inferred = light
+    return inferred, proto.graph.initializer
+
+
+def _copy_fields(source: Any, target: Any, skip: str) -> None:
+    """Every set field of protobuf message ``source`` but ``skip``, into ``target``."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        repeated = (field.is_repeated if hasattr(field, "is_repeated")  # protobuf >= 5.29
+                    else field.label == field.LABEL_REPEATED)
+        if repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 def _check_given_shape(value: onnx.ValueInfoProto, shape: list[int]) -> None:
@@ -297,9 +342,11 @@ class _Scope:
 
 
 class _Importer:
-    def __init__(self, ir: Ir, proto: onnx.ModelProto, folder: Path | None) -> None:
+    def __init__(self, ir: Ir, proto: onnx.ModelProto, folder: Path | None,
+                 initializers: Sequence[onnx.TensorProto]) -> None:
         self.ir = ir
         self.folder = folder
+        self.initializers = initializers  # the main graph's, with their data
         self.opsets = {(i.domain or ONNX_DOMAIN): int(i.version) for i in proto.opset_import}
         self.proto = proto
 
@@ -312,7 +359,7 @@ class _Importer:
         infos = {v.name: v for v in (*onnx_graph.input, *onnx_graph.output,
                                      *onnx_graph.value_info)}
         initialized = set()
-        for tensor in onnx_graph.initializer:
+        for tensor in self.initializers if main else onnx_graph.initializer:
             self.initializer(graph, tensor)
             initialized.add(tensor.name)
         for value in onnx_graph.input:
@@ -344,6 +391,8 @@ class _Importer:
             raise ModelImportError(f"tensor {tensor.name!r} cannot be read: {error}") from None
         if dtype == "bfloat16":
             array = array.astype(np.float32)  # numpy has no bfloat16; the dtype stays
+        if array.flags.c_contiguous and array.flags.owndata:
+            return dtype, array  # already the importer's own copy
         return dtype, np.array(array, order="C")  # a copy; keeps 0-d arrays 0-d
 
     def initializer(self, graph: Graph, tensor: onnx.TensorProto) -> None:

@@ -68,6 +68,37 @@ def test_mlp_imports_with_kinds_shapes_and_metadata():
     assert ir.metadata["source"] == "<ModelProto 'g'>" and ir.metadata["format"] == "onnx"
 
 
+def test_large_weights_keep_their_data_though_onnx_inference_never_sees_it(monkeypatch):
+    """ONNX's shape inference copies what it is given twice; it is given the model with
+    large initializers' type and dims only, and they are imported with their data."""
+    import onnx.shape_inference
+
+    from popart_unwind.frontends import onnx_import
+
+    weight = np.arange(256 * 128, dtype=np.float32).reshape(256, 128)  # 128 KiB
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"]),
+             oh.make_node("Reshape", ["h", "shape"], ["flat"]),
+             oh.make_node("Relu", ["flat"], ["y"])]
+    proto = model(nodes, [info("x", [4, 256])], [info("y", None)],
+                  [numpy_helper.from_array(weight, "w"),
+                   numpy_helper.from_array(np.array([-1], np.int64), "shape")])
+    given = []
+    infer = onnx.shape_inference.infer_shapes
+
+    def recording(light, **options):
+        given.append(light.ByteSize())
+        return infer(light, **options)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", recording)
+    ir = import_onnx(proto)
+    assert given and given[0] < onnx_import.INFERENCE_DATA_BYTES < weight.nbytes
+    graph = ir.main_graph
+    np.testing.assert_array_equal(graph.tensor("w").data, weight)
+    assert graph.tensor("w").tensor_type == TensorType.VARIABLE
+    assert graph.tensor("h").shape == (4, 128) and graph.tensor("y").shape == (512,)
+    assert len(proto.graph.initializer[0].raw_data) == weight.nbytes  # the input untouched
+
+
 def test_importing_twice_gives_identical_json():
     assert import_onnx(mlp()).to_json() == import_onnx(mlp()).to_json()
 
