@@ -47,51 +47,73 @@ py::array_t<std::int64_t> tileCounts(const Tiles<T> &tiles, std::size_t numTiles
   return counts;
 }
 
-// What matmul_readers counts, in one pass over an operand laid out as `tiles`: element e
-// lies in block blocks[e]; a run starts where a block starts (blockStarts) or the tile
-// changes; tile t reads block tileBlock[t] (-1: none). Returns (runs per block, elements
-// each tile holds of the block it reads, runs each tile holds of it).
+// What matmul_readers counts of an operand laid out as `tiles`, element by element: the
+// runs of each block (a run starts where a block, or a gap in one, starts or the tile
+// changes), and the elements and runs each tile holds of the block it reads (tileBlock[t],
+// -1: none). Both kernels below feed it.
+template <typename T> class ReaderCounts {
+public:
+  ReaderCounts(const Tiles<T> &tiles, const Tiles<std::int64_t> &tileBlock,
+               std::size_t numBlocks)
+      : ids_(tiles.data()), tileBlock_(tileBlock.data()),
+        numTiles_(static_cast<std::size_t>(tileBlock.size())), numBlocks_(numBlocks),
+        runs_(static_cast<py::ssize_t>(numBlocks)),
+        heldElements_(static_cast<py::ssize_t>(numTiles_)),
+        heldRuns_(static_cast<py::ssize_t>(numTiles_)), r_(runs_.mutable_data()),
+        he_(heldElements_.mutable_data()), hr_(heldRuns_.mutable_data()) {
+    std::fill(r_, r_ + numBlocks_, 0);
+    std::fill(he_, he_ + numTiles_, 0);
+    std::fill(hr_, hr_ + numTiles_, 0);
+  }
+
+  // Element e lies in `block`; `blockStart`: a block, or a gap in one, begins at e.
+  void add(std::size_t e, std::int64_t block, bool blockStart) {
+    const auto tile = checkedTile(ids_, e, numTiles_);
+    if (block < 0 || static_cast<std::size_t>(block) >= numBlocks_) {
+      throw std::invalid_argument("block " + std::to_string(block) + " is out of range");
+    }
+    const bool start = blockStart || e == 0 || ids_[e] != ids_[e - 1];
+    r_[block] += start ? 1 : 0;
+    if (tileBlock_[tile] == block) {
+      ++he_[tile];
+      hr_[tile] += start ? 1 : 0;
+    }
+  }
+
+  // (runs per block, elements each tile holds of its block, runs each tile holds of it).
+  py::tuple result() const { return py::make_tuple(runs_, heldElements_, heldRuns_); }
+
+private:
+  const T *ids_;
+  const std::int64_t *tileBlock_;
+  std::size_t numTiles_, numBlocks_;
+  py::array_t<std::int64_t> runs_, heldElements_, heldRuns_;
+  std::int64_t *r_, *he_, *hr_;
+};
+
+// ReaderCounts over an operand whose element e lies in block blocks[e], blockStarts[e]
+// marking where a block (or a gap in one) begins: one pass.
 template <typename T>
 py::tuple blockReaderCounts(const Tiles<T> &tiles, const Tiles<std::int32_t> &blocks,
                             const py::array_t<bool, py::array::c_style> &blockStarts,
                             const Tiles<std::int64_t> &tileBlock, std::size_t numBlocks) {
   const auto n = static_cast<std::size_t>(tiles.size());
-  const auto numTiles = static_cast<std::size_t>(tileBlock.size());
   if (static_cast<std::size_t>(blocks.size()) != n ||
       static_cast<std::size_t>(blockStarts.size()) != n) {
     throw std::invalid_argument("tiles, blocks and block starts must have one entry each");
   }
-  py::array_t<std::int64_t> runs(static_cast<py::ssize_t>(numBlocks));
-  py::array_t<std::int64_t> heldElements(static_cast<py::ssize_t>(numTiles));
-  py::array_t<std::int64_t> heldRuns(static_cast<py::ssize_t>(numTiles));
-  std::int64_t *r = runs.mutable_data();
-  std::int64_t *he = heldElements.mutable_data();
-  std::int64_t *hr = heldRuns.mutable_data();
-  std::fill(r, r + numBlocks, 0);
-  std::fill(he, he + numTiles, 0);
-  std::fill(hr, hr + numTiles, 0);
-  const T *ids = tiles.data();
+  ReaderCounts<T> counts(tiles, tileBlock, numBlocks);
   const std::int32_t *b = blocks.data();
   const bool *bs = blockStarts.data();
-  const std::int64_t *tb = tileBlock.data();
   for (std::size_t e = 0; e < n; ++e) {
-    const auto tile = checkedTile(ids, e, numTiles);
-    if (b[e] < 0 || static_cast<std::size_t>(b[e]) >= numBlocks) {
-      throw std::invalid_argument("block " + std::to_string(b[e]) + " is out of range");
-    }
-    const bool start = bs[e] || e == 0 || ids[e] != ids[e - 1];
-    r[b[e]] += start ? 1 : 0;
-    if (tb[tile] == b[e]) {
-      ++he[tile];
-      hr[tile] += start ? 1 : 0;
-    }
+    counts.add(e, b[e], bs[e]);
   }
-  return py::make_tuple(runs, heldElements, heldRuns);
+  return counts.result();
 }
 
-// blockReaderCounts for an [A, B, C] operand cut into a grid of blocks, without per-element
+// ReaderCounts over an [A, B, C] operand cut into a grid of blocks, without per-element
 // block arrays: element (i, j, k) lies in block (partsA[i] * countB + partsB[j]) * countC +
-// partsC[k] (each axis's part per index); a run starts where the block or the tile changes.
+// partsC[k] (each axis's part per index); a block starts where the block changes.
 template <typename T>
 py::tuple gridReaderCounts(const Tiles<T> &tiles, const Tiles<std::int64_t> &partsA,
                            const Tiles<std::int64_t> &partsB,
@@ -101,23 +123,11 @@ py::tuple gridReaderCounts(const Tiles<T> &tiles, const Tiles<std::int64_t> &par
   const auto sizeA = static_cast<std::size_t>(partsA.size());
   const auto sizeB = static_cast<std::size_t>(partsB.size());
   const auto sizeC = static_cast<std::size_t>(partsC.size());
-  const auto n = static_cast<std::size_t>(tiles.size());
-  const auto numTiles = static_cast<std::size_t>(tileBlock.size());
-  if (sizeA * sizeB * sizeC != n) {
+  if (sizeA * sizeB * sizeC != static_cast<std::size_t>(tiles.size())) {
     throw std::invalid_argument("the grid's axes do not hold one entry per element");
   }
-  py::array_t<std::int64_t> runs(static_cast<py::ssize_t>(numBlocks));
-  py::array_t<std::int64_t> heldElements(static_cast<py::ssize_t>(numTiles));
-  py::array_t<std::int64_t> heldRuns(static_cast<py::ssize_t>(numTiles));
-  std::int64_t *r = runs.mutable_data();
-  std::int64_t *he = heldElements.mutable_data();
-  std::int64_t *hr = heldRuns.mutable_data();
-  std::fill(r, r + numBlocks, 0);
-  std::fill(he, he + numTiles, 0);
-  std::fill(hr, hr + numTiles, 0);
-  const T *ids = tiles.data();
+  ReaderCounts<T> counts(tiles, tileBlock, numBlocks);
   const std::int64_t *pa = partsA.data(), *pb = partsB.data(), *pc = partsC.data();
-  const std::int64_t *tb = tileBlock.data();
   std::size_t e = 0;
   std::int64_t previous = -1;
   for (std::size_t i = 0; i < sizeA; ++i) {
@@ -125,21 +135,12 @@ py::tuple gridReaderCounts(const Tiles<T> &tiles, const Tiles<std::int64_t> &par
       const std::int64_t row = (pa[i] * countB + pb[j]) * countC;
       for (std::size_t k = 0; k < sizeC; ++k, ++e) {
         const std::int64_t block = row + pc[k];
-        if (block < 0 || static_cast<std::size_t>(block) >= numBlocks) {
-          throw std::invalid_argument("block " + std::to_string(block) + " is out of range");
-        }
-        const auto tile = checkedTile(ids, e, numTiles);
-        const bool start = e == 0 || block != previous || ids[e] != ids[e - 1];
+        counts.add(e, block, block != previous);
         previous = block;
-        r[block] += start ? 1 : 0;
-        if (tb[tile] == block) {
-          ++he[tile];
-          hr[tile] += start ? 1 : 0;
-        }
       }
     }
   }
-  return py::make_tuple(runs, heldElements, heldRuns);
+  return counts.result();
 }
 
 // Each tile's maximal runs of equal ids, in flat order (Poplar's interval format): returns
