@@ -8,8 +8,9 @@ planned by the command in a fresh process, which reports its wall time and peak 
 Cases: ``concatK`` — K inputs of [4, 8] concatenated, then a Relu (the plan file holds K
 tensors of 1,472 tile lists each); ``matmulN`` — two [N, N] float32 inputs multiplied
 (2·N² planned elements); ``mlpL`` — L Linear layers of width 4,096 over a batch of 512
-(weights as initializers). The table gives seconds, peak RSS and bytes of RSS per planned
-element (the producer-less tensors' elements).
+(weights as initializers); ``vgg19`` — VGG-19's layers (the ONNX model zoo's shape, zero
+weights, batch 1 at 224 x 224). The table gives seconds, peak RSS and bytes of RSS per
+planned element (the producer-less tensors' elements).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-CASES = ("concat1000", "concat3000", "matmul4096", "matmul8192", "mlp8")
+CASES = ("concat1000", "concat3000", "matmul4096", "matmul8192", "mlp8", "vgg19")
 
 
 def concat_model(count: int) -> tuple[onnx.ModelProto, int]:
@@ -65,12 +66,63 @@ def mlp_model(layers: int, width: int = 4096, batch: int = 512) -> tuple[onnx.Mo
     return _model(graph), layers * width * width + batch * width
 
 
+#: VGG-19's convolution widths by stage (torchvision's configuration "E"); a max-pool
+#: closes each stage.
+VGG19_STAGES = ((64, 64), (128, 128), (256, 256, 256, 256), (512, 512, 512, 512),
+                (512, 512, 512, 512))
+
+
+def vgg19_model() -> tuple[onnx.ModelProto, int]:
+    """VGG-19 as the ONNX model zoo has it (16 3x3 convolutions with biases and ReLUs, five
+    max-pools, three fully connected layers; 143.7 M parameters), batch 1 at 224 x 224,
+    every weight zero (the layouts do not depend on the values)."""
+    nodes, weights, current, channels, count = [], [], "x", 3, 0
+
+    def weight(name: str, shape: tuple[int, ...]) -> str:
+        nonlocal count
+        weights.append(numpy_helper.from_array(np.zeros(shape, np.float32), name))
+        count += int(np.prod(shape))
+        return name
+
+    for stage, widths in enumerate(VGG19_STAGES):
+        for layer, width in enumerate(widths):
+            name = f"conv{stage + 1}_{layer + 1}"
+            nodes.append(helper.make_node(
+                "Conv", [current, weight(f"{name}.w", (width, channels, 3, 3)),
+                         weight(f"{name}.b", (width,))], [name], pads=[1, 1, 1, 1],
+                kernel_shape=[3, 3]))
+            nodes.append(helper.make_node("Relu", [name], [f"{name}.relu"]))
+            current, channels = f"{name}.relu", width
+        nodes.append(helper.make_node("MaxPool", [current], [f"pool{stage + 1}"],
+                                      kernel_shape=[2, 2], strides=[2, 2]))
+        current = f"pool{stage + 1}"
+    nodes.append(helper.make_node("Flatten", [current], ["flat"]))
+    current, features = "flat", channels * 7 * 7
+    for index, width in enumerate((4096, 4096, 1000)):
+        name = f"fc{index + 6}"
+        nodes.append(helper.make_node("Gemm", [current, weight(f"{name}.w", (width, features)),
+                                               weight(f"{name}.b", (width,))], [name],
+                                      transB=1))
+        current, features = name, width
+        if width != 1000:
+            nodes.append(helper.make_node("Relu", [name], [f"{name}.relu"]))
+            current = f"{name}.relu"
+    graph = helper.make_graph(
+        nodes, "vgg19", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                        [1, 3, 224, 224])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, [1, 1000])],
+        initializer=weights)
+    return _model(graph), count + 3 * 224 * 224
+
+
 def _model(graph: onnx.GraphProto) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
                              producer_name="size-limits")
 
 
 def build(case: str) -> tuple[onnx.ModelProto, int]:
+    if case == "vgg19":
+        return vgg19_model()
     for prefix, make in (("concat", concat_model), ("matmul", matmul_model), ("mlp", mlp_model)):
         if case.startswith(prefix):
             return make(int(case[len(prefix):]))
