@@ -943,26 +943,38 @@ def _read_structure(geometry: ConvGeometry, target: TileMachine,
     # k = (ci, kk): the inner block of each (input channel, readable window pair)
     inner_part = inner_block.reshape(per_group, kernel_size)[:, kernel_index] \
         * inner_weight  # [Cg, V]
-    # Enumerate im2col rows (b, g) in chunks: element ids of different rows never meet.
-    width = per_group * max(out_index.size, 1)
-    step = max(1, CHUNK_POSITIONS // width)
+    # Enumerate im2col rows (b, g), and their input channels, in chunks of at most
+    # CHUNK_POSITIONS pairs: element ids of different rows or channels never meet.
+    pairs = max(out_index.size, 1)
+    channel_step = max(1, min(per_group, CHUNK_POSITIONS // pairs))
+    step = max(1, CHUNK_POSITIONS // (per_group * pairs))
     chunks = []
     for first in range(0, geometry.batch * groups, step):
         row = np.arange(first, min(first + step, geometry.batch * groups))
         b, g = row // groups, row % groups
-        base = ((b * geometry.in_channels + g * per_group)[:, None]
-                + np.arange(per_group)[None, :]) * spatial  # [R, Cg]
         m = (b * positions)[:, None] + out_index[None, :]  # [R, V]
         row_part = group_block[g][:, None] * group_weight + row_block[m] * row_weight
-        block = row_part[:, None, :] + inner_part[None, :, :]  # [R, Cg, V]
-        element = base[:, :, None] + offset[None, None, :]
-        chunks.append(_distinct(block.reshape(-1) * numel + element.reshape(-1)))
-    keys = np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.int64)
+        for low in range(0, per_group, channel_step):
+            channels = np.arange(low, min(low + channel_step, per_group))
+            base = ((b * geometry.in_channels + g * per_group)[:, None]
+                    + channels[None, :]) * spatial  # [R, C]
+            block = row_part[:, None, :] + inner_part[None, channels, :]  # [R, C, V]
+            element = base[:, :, None] + offset[None, None, :]
+            chunks.append(_distinct(block.reshape(-1) * numel + element.reshape(-1)))
+    # one array of keys sorted in place, and block and element written straight into
+    # narrow arrays: the pairs of a 224 x 224 layer run to tens of millions
+    keys = np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+    del chunks
+    keys.sort()
     num_blocks = plan.groups * plan.rows * plan.inner
-    block = (keys // numel).astype(np.int32)  # at most one block per tile
-    element = (keys % numel).astype(np.int32 if numel < 2**31 else np.int64)
-    starts = np.ones(keys.size, dtype=bool)
-    starts[1:] = (block[1:] != block[:-1]) | (element[1:] != element[:-1] + 1)
+    block = np.empty(keys.size, np.int32)  # at most one block per tile
+    np.floor_divide(keys, numel, out=block, casting="unsafe")
+    element = np.empty(keys.size, np.int32 if numel < 2**31 else np.int64)
+    np.remainder(keys, numel, out=element, casting="unsafe")
+    del keys
+    starts = np.ones(block.size, dtype=bool)
+    np.not_equal(block[1:], block[:-1], out=starts[1:])
+    starts[1:] |= np.diff(element) != 1
     return _Reads(block, element, starts,
                   np.bincount(block, minlength=num_blocks).astype(np.int64),
                   rotated_per_tile(matmul_reader_blocks(chosen.partition, name,
