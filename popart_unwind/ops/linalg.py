@@ -379,6 +379,17 @@ class MatMulRule(LayoutRule):
         """poplin's createMatMulInputLHS/RHS, at PopART's default creator priority (0)."""
         return 0 if in_index in (0, 1) and self.dims(op) is not None else None
 
+    def _agreeing(self, op: Op, index: int, tiles: np.ndarray, target: TileMachine) -> int:
+        """How many elements of operand ``index`` lie where the plan wants them
+        (``operand_tiles``), a transposed operand compared through a transposed view
+        rather than a transposed copy."""
+        wanted = self._plan_tiles(op, ("lhs", "rhs")[index], target)
+        if not self.transposed(op, index):
+            return count_equal(tiles, wanted)
+        _, m, k, n = self.dims(op)  # type: ignore[misc]
+        grid = wanted.reshape((m, k) if index == 0 else (k, n))
+        return int(np.count_nonzero(np.asarray(tiles).reshape(grid.shape[::-1]) == grid.T))
+
     def _grouped(self, op: Op, index: int, tiles: np.ndarray) -> np.ndarray:
         """Operand tiles in the grouped [G, M, K] / [G, K, N] order (undo a transpose)."""
         tiles = np.asarray(tiles).reshape(-1)
@@ -422,7 +433,10 @@ class MatMulRule(LayoutRule):
         return [[product, bias_tiles][target.elementwise_output([product, bias_tiles])].copy()]
 
     def exchange(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
-                 target: TileMachine) -> ExchangeNeed:
+                 target: TileMachine, grouped: frozenset[int] = frozenset()) -> ExchangeNeed:
+        """What the plan's tiles receive of the operands and the result's of a bias; the
+        operands in ``grouped`` are given in the grouped [G, M, K] / [G, K, N] order
+        already (no transpose to undo)."""
         dims = self.dims(op)
         if dims is None:
             return super().exchange(op, input_tiles, output_tiles, target)
@@ -431,8 +445,9 @@ class MatMulRule(LayoutRule):
         for index, operand in enumerate(("lhs", "rhs")):
             tiles = flat_tiles(input_tiles, index)
             if tiles is not None:
+                tiles = tiles if index in grouped else self._grouped(op, index, tiles)
                 need = need + plan_operand_readers(target, plan, operand, op.input(0).dtype,
-                                                   self._grouped(op, index, tiles))
+                                                   tiles)
         bias, bias_tiles = self.bias(op), flat_tiles(input_tiles, 2)
         if bias is not None and bias_tiles is not None:
             out_shape = known_shape(op, op.output(0))
@@ -445,8 +460,12 @@ class MatMulRule(LayoutRule):
                   valuations: Any) -> tuple[float, float]:
         if self.dims(op) is None:
             return 0.0, 0.0
-        score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
-                                         self.operand_tiles)
+        score = bound = 0.0
+        for index in (0, 1):  # the created_agreement of the operands, without copies
+            bound += valuations.matmul * op.input(index).nelms()
+            tiles = flat_tiles(input_tiles, index)
+            if tiles is not None:
+                score += valuations.matmul * self._agreeing(op, index, tiles, target)
         bias = self.bias(op)
         if bias is not None:
             out_shape, shape = known_shape(op, op.output(0)), known_shape(op, bias)
@@ -458,6 +477,26 @@ class MatMulRule(LayoutRule):
                     product, out_shape, shape)
                 score += value * count_equal(tiles, wanted)
         return score, bound
+
+    def least_received(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+                       planned: set[int], target: TileMachine) -> int:
+        """The default bound (each planned input as ``best_input_tiles`` wants it), the
+        operands taken in the plan's own grouped order: a transposed operand is not
+        transposed into the op's order only to be transposed back (a 103 M-element fully
+        connected weight: two 200 MB copies)."""
+        if self.dims(op) is None:
+            return super().least_received(op, input_tiles, output_tiles, planned, target)
+        best, grouped = list(input_tiles), set()
+        for index in sorted(planned):
+            if index in (0, 1):
+                best[index] = self._plan_tiles(op, ("lhs", "rhs")[index], target)
+                grouped.add(index)
+            elif index < len(best):
+                wanted = self.best_input_tiles(op, index, output_tiles, target)
+                if wanted is not None:
+                    best[index] = np.asarray(wanted).reshape(-1)
+        need = self.exchange(op, best, output_tiles, target, frozenset(grouped))
+        return int(np.asarray(need.received_bytes).sum())
 
     def best_input_tiles(self, op: Op, index: int, output_tiles: list[np.ndarray],
                          target: TileMachine) -> np.ndarray | None:

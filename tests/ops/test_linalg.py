@@ -112,6 +112,34 @@ def test_gemm_transposes_and_broadcasts_c(m, k, n, trans_a, trans_b, c_kind):
     assert shapes_of("Gemm", specs, attributes) == [(m, n)]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 12), st.integers(1, 12), st.booleans(),
+       st.booleans(), st.integers(0, 2**31))
+def test_gemm_operand_scores_and_bound_are_those_of_the_transposed_layouts(
+        m, k, n, trans_a, trans_b, seed):
+    """Agreement and the exchange bound compare a transposed operand through views; they
+    count what comparing with ``operand_tiles`` (the transposed copy) counts."""
+    from popart_unwind.machine import IpuModel, TileTarget
+    from popart_unwind.options import UnwindValuations
+
+    a = (k, m) if trans_a else (m, k)
+    b = (n, k) if trans_b else (k, n)
+    op = build("Gemm", [a, b], {"transA": int(trans_a), "transB": int(trans_b)})
+    infer_op(op)
+    target, rule = TileTarget(IpuModel(tiles_per_ipu=8)), REGISTRY.layout_rule(op)
+    rng = np.random.default_rng(seed)
+    tiles = [rng.integers(0, 8, size=int(np.prod(shape))).astype(np.int16) for shape in (a, b)]
+    copies = [rule.operand_tiles(op, index, target) for index in (0, 1)]
+    valuations = UnwindValuations()
+    expected = valuations.matmul * sum(int(np.count_nonzero(t == c))
+                                       for t, c in zip(tiles, copies, strict=True))
+    assert rule.agreement(op, tiles, target, valuations)[0] == expected
+    outputs = rule.output_tiles(op, tiles, target)
+    bound = rule.least_received(op, tiles, outputs, {0, 1}, target)
+    direct = rule.exchange(op, copies, outputs, target)
+    assert bound == int(direct.received_bytes.sum())
+
+
 def test_gemm_refuses_a_c_that_broadcasts_the_wrong_way():
     with pytest.raises(ShapeError, match="does not broadcast"):
         shapes_of("Gemm", [(2, 3), (3, 4), (3, 4)])
