@@ -338,9 +338,8 @@ class ViewRule(LayoutRule):
 
     def output_tiles(self, op: Op, input_tiles: InputTiles,
                      target: TileMachine) -> list[np.ndarray]:
-        tiles = input_layout(op, input_tiles, 0)
-        shaped = np.asarray(tiles).reshape(known_shape(op, op.input(0)))
         shape = known_shape(op, op.input(0))
+        shaped = np.asarray(input_layout(op, input_tiles, 0)).reshape(shape)
         return [flat_layout(chain_of(shape, steps).apply(shaped))
                 for steps in self.all_steps(op).values()]
 
