@@ -23,16 +23,6 @@ from popart_unwind.report.plan_file import validate_plan
 TILES = 4
 
 
-@pytest.fixture()
-def factory(tmp_path, monkeypatch):
-    (tmp_path / "tiny_factories.py").write_text(
-        "import make_models\n\n\ndef gpt2():\n"
-        "    return make_models.tiny_model('gpt2', 'training')\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
-
-
 def test_the_setting_of_least_score_is_kept_and_summarised(factory):
     status, out, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles",
                            str(TILES), "--out", "plan.json", "--option",

@@ -76,16 +76,11 @@ def test_plan_a_tiny_bert_training_graph_from_onnx(tmp_path):
     assert any(p.key == "popart_unwind.plan" for p in annotated.metadata_props)
 
 
-def test_plan_a_tiny_gpt2_training_step_from_a_pytorch_factory(tmp_path, monkeypatch):
-    (tmp_path / "tiny_factories.py").write_text(
-        "import make_models\n\n\ndef gpt2():\n"
-        "    return make_models.tiny_model('gpt2', 'training')\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+def test_plan_a_tiny_gpt2_training_step_from_a_pytorch_factory(factory):
     status, _, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles", str(TILES),
-                         "--out", str(tmp_path / "plan.json"), "--quiet")
+                         "--out", str(factory / "plan.json"), "--quiet")
     assert (status, err) == (0, ""), err
-    plan = check_plan(tmp_path / "plan.json")
+    plan = check_plan(factory / "plan.json")
     module, _ = make_models.tiny_model("gpt2", "training")
     names: dict[int, set[str]] = {}  # a tied parameter has several names; the graph reads one
     for name, parameter in module.named_parameters(remove_duplicate=False):
