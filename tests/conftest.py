@@ -6,3 +6,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "models")]
+
+#: Fixtures of ``tests/models`` (there, a second ``conftest`` module would shadow the one of
+#: ``tests/cli``, which test modules import by name).
+pytest_plugins = ["tiny_factory"]

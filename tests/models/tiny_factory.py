@@ -1,4 +1,5 @@
-"""Fixtures of the model tests."""
+"""The ``factory`` fixture of the model tests (a plugin of ``tests/conftest.py``: a
+second ``conftest`` module would shadow the command-line tests' one)."""
 
 from __future__ import annotations
 
