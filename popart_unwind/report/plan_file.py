@@ -27,7 +27,8 @@ PLAN_VERSION = 1
 #: Keys of each plan's summary (the cost report's figures).
 SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
                 "max_tile_bytes", "regions", "avoidable_exchange_bytes", "peak_tile_bytes",
-                "always_live_max_tile_bytes", "fits", "cycles", "compute_cycles")
+                "always_live_max_tile_bytes", "peak_tile_bytes_floor", "fits", "cycles",
+                "compute_cycles")
 #: Fields of each planned op's entry (matmuls and convolutions).
 OP_FIELDS = ("type", "graph", "plan", "cycles")
 #: Fields of each tensor entry.

@@ -52,6 +52,8 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
         ("peak tile memory", lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes")),
         ("always-live tile memory",
          lambda s: _memory(s, bytes_per_tile, "always_live_max_tile_bytes")),
+        ("peak floor (live bytes spread evenly)",
+         lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes_floor")),
         ("fits", _fits),
         ("regions", lambda s: _number(s["regions"])),
     ]

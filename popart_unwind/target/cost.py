@@ -104,6 +104,9 @@ class CostReport:
         default_factory=lambda: np.zeros(0, np.int64))
     #: The tile with the highest liveness peak: when it is reached and what fills it.
     fullest_tile: FullestTile | None = None
+    #: No placement of the same buffers could peak below this on its busiest tile: the
+    #: most bytes live at once on all tiles together, spread evenly (``TileLiveness``).
+    peak_tile_bytes_floor: int = 0
     #: Cycles spent computing, and exchanging matmul partial sums (weighted by executions).
     compute_cycles: int = 0
     partials_cycles: int = 0
@@ -139,6 +142,7 @@ class CostReport:
                 "avoidable_exchange_bytes": self.avoidable_exchange_bytes,
                 "peak_tile_bytes": self.peak_tile_bytes,
                 "always_live_max_tile_bytes": self.always_live_max_tile_bytes,
+                "peak_tile_bytes_floor": self.peak_tile_bytes_floor,
                 "fits": self.fits}
 
     def op(self, op_id: int) -> OpCost:
@@ -272,6 +276,7 @@ class _Evaluation(Interpreter):
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
+            peak_tile_bytes_floor=liveness.peak_floor,
             compute_cycles=int(compute),
             partials_cycles=int(partials),
         )

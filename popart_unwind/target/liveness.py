@@ -68,6 +68,11 @@ class TileLiveness:
     always_live: np.ndarray
     peak: np.ndarray
     fullest: FullestTile | None = None
+    #: The least busiest-tile peak any placement of the same buffers could have: the most
+    #: bytes live at once on all tiles together (always-live bytes included), spread
+    #: evenly. A floor for layouts, not a reachable figure (grains, plans and the layouts
+    #: Poplar gives computed tensors are ignored).
+    peak_floor: int = 0
 
     @property
     def transient(self) -> np.ndarray:
@@ -85,6 +90,10 @@ class LivenessTracker:
         self._graph: str | None = None
         self._live = np.zeros(num_tiles, np.int64)
         self._peak = np.zeros(num_tiles, np.int64)
+        # Per graph, the most bytes its own buffers and its callees' hold at once on all
+        # tiles together (a callee's most at its call site: all within one moment).
+        self.graph_totals: dict[str, int] = {}
+        self._total = 0
         self._buffers_of: dict[Key, tuple[Key, ...]] = {}  # tensor -> the buffers it holds
         self._references: dict[Key, int] = {}  # buffer -> live tensors holding it
         self._bytes: dict[Key, np.ndarray] = {}  # buffer -> bytes per tile
@@ -119,6 +128,7 @@ class LivenessTracker:
         self._graph = graph_id
         self._live[:] = 0
         self._peak[:] = 0
+        self._total = 0
         self._buffers_of.clear()
         self._references.clear()
         self._bytes.clear()
@@ -157,6 +167,8 @@ class LivenessTracker:
         each tile's peak."""
         now = self._live
         called = {graph_id: self.callee_peak(graph_id) for graph_id in callees}
+        self._total = max(self._total, int(now.sum()) + max(
+            (self.graph_totals[graph_id] for graph_id in called), default=0))
         if called:
             now = now + np.maximum.reduce(list(called.values()))
         np.maximum(self._peak, now, out=self._peak)
@@ -187,6 +199,7 @@ class LivenessTracker:
         if self._graph is None:
             raise PlanError("liveness: a graph ends that never began")
         self.graph_peaks[self._graph] = self._peak.copy()
+        self.graph_totals[self._graph] = self._total
         self._graph = None
 
     # -- results --------------------------------------------------------------------------
@@ -201,12 +214,16 @@ class LivenessTracker:
     def result(self, roots: Iterable[str]) -> TileLiveness:
         """The program's liveness: always-live bytes plus, per tile, the most any graph no
         op calls (the main graph) holds at once, its callees at their call sites included."""
+        roots = list(roots)
         transient = np.zeros(self.num_tiles, np.int64)
         for graph_id in roots:
             np.maximum(transient, self.callee_peak(graph_id), out=transient)
         peak = self.always_live + transient
+        together = int(self.always_live.sum()) + max(
+            (self.graph_totals.get(graph_id, 0) for graph_id in roots), default=0)
         return TileLiveness(always_live=self.always_live.copy(), peak=peak,
-                            fullest=self._fullest(peak))
+                            fullest=self._fullest(peak),
+                            peak_floor=-(-together // max(self.num_tiles, 1)))
 
     def _fullest(self, peak: np.ndarray) -> FullestTile | None:
         """The fullest tile's facts from the kept moment (or, if no root step ever ran,

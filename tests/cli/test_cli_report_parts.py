@@ -30,7 +30,7 @@ SUMMARY = {"objective": 30.0, "upper_bound": 40.0, "exchange_bytes": 1234567,
            "exchange_cycles": 987, "max_tile_bytes": 6390, "regions": 12,
            "avoidable_exchange_bytes": 0, "peak_tile_bytes": 700000,
            "always_live_max_tile_bytes": 3195, "fits": False, "compute_cycles": 1013,
-           "cycles": 2000}
+           "cycles": 2000, "peak_tile_bytes_floor": 6390}
 
 
 def document(mapping=None):
@@ -83,6 +83,7 @@ def test_summary_rows_show_shares_of_bound_and_budget():
     assert cells["max tile memory"] == "6,390 B (1.0%)"
     assert cells["peak tile memory"] == "700,000 B (109.6%)"
     assert cells["always-live tile memory"] == "3,195 B (0.5%)"
+    assert cells["peak floor (live bytes spread evenly)"] == "6,390 B (1.0%)"
     assert cells["fits"] == "no"
     fitting = {**SUMMARY, "peak_tile_bytes": 6390, "fits": True}
     assert dict((row[0], row[2]) for row in summary_rows(

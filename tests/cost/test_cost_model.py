@@ -181,7 +181,7 @@ def test_summary_has_the_compared_figures():
                                      "exchange_cycles", "max_tile_bytes", "regions",
                                      "avoidable_exchange_bytes", "peak_tile_bytes",
                                      "always_live_max_tile_bytes", "fits", "cycles",
-                                     "compute_cycles"}
+                                     "compute_cycles", "peak_tile_bytes_floor"}
     assert report.op(report.ops[0].op_id) is report.ops[0]
     assert report.cycles == report.exchange_cycles + report.partials_cycles \
         + report.compute_cycles == sum(row.total_cycles for row in report.ops)

@@ -301,6 +301,10 @@ def test_liveness_matches_the_brute_force_oracle_and_its_laws(case):
     _, _, held = replay(ir, small_target(8), plan)
     assert report.always_live_bytes_per_tile.tolist() == always.tolist()
     assert report.peak_bytes_per_tile.tolist() == peak.tolist()
+    # the floor: the most bytes live at once on all tiles together, spread evenly
+    _, steps, _ = replay(ir, target, plan)
+    together = max([int(always.sum())] + [int(total.sum()) for _, total, _ in steps])
+    assert report.peak_tile_bytes_floor == -(-together // 8) <= report.peak_tile_bytes
     # the laws: the peak holds the always-live bytes and every tensor's own memory
     assert (report.peak_bytes_per_tile >= report.always_live_bytes_per_tile).all()
     expected_always = sum(tile_bytes(tiles, target.dtype_size(
