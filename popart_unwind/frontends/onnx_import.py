@@ -22,6 +22,12 @@ import numpy as np
 from popart_unwind.errors import IrError, ModelImportError, ShapeError
 from popart_unwind.frontends.input_file import require_regular_file
 from popart_unwind.frontends.onnx_checks import check_op_types, check_versions
+from popart_unwind.frontends.onnx_lazy import (
+    DataSpan,
+    WireFormatError,
+    mapped_array,
+    read_without_large_data,
+)
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
@@ -53,7 +59,7 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     ``allow_unknown_ops`` (default: the session option) imports those as opaque barriers,
     warning with an UnknownOpsWarning that lists them.
     """
-    proto, folder, source = _load(model, base_dir)
+    proto, folder, source, spans = _load(model, base_dir)
     if allow_unknown_ops is None:
         allow_unknown_ops = (options or SessionOptions()).allow_unknown_ops
     opsets = check_versions(proto, source)
@@ -62,7 +68,7 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         check_op_types(proto, opsets, source, allow_unknown_ops)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
-        _Importer(ir, proto, folder, initializers).run()
+        _Importer(ir, proto, folder, initializers, spans).run()
         infer_shapes(ir, trust_seeded=True)
     except ModelImportError:
         raise
@@ -72,7 +78,11 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
 
 
 # -- reading the model ------------------------------------------------------------------------
-def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Path | None, str]:
+def _load(model: Any, base_dir: str | Path | None
+          ) -> tuple[onnx.ModelProto, Path | None, str, dict[str, DataSpan]]:
+    """The message, the folder of its external data, how to name it, and where the raw data
+    of the main graph's large initializers lies in the file (``onnx_lazy``: a model file's
+    large weights are never read in)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -91,7 +101,7 @@ def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Pat
         path = Path(model)
         require_regular_file(path, "ONNX model")
         try:
-            proto = onnx.load(str(path), load_external_data=False)
+            proto, spans = load_light(path)
         except Exception as error:  # protobuf and onnx raise assorted types here
             first = str(error).strip().splitlines()[0] if str(error).strip() else "not ONNX"
             raise ModelImportError(f"cannot read ONNX model {path}: {first}") from None
@@ -100,13 +110,29 @@ def _load(model: Any, base_dir: str | Path | None) -> tuple[onnx.ModelProto, Pat
     else:
         raise ModelImportError(f"cannot import a {type(model).__name__}: expected a path, "
                                f"bytes or an onnx.ModelProto")
+    if not isinstance(model, str | Path):
+        spans = {}
     if proto.ir_version == 0 or not proto.HasField("graph"):
         raise ModelImportError(f"cannot read ONNX model {source}: it has no IR version or no "
                                f"graph (not an ONNX model?)")
     for tensor, _ in _tensors_of(proto.graph):
         if _is_external(tensor):
             _external_path(tensor, folder)  # refuse unsafe locations before anything else
-    return proto, folder, source
+    return proto, folder, source, spans
+
+
+def load_light(path: Path) -> tuple[onnx.ModelProto, dict[str, DataSpan]]:
+    """The model read without its large initializers' data, and where that lies; a file
+    the wire-format scan cannot follow is read whole by ONNX (whose error then says what is
+    wrong)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        light, spans = read_without_large_data(path)
+        return onnx.load_model_from_string(light), spans
+    except (WireFormatError, DecodeError):
+        return onnx.load(str(path), load_external_data=False), {}
 
 
 def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
@@ -262,26 +288,42 @@ def _external_path(tensor: onnx.TensorProto, folder: Path | None) -> Path:
     return Path(resolved)
 
 
-def _read_external(tensor: onnx.TensorProto, folder: Path | None) -> onnx.TensorProto:
-    """A copy of ``tensor`` with its external bytes read in."""
-    import onnx
-
+def _external_span(tensor: onnx.TensorProto, folder: Path | None, dtype: str) -> DataSpan:
+    """Where ``tensor``'s external bytes lie (the length, when not given, is what its type
+    and shape need)."""
     path = _external_path(tensor, folder)
     info = _external_info(tensor)
     try:
         offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            raw = handle.read(length if length >= 0 else -1)
-    except FileNotFoundError:
-        raise ModelImportError(f"tensor {tensor.name!r}: external data file {path} is "
-                               f"missing") from None
-    except (OSError, ValueError) as error:
+    except ValueError as error:
         raise ModelImportError(f"tensor {tensor.name!r}: cannot read external data {path}: "
                                f"{error}") from None
-    if length >= 0 and len(raw) != length:
-        raise ModelImportError(f"tensor {tensor.name!r}: external data {path} holds "
-                               f"{len(raw)} bytes from offset {offset}, {length} expected")
+    if not path.is_file():
+        raise ModelImportError(f"tensor {tensor.name!r}: external data file {path} is "
+                               f"missing")
+    if length < 0:
+        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        length = itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64))
+    return DataSpan(path, offset, length)
+
+
+def _read_span(span: DataSpan, what: str) -> bytes:
+    try:
+        with open(span.path, "rb") as handle:
+            handle.seek(span.offset)
+            raw = handle.read(span.length)
+    except OSError as error:
+        raise ModelImportError(f"{what}: cannot read {span.path}: {error.strerror}") from None
+    if len(raw) != span.length:
+        raise ModelImportError(f"{what}: {span.path} holds {len(raw)} bytes from offset "
+                               f"{span.offset}, {span.length} expected")
+    return raw
+
+
+def _with_raw_data(tensor: onnx.TensorProto, raw: bytes) -> onnx.TensorProto:
+    """A copy of ``tensor`` holding ``raw`` as its data."""
+    import onnx
+
     loaded = onnx.TensorProto()
     loaded.CopyFrom(tensor)
     del loaded.external_data[:]
@@ -343,10 +385,12 @@ class _Scope:
 
 class _Importer:
     def __init__(self, ir: Ir, proto: onnx.ModelProto, folder: Path | None,
-                 initializers: Sequence[onnx.TensorProto]) -> None:
+                 initializers: Sequence[onnx.TensorProto],
+                 spans: Mapping[str, DataSpan]) -> None:
         self.ir = ir
         self.folder = folder
         self.initializers = initializers  # the main graph's, with their data
+        self.spans = spans  # where the main graph's large initializers' data lies
         self.opsets = {(i.domain or ONNX_DOMAIN): int(i.version) for i in proto.opset_import}
         self.proto = proto
 
@@ -360,7 +404,7 @@ class _Importer:
                                      *onnx_graph.value_info)}
         initialized = set()
         for tensor in self.initializers if main else onnx_graph.initializer:
-            self.initializer(graph, tensor)
+            self.initializer(graph, tensor, self.spans.get(tensor.name) if main else None)
             initialized.add(tensor.name)
         for value in onnx_graph.input:
             if value.name in initialized:
@@ -379,12 +423,20 @@ class _Importer:
         for value in onnx_graph.output:
             graph.mark_output(scope.lookup(value.name, f"graph {graph.id!r} output"))
 
-    def array(self, tensor: onnx.TensorProto) -> tuple[str, np.ndarray]:
+    def array(self, tensor: onnx.TensorProto, span: DataSpan | None = None
+              ) -> tuple[str, np.ndarray]:
+        """The tensor's type and values: a read-only map of the file where its data lies in
+        one (``span``, or external data), else an array of the importer's own."""
         from onnx import numpy_helper
 
-        dtype = _dtype(tensor.data_type, f"tensor {tensor.name!r}")
-        if _is_external(tensor):
-            tensor = _read_external(tensor, self.folder)
+        what = f"tensor {tensor.name!r}"
+        dtype = _dtype(tensor.data_type, what)
+        if span is None and _is_external(tensor):
+            span = _external_span(tensor, self.folder, dtype)
+        if span is not None and dtype != "bfloat16":
+            return dtype, mapped_array(span, dtype, tuple(int(d) for d in tensor.dims), what)
+        if span is not None:  # numpy has no bfloat16: read in, converted below
+            tensor = _with_raw_data(tensor, _read_span(span, what))
         try:
             array = numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as error:
@@ -395,8 +447,9 @@ class _Importer:
             return dtype, array  # already the importer's own copy
         return dtype, np.array(array, order="C")  # a copy; keeps 0-d arrays 0-d
 
-    def initializer(self, graph: Graph, tensor: onnx.TensorProto) -> None:
-        dtype, data = self.array(tensor)
+    def initializer(self, graph: Graph, tensor: onnx.TensorProto,
+                    span: DataSpan | None = None) -> None:
+        dtype, data = self.array(tensor, span)
         kind = TensorType.VARIABLE if dtype in FLOAT_DTYPES else TensorType.CONST
         graph.add_tensor(tensor.name, dtype, data.shape, kind, data)
 

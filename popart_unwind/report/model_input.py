@@ -14,7 +14,7 @@ from typing import Any
 
 from popart_unwind.errors import ModelImportError, PopartUnwindError
 from popart_unwind.frontends.input_file import describe_unreadable
-from popart_unwind.frontends.onnx_import import external_locations
+from popart_unwind.frontends.onnx_import import external_locations, load_light
 from popart_unwind.ir import Ir
 from popart_unwind.report.output_targets import InputFile
 
@@ -57,9 +57,7 @@ def input_files(model: str) -> list[InputFile]:
         return []
     files = [InputFile("the input model", path)]
     try:
-        import onnx
-
-        proto = onnx.load(str(path), load_external_data=False)
+        proto, _ = load_light(path)  # the large weights' bytes are not read
     except Exception:  # not ONNX: the import reports it in its own words
         return files
     for location in sorted(external_locations(proto.graph)):
