@@ -129,14 +129,23 @@ def build(case: str) -> tuple[onnx.ModelProto, int]:
     raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
 
 
-#: Runs the command in-process and prints its status, seconds and peak RSS as JSON.
+#: Runs the command in-process and prints its status, seconds and peak RSS as JSON. The peak
+#: is the kernel's high-water mark of this process's own memory (``VmHWM``, which starts
+#: afresh at exec); ``ru_maxrss`` would carry over the RSS of the process that forked it,
+#: here the one holding the generated model.
 CHILD = """
 import io, json, resource, sys, time
 from popart_unwind.cli import main
 began = time.perf_counter()
 status = main(sys.argv[1:], stdout=io.StringIO(), stderr=sys.stderr)
-print(json.dumps({"status": status, "seconds": time.perf_counter() - began,
-                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+seconds = time.perf_counter() - began
+try:
+    with open("/proc/self/status") as status_file:
+        line = next(l for l in status_file if l.startswith("VmHWM:"))
+    rss_mib = int(line.split()[1]) / 1024
+except (OSError, StopIteration):
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"status": status, "seconds": seconds, "rss_mib": rss_mib}))
 """
 
 
