@@ -8,7 +8,7 @@ exact both ways and validate: every element on exactly one tile, tile ids in ran
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -161,6 +161,13 @@ class TileIntervals(Sequence):
         """The read-only tile array kept instead of the runs, or None if the runs are kept."""
         return self._tiles
 
+    @property
+    def num_elements(self) -> int:
+        """How many elements the runs cover (they cover ``[0, num_elements)``)."""
+        if self._tiles is not None:
+            return int(self._tiles.size)
+        return int(self._ends.max()) if self._ends.size else 0
+
     def __len__(self) -> int:
         return self._num_tiles
 
@@ -227,3 +234,25 @@ class TileIntervals(Sequence):
         """((begin, end) rows, the tile of each row), without building tuples."""
         owners = np.repeat(np.arange(len(self)), np.diff(self._bounds))
         return np.stack([self._begins, self._ends], axis=1).astype(np.int64), owners
+
+
+class ExpandedLayouts(Mapping):
+    """Layouts held as ``TileIntervals``, read as flat tile arrays (read-only, expanded at
+    each read): three plans of a large model held as arrays take gigabytes, as intervals a
+    few megabytes. ``held`` is the intervals themselves (what the cost model takes)."""
+
+    def __init__(self, held: Mapping[tuple[str, str], TileIntervals], num_tiles: int) -> None:
+        self.held = dict(held)
+        self.num_tiles = num_tiles
+
+    def __getitem__(self, key: tuple[str, str]) -> np.ndarray:
+        intervals = self.held[key]
+        tiles = tile_array(intervals, intervals.num_elements, self.num_tiles, repr(key))
+        tiles.flags.writeable = False
+        return tiles
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.held)
+
+    def __len__(self) -> int:
+        return len(self.held)

@@ -297,6 +297,11 @@ class TileMachine(abc.ABC):
         ask the same matmul, table and convolution questions for every layer."""
 
     @abc.abstractmethod
+    def forget(self) -> None:
+        """Drop the answers ``remembered`` keeps (asked again, they are computed again):
+        a finished plan that keeps its target need not keep them too."""
+
+    @abc.abstractmethod
     def linear_tiles(self, shape: Sequence[int], dtype: str) -> np.ndarray:
         """A linear mapping starting where the previous one ended."""
 

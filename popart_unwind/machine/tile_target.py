@@ -94,6 +94,9 @@ class TileTarget(TileMachine):
         ``ANSWER_BYTES_KEPT`` bytes of them are kept."""
         return self._answers.get(key, compute)
 
+    def forget(self) -> None:
+        self._answers.clear()
+
     # -- hooks -------------------------------------------------------------------------------
     def linear_tiles(self, shape: Sequence[int], dtype: str) -> np.ndarray:
         """Poplibs' linear mapping, started where the previous one ended (PopART's
@@ -336,6 +339,10 @@ class _Answers:
         while self._bytes > ANSWER_BYTES_KEPT and len(self._kept) > 1:
             self._bytes -= _nbytes(self._kept.popitem(last=False)[1])
         return found
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
 
 
 def _matmul_dims(*sizes: int) -> tuple[int, int, int, int]:

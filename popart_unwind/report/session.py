@@ -16,7 +16,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
-from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.ir.tile_mapping import ExpandedLayouts, TileIntervals, tile_array
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
@@ -54,7 +54,7 @@ class PlanRun:
     plan: Any  # transforms.unwind_layouts Plan
     decisions: list[TensorDecision]
     #: plan name ("ours", "popart", "linear") -> tensor key -> flat tiles
-    layouts: dict[str, dict[TensorKey, np.ndarray]]
+    layouts: Mapping[str, Mapping[TensorKey, np.ndarray]]
     #: plan name -> tensor key -> (method, explanation), for the baselines
     methods: dict[str, dict[TensorKey, tuple[str, str]]]
     #: plan name -> cost report (target.cost.CostReport)
@@ -122,14 +122,10 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
         options = dataclasses.replace(options, unwind_algorithm=algorithm)
     with progress.stage("plan"):
         plan = plan_ir(ir, TileTarget(model), options, progress=progress.update)
-    decisions, tiles = _decisions(ir, plan)
-    ours: dict[TensorKey, np.ndarray] = {}
-    for decision in decisions:
-        kept = tiles.get(decision.key)
-        ours[decision.key] = kept if kept is not None else tile_array(
-            decision.tile_mapping, int(np.prod(decision.shape)), model.tiles_per_ipu,
-            decision.tensor_id)
-    layouts = {"ours": ours}
+    decisions = _decisions(ir, plan)
+    layouts = {"ours": ExpandedLayouts(
+        {d.key: _intervals(d.tile_mapping, model, int(np.prod(d.shape))) for d in decisions},
+        model.tiles_per_ipu)}
     methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
         "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
     op_plans = {"ours": dict(plan.op_plans)}
@@ -140,34 +136,46 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
     with progress.stage("evaluate"):
         for step, (name, mappings) in enumerate(layouts.items()):
             progress.update(name, step, len(layouts))
-            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings,
+            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings.held,
                                    op_plans=op_plans[name])
     return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
                    costs, ops_without_rule(ir), op_plans)
 
 
 def _baseline(name: str, ir: Ir, model: IpuModel
-              ) -> tuple[dict[TensorKey, np.ndarray], dict[TensorKey, tuple[str, str]],
+              ) -> tuple[ExpandedLayouts, dict[TensorKey, tuple[str, str]],
                          dict[tuple[str, int], Any]]:
-    """A baseline's mappings, how it decided each, and its matmul plans."""
+    """A baseline's mappings (held as intervals), how it decided each, and its matmul
+    plans."""
     if name == "popart":
         from popart_unwind.target.popart_baseline import popart_baseline
 
         baseline = popart_baseline(ir, TileTarget(model))
-        return (dict(baseline.mappings),
-                {(d.graph_id, d.tensor_id): (d.method, d.explanation)
-                 for d in baseline.decisions}, dict(baseline.op_plans))
+        methods = {(d.graph_id, d.tensor_id): (d.method, d.explanation)
+                   for d in baseline.decisions}
+        held = {key: _intervals(tiles, model) for key, tiles in baseline.mappings.items()}
+        return ExpandedLayouts(held, model.tiles_per_ipu), methods, dict(baseline.op_plans)
     from popart_unwind.target.linear_plan import linear_plan
 
-    mappings = dict(linear_plan(ir, TileTarget(model)))
-    return mappings, dict.fromkeys(mappings, ("linear", "linear mapping")), {}
+    held = {key: _intervals(tiles, model)
+            for key, tiles in linear_plan(ir, TileTarget(model)).items()}
+    return (ExpandedLayouts(held, model.tiles_per_ipu),
+            dict.fromkeys(held, ("linear", "linear mapping")), {})
 
 
-def _decisions(ir: Ir, plan: Any
-               ) -> tuple[list[TensorDecision], dict[TensorKey, np.ndarray | None]]:
+def _intervals(layout: Any, model: IpuModel, numel: int | None = None) -> TileIntervals:
+    """A layout (a tile array, or a mapping in Poplar's format of ``numel`` elements) as
+    ``TileIntervals``."""
+    if isinstance(layout, TileIntervals):
+        return layout
+    if not isinstance(layout, np.ndarray):
+        layout = tile_array(layout, -1 if numel is None else numel, model.tiles_per_ipu)
+    return TileIntervals.from_tiles(layout, model.tiles_per_ipu)
+
+
+def _decisions(ir: Ir, plan: Any) -> list[TensorDecision]:
     """Our plan's entries: every producer-less tensor (graph order, creation order), then
-    any other tensor the planner mapped (call outputs), each exactly once; and the flat
-    tiles the planner kept of each, where it did (saves re-expanding the intervals)."""
+    any other tensor the planner mapped (call outputs), each exactly once."""
     planned = plan.tensors.values() if isinstance(plan.tensors, Mapping) else plan.tensors
     entries = {(e.graph_id, e.tensor_id): e for e in planned}
     ordered: list[TensorKey] = []
@@ -179,8 +187,7 @@ def _decisions(ir: Ir, plan: Any
             ordered.append(key)
     seen = set(ordered)
     ordered += sorted(key for key in entries if key not in seen)
-    return ([_decision(entries[key]) for key in ordered],
-            {key: getattr(entries[key], "tiles", None) for key in ordered})
+    return [_decision(entries[key]) for key in ordered]
 
 
 def _decision(entry: Any) -> TensorDecision:

@@ -23,7 +23,7 @@ from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array
 from popart_unwind.machine import TileTarget
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
@@ -38,8 +38,10 @@ from popart_unwind.ops.layout_rule import (
 from popart_unwind.rewrite.constant_pool import is_constant
 from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
-#: (graph id, tensor id) -> flat array of each element's tile.
-Mappings = Mapping[tuple[str, str], np.ndarray]
+#: (graph id, tensor id) -> each element's tile: a flat array, or Poplar's intervals
+#: (``TileIntervals``), which the walk expands only while an op reads them (a plan of VGG-19
+#: is 288 MB as tile arrays, a few MB as intervals).
+Mappings = Mapping[tuple[str, str], "np.ndarray | TileIntervals"]
 #: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
 NO_WORK = OpWork(0, 0)
 #: (graph id, op id) -> the matmul plan chosen for the op.
@@ -174,14 +176,33 @@ def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndar
 
 
 def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None
-                          ) -> dict[tuple[str, str], np.ndarray]:
-    """Every producer-less tensor's tiles, validated (from ``mappings`` or the IR)."""
-    result: dict[tuple[str, str], np.ndarray] = {}
+                          ) -> dict[tuple[str, str], np.ndarray | TileIntervals]:
+    """Every producer-less tensor's layout, validated (from ``mappings`` or the IR): a tile
+    array, or intervals as given (checked by expanding them once)."""
+    result: dict[tuple[str, str], np.ndarray | TileIntervals] = {}
     for graph in ir.graphs:
         for tensor in graph.producerless_tensors():
             key = (graph.id, tensor.id)
-            result[key] = _given_tiles(tensor, target, mappings, required=True)
+            result[key] = _given_layout(tensor, target, mappings)
     return result
+
+
+def _given_layout(tensor: Tensor, target: TileMachine, mappings: Mappings | None
+                  ) -> np.ndarray | TileIntervals:
+    given = mappings.get((tensor.graph.id, tensor.id)) if mappings is not None \
+        else tensor.tile_mapping
+    if isinstance(given, TileIntervals) and given.tiles is None:
+        _given_tiles(tensor, target, mappings, required=True)  # checked, then dropped
+        return given
+    return _given_tiles(tensor, target, mappings, required=True)
+
+
+def expanded(layout: np.ndarray | TileIntervals, numel: int, num_tiles: int,
+             what: str = "tensor") -> np.ndarray:
+    """A layout as each element's tile."""
+    if isinstance(layout, TileIntervals):
+        return tile_array(layout, numel, num_tiles, what)
+    return layout
 
 
 def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
@@ -194,6 +215,8 @@ def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
             if required:
                 raise PlanError(f"{what} has no tile mapping in the plan")
             return None
+        if isinstance(tiles, TileIntervals):
+            return tile_array(tiles, numel, target.num_tiles, what)
         tiles = np.asarray(tiles).reshape(-1)
         if tiles.size != numel:
             raise PlanError(f"{what}: the plan maps {tiles.size} elements, the tensor has "
@@ -220,6 +243,8 @@ class _Evaluation(Interpreter):
 
     order = CALLEES_FIRST
     release_dead = True
+    # A producer-less tensor held as intervals stays so in ``env`` (wrapped in ``_Held``)
+    # and is expanded at each read: the walk never holds a whole plan as tile arrays.
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
                  registry: Any, valuations: Any) -> None:
@@ -242,12 +267,13 @@ class _Evaluation(Interpreter):
         self.liveness = LivenessTracker(self.num_tiles)
 
     def report(self) -> CostReport:
-        for (graph_id, tensor_id), tiles in self.base.items():
+        for (graph_id, tensor_id), layout in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
             if self._argument(tensor) or self._filled_by_reader(tensor):
                 continue
             self.liveness.add_always_live(
-                tile_bytes(tiles, self.target.dtype_size(tensor.dtype), self.num_tiles),
+                tile_bytes(expanded(layout, _numel(tensor), self.num_tiles),
+                           self.target.dtype_size(tensor.dtype), self.num_tiles),
                 (graph_id, tensor_id))
         roots = [g.id for g in self.ir.graphs if g.id not in self.called]
         self.liveness.watch(roots)
@@ -282,14 +308,21 @@ class _Evaluation(Interpreter):
         )
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
-    def placeholder(self, tensor: Tensor) -> np.ndarray:
-        tiles = self.base[key(tensor)]
+    def placeholder(self, tensor: Tensor) -> np.ndarray | _Held:
+        layout = self.base[key(tensor)]
         argument = self._argument(tensor)
         self.from_parameters[key(tensor)] = not argument
         if argument:  # the call's copy in: live from the callee's start to its last reader
             self.liveness.create(key(tensor), tile_bytes(
-                tiles, self.target.dtype_size(tensor.dtype), self.num_tiles))
-        return tiles
+                expanded(layout, _numel(tensor), self.num_tiles),
+                self.target.dtype_size(tensor.dtype), self.num_tiles))
+        return _Held(layout) if isinstance(layout, TileIntervals) else layout
+
+    def read(self, tensor: Tensor) -> np.ndarray:
+        value = super().read(tensor)
+        if isinstance(value, _Held):
+            return expanded(value.layout, _numel(tensor), self.num_tiles, tensor.describe())
+        return value
 
     def _filled_by_reader(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a constant fill its one reader makes itself at run time
@@ -444,6 +477,14 @@ class _Evaluation(Interpreter):
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
         return _given_tiles(tensor, self.target, self.mappings, required=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """A producer-less tensor's layout as the plan holds it (intervals), in the walk's
+    ``env`` until an op reads it."""
+
+    layout: TileIntervals
 
 
 def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:

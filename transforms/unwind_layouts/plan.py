@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_dtype, tile_mapping
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_dtype, tile_mapping
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.registry import OpRegistry
@@ -50,8 +51,15 @@ class PlannedTensor:
     #: "unwound" (every element from a path), "linear" or "partly unwound".
     method: str
     explanation: str
-    #: Each element's tile (flat, row-major): the same layout as ``tile_mapping``.
-    tiles: np.ndarray = dataclasses.field(repr=False, compare=False)
+    num_tiles: int = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def tiles(self) -> np.ndarray:
+        """Each element's tile (flat, row-major): ``tile_mapping`` expanded (read-only)."""
+        tiles = tile_array(self.tile_mapping, prod(self.shape), self.num_tiles,
+                           f"tensor {self.tensor_id!r}")
+        tiles.flags.writeable = False
+        return tiles
 
     def to_dict(self) -> dict[str, Any]:
         return {"graph": self.graph_id, "shape": list(self.shape), "dtype": self.dtype,
@@ -154,6 +162,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
         what = f"tensor {tensor.qualified_id!r}"
         validate(tiles, tensor.nelms(), target.num_tiles, what)
         planned.append(_planned(emitter, realizer, tensor, sink, tiles, target.num_tiles))
+    realizer.compact()
     timings["realize"] = _lap(began, timings)
 
     changed = False
@@ -163,6 +172,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
         _write(planned, ir, progress, rewriter)
         changed = rewriter.changes != before
     timings["write"] = _lap(began, timings)
+    target.forget()  # the plan keeps its target (through the realizer), not its answers
     timings["total"] = time.perf_counter() - began
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
                 solution.algo, solution.proven_optimal, target.num_tiles, timings,
@@ -183,14 +193,14 @@ def _planned(emitter: Emitter, realizer: Realizer, tensor: Tensor, sink: TensorI
     numel = tensor.nelms()
     linear = realizer.linear_count(sink)
     method = LINEAR if linear == numel else UNWOUND if linear == 0 else PARTLY
-    # the realizer's own (read-only) array when its dtype is already the narrowest: the
-    # plan, the realizer and a mapping that keeps its tile array share one copy of it
+    # the realizer's own (read-only) array when its dtype is already the narrowest: a
+    # mapping that keeps its tile array shares it with the realizer
     shared = tiles.astype(tile_dtype(int(tiles.max()) + 1 if tiles.size else 1),
                           copy=False).view()
     shared.flags.writeable = False
     return PlannedTensor(tensor.graph.id, tensor.id, tuple(tensor.shape), tensor.dtype,
                          tile_mapping(shared, num_tiles), method,
-                         explain(emitter, realizer, sink, numel), shared)
+                         explain(emitter, realizer, sink, numel), num_tiles)
 
 
 def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir.tile_mapping import tile_dtype
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_dtype
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
@@ -67,7 +67,7 @@ class Realizer:
         self.graph = emitter.graph
         self.solution = solution
         self.target = emitter.target
-        self._tiles: dict[TensorId, np.ndarray] = {}
+        self._tiles: dict[TensorId, np.ndarray | TileIntervals] = {}
         self._own: dict[TensorId, int] = {}  # sink -> number of linearly mapped elements
         self._busy: set[TensorId] = set()
         self._barrier_outputs: dict[int, list[np.ndarray]] = {}
@@ -93,9 +93,21 @@ class Realizer:
         """How many elements of ``sink`` were mapped linearly (its own origins)."""
         return self._own.get(sink, 0)
 
+    def compact(self) -> None:
+        """Keep what is realized as intervals from now on (expanded when asked for): the
+        same tiles, in a few bytes per run instead of two per element."""
+        num_tiles = self.target.num_tiles
+        for tensor, tiles in list(self._tiles.items()):
+            if isinstance(tiles, np.ndarray):
+                self._tiles[tensor] = TileIntervals.from_tiles(tiles, num_tiles)
+
     def tiles(self, tensor: TensorId) -> np.ndarray:
         """The flat tiles of ``tensor``, computing (and remembering) them on first use."""
         found = self._tiles.get(tensor)
+        if isinstance(found, TileIntervals):
+            tiles = tile_array(found, self.graph.numel(tensor), self.target.num_tiles)
+            tiles.flags.writeable = False
+            return tiles
         if found is not None:
             return found
         if tensor in self._busy:
