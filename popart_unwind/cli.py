@@ -193,6 +193,9 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         if args.command is None:
             parser.print_help(stdout)
             return EXIT_OK
+        from popart_unwind.report.planning_memory import return_freed_memory
+
+        return_freed_memory()
         return _run(args, stdout, stderr)
     except (PopartUnwindError, OSError) as error:
         print(f"popart-unwind: error: {_one_line(error)}", file=stderr)

@@ -236,18 +236,34 @@ class TileIntervals(Sequence):
         return np.stack([self._begins, self._ends], axis=1).astype(np.int64), owners
 
 
-class ExpandedLayouts(Mapping):
-    """Layouts held as ``TileIntervals``, read as flat tile arrays (read-only, expanded at
-    each read): three plans of a large model held as arrays take gigabytes, as intervals a
-    few megabytes. ``held`` is the intervals themselves (what the cost model takes)."""
+def held_layout(tiles: np.ndarray, num_tiles: int) -> np.ndarray | TileIntervals:
+    """A layout in the form that takes less memory to keep: a small tile array as it is
+    (read-only), a large one as ``TileIntervals``, whose per-tile index alone takes 8 bytes
+    a tile."""
+    tiles = np.asarray(tiles).reshape(-1)
+    if tiles.nbytes <= 8 * (num_tiles + 1):
+        kept = tiles.astype(tile_dtype(num_tiles), copy=False).view()
+        kept.flags.writeable = False
+        return kept
+    return TileIntervals.from_tiles(tiles, num_tiles)
 
-    def __init__(self, held: Mapping[tuple[str, str], TileIntervals], num_tiles: int) -> None:
+
+class ExpandedLayouts(Mapping):
+    """Layouts held as ``held_layout`` keeps them (large ones as ``TileIntervals``), read as
+    flat read-only tile arrays, expanded at each read: three plans of a large model held as
+    arrays take gigabytes, as intervals a few megabytes. ``held`` is the layouts as held
+    (what the cost model takes)."""
+
+    def __init__(self, held: Mapping[tuple[str, str], np.ndarray | TileIntervals],
+                 num_tiles: int) -> None:
         self.held = dict(held)
         self.num_tiles = num_tiles
 
     def __getitem__(self, key: tuple[str, str]) -> np.ndarray:
-        intervals = self.held[key]
-        tiles = tile_array(intervals, intervals.num_elements, self.num_tiles, repr(key))
+        layout = self.held[key]
+        if not isinstance(layout, TileIntervals):
+            return layout
+        tiles = tile_array(layout, layout.num_elements, self.num_tiles, repr(key))
         tiles.flags.writeable = False
         return tiles
 

@@ -16,7 +16,12 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
-from popart_unwind.ir.tile_mapping import ExpandedLayouts, TileIntervals, tile_array
+from popart_unwind.ir.tile_mapping import (
+    ExpandedLayouts,
+    TileIntervals,
+    held_layout,
+    tile_array,
+)
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
@@ -124,7 +129,7 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
         plan = plan_ir(ir, TileTarget(model), options, progress=progress.update)
     decisions = _decisions(ir, plan)
     layouts = {"ours": ExpandedLayouts(
-        {d.key: _intervals(d.tile_mapping, model, int(np.prod(d.shape))) for d in decisions},
+        {d.key: _held(d.tile_mapping, model, int(np.prod(d.shape))) for d in decisions},
         model.tiles_per_ipu)}
     methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
         "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
@@ -153,24 +158,25 @@ def _baseline(name: str, ir: Ir, model: IpuModel
         baseline = popart_baseline(ir, TileTarget(model))
         methods = {(d.graph_id, d.tensor_id): (d.method, d.explanation)
                    for d in baseline.decisions}
-        held = {key: _intervals(tiles, model) for key, tiles in baseline.mappings.items()}
+        held = {key: _held(tiles, model) for key, tiles in baseline.mappings.items()}
         return ExpandedLayouts(held, model.tiles_per_ipu), methods, dict(baseline.op_plans)
     from popart_unwind.target.linear_plan import linear_plan
 
-    held = {key: _intervals(tiles, model)
+    held = {key: _held(tiles, model)
             for key, tiles in linear_plan(ir, TileTarget(model)).items()}
     return (ExpandedLayouts(held, model.tiles_per_ipu),
             dict.fromkeys(held, ("linear", "linear mapping")), {})
 
 
-def _intervals(layout: Any, model: IpuModel, numel: int | None = None) -> TileIntervals:
+def _held(layout: Any, model: IpuModel, numel: int | None = None
+          ) -> np.ndarray | TileIntervals:
     """A layout (a tile array, or a mapping in Poplar's format of ``numel`` elements) as
-    ``TileIntervals``."""
-    if isinstance(layout, TileIntervals):
+    ``held_layout`` keeps it."""
+    if isinstance(layout, TileIntervals) and layout.tiles is None:
         return layout
     if not isinstance(layout, np.ndarray):
         layout = tile_array(layout, -1 if numel is None else numel, model.tiles_per_ipu)
-    return TileIntervals.from_tiles(layout, model.tiles_per_ipu)
+    return held_layout(layout, model.tiles_per_ipu)
 
 
 def _decisions(ir: Ir, plan: Any) -> list[TensorDecision]:

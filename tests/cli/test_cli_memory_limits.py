@@ -3,6 +3,11 @@ where memory runs out during the work, one line and nothing written; never a tra
 
 from __future__ import annotations
 
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from cli_runner import run
 from test_cli_errors import assert_refused, outputs
@@ -60,3 +65,36 @@ def test_available_memory_is_read_from_meminfo_and_the_control_group(tmp_path):
     (group / "memory.current").write_text("400000\n")
     assert available_bytes(meminfo, group) == 600000  # the limit leaves less
     assert available_bytes(tmp_path / "none", tmp_path / "none") is None
+
+
+FREED_ARRAYS = """
+import sys
+import numpy as np
+from popart_unwind.report.planning_memory import return_freed_memory
+if sys.argv[1] == "set":
+    return_freed_memory()
+def rss():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+first = np.ones(2**21)  # 16 MiB, a mapping of its own: freeing it raises glibc's threshold
+del first
+before = rss()
+arrays, pins = [], []
+for index in range(8):  # 6 MiB each, under the raised threshold, each pinned by 32 KiB
+    arrays.append(np.ones(3 * 2**18 + index))
+    pins.append(np.ones(2**12))
+del arrays
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not Path("/proc/self/status").exists(),
+                    reason="glibc's mallopt and Linux's /proc")
+def test_freed_arrays_go_back_to_the_system():
+    def kept_kib(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", FREED_ARRAYS, mode], check=True,
+                              capture_output=True, text=True)
+        return int(done.stdout.strip())
+
+    assert kept_kib("default") > 32 * 1024  # glibc's own way: the heap keeps most of 48 MiB
+    assert kept_kib("set") < 4 * 1024
