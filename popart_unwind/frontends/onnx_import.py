@@ -86,6 +86,7 @@ def _load(model: Any, base_dir: str | Path | None
     import onnx
     from google.protobuf.message import DecodeError
 
+    spans: dict[str, DataSpan] = {}
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
@@ -110,8 +111,6 @@ def _load(model: Any, base_dir: str | Path | None
     else:
         raise ModelImportError(f"cannot import a {type(model).__name__}: expected a path, "
                                f"bytes or an onnx.ModelProto")
-    if not isinstance(model, str | Path):
-        spans = {}
     if proto.ir_version == 0 or not proto.HasField("graph"):
         raise ModelImportError(f"cannot read ONNX model {source}: it has no IR version or no "
                                f"graph (not an ONNX model?)")

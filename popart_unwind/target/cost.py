@@ -481,8 +481,8 @@ class _Evaluation(Interpreter):
 
 @dataclasses.dataclass(frozen=True)
 class _Held:
-    """A producer-less tensor's layout as the plan holds it (intervals), in the walk's
-    ``env`` until an op reads it."""
+    """A producer-less tensor's layout as the plan holds it (intervals), kept so in the
+    walk's ``env``: each read expands it, and the array goes with the reading op."""
 
     layout: TileIntervals
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_dtype
+from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, tile_array, tile_dtype
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
@@ -94,12 +94,13 @@ class Realizer:
         return self._own.get(sink, 0)
 
     def compact(self) -> None:
-        """Keep what is realized as intervals from now on (expanded when asked for): the
-        same tiles, in a few bytes per run instead of two per element."""
+        """Keep what is realized in its smaller form from now on (``held_layout``: large
+        layouts as intervals, expanded when asked for): the same tiles, in a few bytes per
+        run instead of two per element."""
         num_tiles = self.target.num_tiles
         for tensor, tiles in list(self._tiles.items()):
             if isinstance(tiles, np.ndarray):
-                self._tiles[tensor] = TileIntervals.from_tiles(tiles, num_tiles)
+                self._tiles[tensor] = held_layout(tiles, num_tiles)
 
     def tiles(self, tensor: TensorId) -> np.ndarray:
         """The flat tiles of ``tensor``, computing (and remembering) them on first use."""
