@@ -172,10 +172,13 @@ def _held(layout: Any, model: IpuModel, numel: int | None = None
           ) -> np.ndarray | TileIntervals:
     """A layout (a tile array, or a mapping in Poplar's format of ``numel`` elements) as
     ``held_layout`` keeps it."""
-    if isinstance(layout, TileIntervals) and layout.tiles is None:
-        return layout
+    if isinstance(layout, TileIntervals):
+        return layout if layout.tiles is None else held_layout(layout.tiles,
+                                                               model.tiles_per_ipu)
     if not isinstance(layout, np.ndarray):
-        layout = tile_array(layout, -1 if numel is None else numel, model.tiles_per_ipu)
+        if numel is None:
+            raise PlanError("a mapping in Poplar's format needs its number of elements")
+        layout = tile_array(layout, numel, model.tiles_per_ipu)
     return held_layout(layout, model.tiles_per_ipu)
 
 
