@@ -89,6 +89,7 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.ir.tile_mapping import ExpandedLayouts
     from popart_unwind.ops.coverage import ops_without_rule
     from popart_unwind.options import with_options
     from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
@@ -116,7 +117,9 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     row["plan_s"] = time.perf_counter() - began
     row["plan_stages"] = {k: v for k, v in plan.timings.items() if k != "total"}
     row["solver_ratio"] = _ratio(plan.objective, plan.upper_bound)
-    mappings = {"ours": {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors}}
+    # plans held as the command holds them: intervals, expanded while read
+    mappings = {"ours": ExpandedLayouts({(p.graph_id, p.tensor_id): p.tile_mapping
+                                         for p in plan.tensors}, job["tiles"])}
     if job["memory"]:
         report.put(("stage", "plan (tracemalloc)"))
         row["plan_peak_mib"], again = _traced(lambda: plan_ir(ir, target))
@@ -126,18 +129,20 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     began = time.perf_counter()
     baseline = popart_baseline(ir, target, tied_gather=job["tied_gather"],
                                fully_connected_pass=not job["popart_no_fc"])
-    mappings["popart"] = dict(baseline.mappings)
+    mappings["popart"] = _held(baseline.mappings, job["tiles"])
+    popart_plans = baseline.op_plans
+    del baseline  # its decisions' tile arrays: the held plan is all that is read from now
     row["baseline_s"] = time.perf_counter() - began
-    mappings["linear"] = dict(linear_plan(ir, target))
-    op_plans = {"ours": plan.op_plans, "popart": baseline.op_plans, "linear": {}}
+    mappings["linear"] = _held(linear_plan(ir, target), job["tiles"])
+    op_plans = {"ours": plan.op_plans, "popart": popart_plans, "linear": {}}
     row["plans_differing"] = sum(1 for key, chosen in plan.op_plans.items()
-                                 if baseline.op_plans.get(key) != chosen)
+                                 if popart_plans.get(key) != chosen)
     row["costs"] = {}
     row["evaluate_s"] = {}
     for name in PLANS:
         report.put(("stage", f"evaluate {name}"))
         began = time.perf_counter()
-        cost = evaluate(ir, target, mappings=mappings[name], op_plans=op_plans[name])
+        cost = evaluate(ir, target, mappings=mappings[name].held, op_plans=op_plans[name])
         row["evaluate_s"][name] = time.perf_counter() - began
         row["costs"][name] = {**cost.summary(),
                               "tile_ratio": _ratio(cost.objective, cost.upper_bound)}
@@ -186,6 +191,14 @@ def sensitivity(ir: Any, job: dict[str, Any], report: Any) -> list[dict[str, Any
                              for name, cost in costs.items()
                              for figure in ("exchange_bytes", "cycles")}})
     return found
+
+
+def _held(mappings: Any, num_tiles: int) -> Any:
+    """A baseline's tile arrays held as the command holds them (``held_layout``)."""
+    from popart_unwind.ir.tile_mapping import ExpandedLayouts, held_layout
+
+    return ExpandedLayouts({key: held_layout(tiles, num_tiles)
+                            for key, tiles in mappings.items()}, num_tiles)
 
 
 def same_tiles(ours: dict, theirs: dict) -> float:
