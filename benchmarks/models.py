@@ -129,11 +129,11 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     began = time.perf_counter()
     baseline = popart_baseline(ir, target, tied_gather=job["tied_gather"],
                                fully_connected_pass=not job["popart_no_fc"])
-    mappings["popart"] = _held(baseline.mappings, job["tiles"])
+    mappings["popart"] = ExpandedLayouts.of_arrays(baseline.mappings, job["tiles"])
     popart_plans = baseline.op_plans
     del baseline  # its decisions' tile arrays: the held plan is all that is read from now
     row["baseline_s"] = time.perf_counter() - began
-    mappings["linear"] = _held(linear_plan(ir, target), job["tiles"])
+    mappings["linear"] = ExpandedLayouts.of_arrays(linear_plan(ir, target), job["tiles"])
     op_plans = {"ours": plan.op_plans, "popart": popart_plans, "linear": {}}
     row["plans_differing"] = sum(1 for key, chosen in plan.op_plans.items()
                                  if popart_plans.get(key) != chosen)
@@ -191,14 +191,6 @@ def sensitivity(ir: Any, job: dict[str, Any], report: Any) -> list[dict[str, Any
                              for name, cost in costs.items()
                              for figure in ("exchange_bytes", "cycles")}})
     return found
-
-
-def _held(mappings: Any, num_tiles: int) -> Any:
-    """A baseline's tile arrays held as the command holds them (``held_layout``)."""
-    from popart_unwind.ir.tile_mapping import ExpandedLayouts, held_layout
-
-    return ExpandedLayouts({key: held_layout(tiles, num_tiles)
-                            for key, tiles in mappings.items()}, num_tiles)
 
 
 def same_tiles(ours: dict, theirs: dict) -> float:

