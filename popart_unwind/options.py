@@ -58,6 +58,10 @@ def parse_serialization(text: str) -> tuple[str, int] | None:
     return mode, int(factor)
 
 
+#: The values of ``SessionOptions.virtual_graph_mode`` (PopART's ``VirtualGraphMode``, less
+#: its execution phases).
+VIRTUAL_GRAPH_MODES = ("off", "manual", "auto")
+
 #: The values of ``SessionOptions.recompute`` (PopART's ``RecomputationType``).
 RECOMPUTE_CHOICES = ("none", "standard", "norm_only", "recompute_all")
 
@@ -127,6 +131,17 @@ class SessionOptions:
     #: How much a sequence's ops must be worth together to be outlined (PopART's
     #: ``outlineThreshold``; a matmul or convolution is worth 1000, another op 0.1).
     outline_threshold: float = 1.0
+    #: How ops are placed on IPUs (PopART's ``virtualGraphMode``; docs/multi-ipu.md):
+    #: ``off`` (one IPU), ``manual`` (the model's placement: ONNX ``__ipu_number``
+    #: attributes, PopART's Builder ``virtualGraph``) or ``auto`` (AutoVirtualGraph splits
+    #: the main graph over ``ipus`` IPUs as PopART does). Anything but ``off`` adds
+    #: InterIpuCopy (and, for ``auto``, AutoVirtualGraph before it) to the pipeline.
+    virtual_graph_mode: str = "off"
+    #: IPUs of the machine (PopART: the device's IPU count), each of the IPU Model's tiles.
+    ipus: int = 1
+    #: Under ``auto``, each IPU's share of the split's cost (PopART's
+    #: ``virtualGraphSplitRatios``); empty: equal shares.
+    virtual_graph_split_ratios: tuple[float, ...] = ()
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -150,11 +165,37 @@ class SessionOptions:
                 raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
                                   f"got {getattr(self, name)!r}")
         parse_serialization(self.serialize_matmuls)
+        self._check_placement()
         for name in ("outline_threshold", "memory_weight"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0.0 <= value < float("inf")):
                 raise OptionError(f"option {name} must be a finite number >= 0; got "
                                   f"{value!r}")
+
+    def _check_placement(self) -> None:
+        if self.virtual_graph_mode not in VIRTUAL_GRAPH_MODES:
+            raise OptionError(f"option virtual_graph_mode must be one of "
+                              f"{', '.join(VIRTUAL_GRAPH_MODES)}; got "
+                              f"{self.virtual_graph_mode!r}")
+        if isinstance(self.ipus, bool) or not isinstance(self.ipus, int) or self.ipus < 1:
+            raise OptionError(f"option ipus must be an int of at least 1; got {self.ipus!r}")
+        if self.ipus > 1 and self.virtual_graph_mode == "off":
+            raise OptionError(f"option ipus is {self.ipus}, but virtual_graph_mode is off: "
+                              f"set it to manual (the model's placement) or auto")
+        if self.ipus > 1 and self.enable_outlining:
+            raise OptionError("enable_outlining on more than one IPU is not modelled: "
+                              "a subgraph would be called from several IPUs")
+        try:
+            ratios = tuple(float(r) for r in self.virtual_graph_split_ratios)
+        except (TypeError, ValueError):
+            ratios = (-1.0,)
+        if not all(0.0 < r < float("inf") for r in ratios):
+            raise OptionError(f"option virtual_graph_split_ratios must be positive numbers, "
+                              f"one per IPU; got {self.virtual_graph_split_ratios!r}")
+        if ratios and self.virtual_graph_mode == "auto" and len(ratios) != self.ipus:
+            raise OptionError(f"option virtual_graph_split_ratios gives {len(ratios)} "
+                              f"ratios for {self.ipus} IPUs; give one per IPU")
+        object.__setattr__(self, "virtual_graph_split_ratios", ratios)
 
 
 # -- options set by name from text (the command line's ``--option KEY=VALUE``) -----------

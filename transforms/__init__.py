@@ -7,12 +7,14 @@ library and never the other way round. See docs/transforms.md.
 """
 
 from . import registry
+from .auto_virtual_graph import AutoVirtualGraph
 from .base import ALL_CONDITIONS, Transform
 from .canonicalize import Canonicalize
 from .conditions import Condition, check_condition, check_conditions
 from .decompose_grad_sum import DecomposeGradSum
 from .explicit_recompute import ExplicitRecompute
 from .infer_shapes import InferShapes
+from .inter_ipu_copy import InterIpuCopy
 from .merge_duplicate_ops import MergeDuplicateOps
 from .prune import Prune
 from .registry import run_pipeline
@@ -21,9 +23,9 @@ from .subgraph_outline import SubgraphOutline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
-    "ALL_CONDITIONS", "Canonicalize", "Condition", "DecomposeGradSum", "ExplicitRecompute",
-    "InferShapes", "MergeDuplicateOps", "Prune", "SerializeMatMuls", "SubgraphOutline",
-    "Transform",
+    "ALL_CONDITIONS", "AutoVirtualGraph", "Canonicalize", "Condition", "DecomposeGradSum",
+    "ExplicitRecompute", "InferShapes", "InterIpuCopy", "MergeDuplicateOps", "Prune",
+    "SerializeMatMuls", "SubgraphOutline", "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
     "run_pipeline",
 ]

@@ -13,6 +13,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from popart_unwind.ops import REGISTRY, OpRegistry
+from popart_unwind.ops.ipu_copy import IPU_COPY
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Ir, Op
@@ -43,9 +44,6 @@ PLACEMENT_FIELD = {
     Condition.EPHASE: "execution_phase",
     Condition.BPHASE: "batch_serialized_phase",
 }
-
-IPU_COPY = "IpuCopy"
-
 
 def is_inplace(op: Op, registry: OpRegistry = REGISTRY) -> bool:
     """Whether ``op`` modifies an input: PopART names such ops ``...Inplace``; an OpDef may

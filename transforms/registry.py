@@ -43,6 +43,11 @@ DECOMPOSE_GRAD_SUM = "DecomposeGradSum"
 #: The transform that calls one subgraph for each repeated sequence of ops; it joins the
 #: pipeline (last before the planner) when ``SessionOptions.enable_outlining`` is set.
 SUBGRAPH_OUTLINE = "SubgraphOutline"
+#: The transforms that place ops on IPUs and copy between them; they join the pipeline
+#: (before the planner) when ``SessionOptions.virtual_graph_mode`` is ``auto`` (both) or
+#: ``manual`` (the copies).
+AUTO_VIRTUAL_GRAPH = "AutoVirtualGraph"
+INTER_IPU_COPY = "InterIpuCopy"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -117,8 +122,9 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     options ask for (DecomposeGradSum when ``decompose_grad_sum`` is set, ExplicitRecompute
     when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
     clones back; SubgraphOutline when ``enable_outlining`` is set, after them all, as PopART
-    outlines the prepared graph), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
-    transform is registered."""
+    outlines the prepared graph), then AutoVirtualGraph when ``virtual_graph_mode`` is
+    ``auto`` and InterIpuCopy when it is not ``off``, then UnwindLayouts when
+    ``enable_unwind_layouts`` is set and the transform is registered."""
     pipeline = list(options.pipeline)
     if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
         pipeline.append(DECOMPOSE_GRAD_SUM)
@@ -126,6 +132,10 @@ def pipeline_names(options: SessionOptions) -> list[str]:
         pipeline.append(EXPLICIT_RECOMPUTE)
     if options.enable_outlining and SUBGRAPH_OUTLINE not in pipeline:
         pipeline.append(SUBGRAPH_OUTLINE)
+    if options.virtual_graph_mode == "auto" and AUTO_VIRTUAL_GRAPH not in pipeline:
+        pipeline.append(AUTO_VIRTUAL_GRAPH)
+    if options.virtual_graph_mode != "off" and INTER_IPU_COPY not in pipeline:
+        pipeline.append(INTER_IPU_COPY)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
             and UNWIND_LAYOUTS not in pipeline:
         pipeline.append(UNWIND_LAYOUTS)

@@ -10,6 +10,7 @@ tensors, user inputs Stream inputs of the main graph.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,11 @@ __all__ = ["exported_program_to_ir", "import_torch"]
 
 
 def import_torch(module: Any, example_args: tuple, training: bool = False,
-                 options: SessionOptions | None = None, **training_options: Any) -> Ir:
-    """Trace ``module`` on ``example_args`` and convert the graph (see ``torch_trace``)."""
+                 options: SessionOptions | None = None,
+                 blocks: Mapping[str, int] | None = None, **training_options: Any) -> Ir:
+    """Trace ``module`` on ``example_args`` and convert the graph (see ``torch_trace``);
+    ``blocks`` places submodules on IPUs as PopTorch's ``BeginBlock`` does
+    (``place_blocks``)."""
     from popart_unwind.frontends import torch_trace
 
     if training:
@@ -38,7 +42,77 @@ def import_torch(module: Any, example_args: tuple, training: bool = False,
     if training:  # the step's outputs: the buffers it updates, then its loss (torch_trace)
         ir.final_loss_id = ir.main_graph.output_ids[len(program.graph_signature
                                                         .buffers_to_mutate)]
+    if blocks:
+        place_blocks(ir, blocks, _tied_names(module))
     return ir
+
+
+def _tied_names(module: Any) -> dict[str, tuple[str, ...]]:
+    """Each parameter name -> every name of the same tensor (a tied embedding and LM
+    head are one tensor under two names; the graph reads it under one)."""
+    names: dict[int, list[str]] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {name: tuple(group) for group in names.values() for name in group}
+
+
+def place_blocks(ir: Ir, blocks: Mapping[str, int],
+                 tied: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Place the forward pass on IPUs by blocks, as PopTorch's ``BeginBlock(module,
+    ipu_id=k)`` does: ``blocks`` maps submodules' qualified names (``transformer.h.4``) to
+    the IPU of the block each begins, in the order the model runs them (PopTorch asks for
+    that order too). Walking the forward pass in schedule order, the next block begins at
+    the first op reading a parameter of its submodule, and every op runs on the IPU of
+    the block begun last (IPU 0 before the first). PopTorch begins a block when the
+    submodule runs; here the graph shows the submodule by the parameters it reads, under
+    any of their names (``tied``: a tied LM head reads the embedding's table), so a block
+    whose submodule reads no parameter cannot be found. The backward pass is left
+    unplaced: InterIpuCopy puts each backward op with its layer."""
+    for name, ipu in blocks.items():
+        if isinstance(ipu, bool) or not isinstance(ipu, int) or ipu < 0:
+            raise ModelImportError(f"block {name!r}: its IPU must be an int >= 0, got {ipu!r}")
+    order = list(blocks)
+    graph = ir.main_graph
+    begun, ipu = 0, 0
+    for op in _forward_schedule(ir):
+        if begun < len(order) and any(_owned(tensor.id, order[begun], tied)
+                                      for tensor in op.inputs
+                                      if tensor.producer is None
+                                      and tensor.tensor_type is TensorType.VARIABLE):
+            ipu = blocks[order[begun]]
+            begun += 1
+        op.settings.vgraph_id = ipu
+    if begun < len(order):
+        raise ModelImportError(
+            f"block {order[begun]!r} never begins: no op after block "
+            f"{order[begun - 1]!r} reads its parameters" if begun else
+            f"block {order[0]!r} never begins: no op of {graph.id or 'the main graph'!r} "
+            f"reads its parameters; name submodules whose parameters the model reads, in "
+            f"the order it runs them (a qualified name such as 'transformer.h.4')")
+
+
+def _owned(tensor_id: str, module: str, tied: Mapping[str, tuple[str, ...]] | None) -> bool:
+    """Whether a parameter, under any of its names, belongs to ``module``."""
+    return any(name == module or name.startswith(module + ".")
+               for name in (tied or {}).get(tensor_id, (tensor_id,)))
+
+
+def _forward_schedule(ir: Ir) -> list[Any]:
+    """The main graph's schedule, less what the loss does not depend on (a training
+    step's backward pass)."""
+    graph = ir.main_graph
+    schedule = graph.schedule()
+    loss = ir.final_loss_id
+    if loss is None or not graph.has_tensor(loss):
+        return schedule
+    needed: set[int] = set()
+    stack = [graph.tensor(loss).producer]
+    while stack:
+        op = stack.pop()
+        if op is not None and op.id not in needed:
+            needed.add(op.id)
+            stack.extend(t.producer for t in op.inputs)
+    return [op for op in schedule if op.id in needed]
 
 
 def exported_program_to_ir(program: Any, options: SessionOptions | None = None) -> Ir:

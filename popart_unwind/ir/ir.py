@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +126,13 @@ class Ir:
 
     @classmethod
     def from_torch(cls, module: Any, example_args: tuple, training: bool = False,
-                   options: SessionOptions | None = None, **training_options: Any) -> Ir:
+                   options: SessionOptions | None = None,
+                   blocks: Mapping[str, int] | None = None, **training_options: Any) -> Ir:
         """Import a PyTorch module through ``torch.export`` (needs the ``torch`` extra).
 
         With ``training=True`` the graph is one training step: forward, loss, backward
-        and an SGD update of every parameter.
+        and an SGD update of every parameter. ``blocks`` ({submodule name: IPU}) places
+        the forward pass on IPUs as PopTorch's ``BeginBlock`` does (docs/multi-ipu.md).
         """
         return entry_point("torch")(module, example_args, training=training, options=options,
-                                    **training_options)
+                                    blocks=blocks, **training_options)

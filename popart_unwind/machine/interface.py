@@ -269,6 +269,9 @@ class TileMachine(abc.ABC):
     bytes_per_tile: int
     #: The narrowest integer type that holds a tile id.
     tile_dtype: np.dtype
+    #: IPUs joined by IPU-Links, ``num_tiles`` tiles each: a tensor lies on the tiles of
+    #: its IPU, named by the same ids on every IPU (Poplar's virtual graphs).
+    num_ipus: int
 
     @abc.abstractmethod
     def reset(self) -> None:
@@ -282,6 +285,11 @@ class TileMachine(abc.ABC):
     def exchange_cycles(self, busiest_tile_bytes: int) -> int:
         """Cycles of one exchange step in which the busiest tile receives this many bytes
         (0 when nothing moves)."""
+
+    @abc.abstractmethod
+    def ipu_copy_cycles(self, num_bytes: int) -> int:
+        """Cycles of an IpuCopy moving ``num_bytes`` to another IPU (0 when nothing
+        moves)."""
 
     @abc.abstractmethod
     def receive_cycles(self, num_bytes: int) -> int:

@@ -22,6 +22,13 @@ DTYPE_SIZES: Mapping[str, int] = MappingProxyType({
 })
 
 
+#: Graphcore quotes 320 GB/s of IPU-Link bandwidth per GC200 (chip to chip), at a clock of
+#: 1.35 GHz: 320·10⁹ / 1.35·10⁹ ≈ 237 bytes per cycle (docs/ipu-model.md).
+IPU_LINK_BYTES_PER_CYCLE = 237
+#: An assumed sync across IPUs before an IpuCopy (docs/ipu-model.md says why this figure).
+IPU_COPY_SYNC_CYCLES = 1000
+
+
 def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TargetError(f"IpuModel.{name} must be an int, got {value!r}")
@@ -39,6 +46,10 @@ class IpuModel:
     on a used tile, in grains of one 64-bit vector. ``macs_per_cycle_half`` / ``_float``:
     multiply-accumulates per tile per cycle of 2-byte and wider operands.
     ``partial_bytes_per_element``: matmul partial sums are float32.
+
+    ``ipus``: how many such IPUs the machine joins (an IPU-M2000 holds 4).
+    ``ipu_link_bytes_per_cycle`` and ``ipu_copy_sync_cycles``: what an IpuCopy between two
+    of them costs (``ipu_copy_cycles``).
     """
 
     tiles_per_ipu: int = 1472
@@ -50,14 +61,17 @@ class IpuModel:
     macs_per_cycle_half: int = 64
     macs_per_cycle_float: int = 16
     partial_bytes_per_element: int = 4
+    ipus: int = 1
+    ipu_link_bytes_per_cycle: int = IPU_LINK_BYTES_PER_CYCLE
+    ipu_copy_sync_cycles: int = IPU_COPY_SYNC_CYCLES
     dtype_sizes: Mapping[str, int] = field(default_factory=lambda: DTYPE_SIZES, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("tiles_per_ipu", "bytes_per_tile", "exchange_bytes_per_cycle",
                      "grain_bytes", "macs_per_cycle_half", "macs_per_cycle_float",
-                     "partial_bytes_per_element"):
+                     "partial_bytes_per_element", "ipus", "ipu_link_bytes_per_cycle"):
             _check_int(name, getattr(self, name), 1)
-        for name in ("sync_cycles", "min_bytes_per_tile"):
+        for name in ("sync_cycles", "min_bytes_per_tile", "ipu_copy_sync_cycles"):
             _check_int(name, getattr(self, name), 0)
         if not isinstance(self.dtype_sizes, Mapping) or not self.dtype_sizes:
             raise TargetError(f"IpuModel.dtype_sizes must be a non-empty mapping, "
@@ -104,6 +118,13 @@ class IpuModel:
         if not busiest_tile_bytes:
             return 0
         return -(-busiest_tile_bytes // self.exchange_bytes_per_cycle) + self.sync_cycles
+
+    def ipu_copy_cycles(self, num_bytes: int) -> int:
+        """An IpuCopy of ``num_bytes`` to another IPU: a sync across the IPUs, then the
+        bytes over the IPU-Links at their rate (0 when nothing moves)."""
+        if not num_bytes:
+            return 0
+        return -(-num_bytes // self.ipu_link_bytes_per_cycle) + self.ipu_copy_sync_cycles
 
 
 @lru_cache(maxsize=256)

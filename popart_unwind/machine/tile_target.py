@@ -52,6 +52,7 @@ class TileTarget(TileMachine):
         self.model = model if model is not None else IpuModel()
         self.num_tiles = self.model.tiles_per_ipu
         self.bytes_per_tile = self.model.bytes_per_tile
+        self.num_ipus = self.model.ipus
         self.tile_dtype = tile_dtype(self.num_tiles)
         self._next_start_tile = 0
         self._answers = _Answers()
@@ -81,6 +82,9 @@ class TileTarget(TileMachine):
 
     def exchange_cycles(self, busiest_tile_bytes: int) -> int:
         return self.model.exchange_cycles(busiest_tile_bytes)
+
+    def ipu_copy_cycles(self, num_bytes: int) -> int:
+        return self.model.ipu_copy_cycles(num_bytes)
 
     def receive_cycles(self, num_bytes: int) -> int:
         return -(-num_bytes // self.model.exchange_bytes_per_cycle)

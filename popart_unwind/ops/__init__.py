@@ -9,6 +9,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     conv,
     elementwise,
     indexing,
+    ipu_copy,
     linalg,
     reduce,
     slicing,

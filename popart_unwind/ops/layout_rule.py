@@ -164,6 +164,11 @@ class LayoutRule:
                     tensor.dtype)))
         return OpWork(busiest, 0)
 
+    def link_bytes(self, op: Op, target: TileMachine) -> int:
+        """Bytes the op sends to another IPU over the IPU-Links (an IpuCopy's tensor); 0
+        for every op that stays on its IPU."""
+        return 0
+
     def worked_inputs(self, op: Op) -> list[int]:
         """The inputs whose every element the op's default ``work`` visits (all; a lookup
         or an in-place update visits only its indices and rows)."""

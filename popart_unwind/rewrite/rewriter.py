@@ -27,7 +27,7 @@ from popart_unwind.ir.names import (
     TRANSFORM_PREFIX,
     reserved_id,
 )
-from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpSettings, OpType
+from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_FIELDS, Op, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.ir.tile_mapping import TileIntervals, TileMapping
 from popart_unwind.rewrite.constant_pool import ConstantPool, is_constant
@@ -368,6 +368,16 @@ class Rewriter:
         ``layer``, computing the pass of cube axes ``axes`` (``OpSettings.serialized``)."""
         op.settings.serialized = (layer, index, axes)
         self._record(f"{op.debug_name()} is piece {index} of layer {layer} ({axes})", [op])
+
+    def set_placement(self, op: Op, field: str, value: int) -> None:
+        """Set placement attribute ``field`` of ``op`` (``OpSettings``: ``vgraph_id``,
+        ``pipeline_stage``, ...)."""
+        if field not in PLACEMENT_FIELDS:
+            raise IrError(f"{field!r} is no placement attribute; known: {PLACEMENT_FIELDS}")
+        if getattr(op.settings, field) == value:
+            return
+        setattr(op.settings, field, int(value))
+        self._record(f"{op.debug_name()} {field} {value}", [op])
 
     def set_schedule_priority(self, op: Op, priority: float) -> None:
         """Of the ops ready to run, those of higher priority run first

@@ -28,6 +28,7 @@ from popart_unwind.machine import TileTarget
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.ipu_copy import IPU_COPY, constant_reader_ipus, tensor_ipus
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -72,11 +73,17 @@ class OpCost:
     #: that no layout decides (a matmul's partial sums).
     compute_cycles: int = 0
     partials_cycles: int = 0
+    #: The IPU the op runs on, and what it sends to another IPU (an IpuCopy) with the
+    #: cycles that takes.
+    ipu: int = 0
+    ipu_copy_bytes: int = 0
+    ipu_copy_cycles: int = 0
 
     @property
     def total_cycles(self) -> int:
-        """Exchange of the inputs, exchange of partial sums, and compute."""
-        return self.cycles + self.partials_cycles + self.compute_cycles
+        """Exchange of the inputs, exchange of partial sums, compute, and copies to
+        another IPU."""
+        return self.cycles + self.partials_cycles + self.compute_cycles + self.ipu_copy_cycles
 
 
 @dataclasses.dataclass
@@ -112,12 +119,19 @@ class CostReport:
     #: Cycles spent computing, and exchanging matmul partial sums (weighted by executions).
     compute_cycles: int = 0
     partials_cycles: int = 0
+    #: IPUs of the machine (the per-tile arrays hold each IPU's tiles in turn), and the
+    #: bytes and cycles of the copies between them (weighted by executions).
+    num_ipus: int = 1
+    ipu_copy_bytes: int = 0
+    ipu_copy_cycles: int = 0
 
     @property
     def cycles(self) -> int:
-        """The step's estimated cycles: exchange (inputs and partial sums) plus compute, op
-        after op (no overlap, as BSP steps do not overlap)."""
-        return self.exchange_cycles + self.partials_cycles + self.compute_cycles
+        """The step's estimated cycles: exchange (inputs and partial sums), compute and
+        copies between IPUs, op after op (no overlap: BSP steps do not overlap, and the
+        IPUs of a model split without pipelining run one after another)."""
+        return (self.exchange_cycles + self.partials_cycles + self.compute_cycles
+                + self.ipu_copy_cycles)
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -135,7 +149,7 @@ class CostReport:
         """Whether the liveness peak of every tile is within a tile's memory."""
         return self.peak_tile_bytes <= self.bytes_per_tile
 
-    def summary(self) -> dict[str, float | int | bool]:
+    def summary(self) -> dict[str, Any]:
         """The figures the command line and plan files compare plans by."""
         return {"objective": self.objective, "upper_bound": self.upper_bound,
                 "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
@@ -145,7 +159,30 @@ class CostReport:
                 "peak_tile_bytes": self.peak_tile_bytes,
                 "always_live_max_tile_bytes": self.always_live_max_tile_bytes,
                 "peak_tile_bytes_floor": self.peak_tile_bytes_floor,
-                "fits": self.fits}
+                "fits": self.fits, **self._ipu_summary()}
+
+    def per_ipu(self) -> list[dict[str, int | bool]]:
+        """Each IPU's peak tile bytes, exchange within it, bytes it copies to others, and
+        whether it fits."""
+        tiles = self.peak_bytes_per_tile.size // max(self.num_ipus, 1)
+        found = []
+        for ipu in range(self.num_ipus):
+            peak = self.peak_bytes_per_tile[ipu * tiles:(ipu + 1) * tiles]
+            rows = [row for row in self.ops if row.ipu == ipu]
+            most = int(peak.max()) if peak.size else 0
+            found.append({
+                "peak_tile_bytes": most,
+                "exchange_bytes": sum(r.exchange_bytes * r.executions for r in rows),
+                "ipu_copy_bytes": sum(r.ipu_copy_bytes * r.executions for r in rows),
+                "fits": most <= self.bytes_per_tile})
+        return found
+
+    def _ipu_summary(self) -> dict[str, Any]:
+        """Nothing on one IPU (its summary stays as it always was)."""
+        if self.num_ipus == 1:
+            return {}
+        return {"ipus": self.num_ipus, "ipu_copy_bytes": self.ipu_copy_bytes,
+                "ipu_copy_cycles": self.ipu_copy_cycles, "per_ipu": self.per_ipu()}
 
     def op(self, op_id: int) -> OpCost:
         for row in self.ops:
@@ -252,28 +289,35 @@ class _Evaluation(Interpreter):
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
         self.num_tiles = target.num_tiles
+        #: Per-tile arrays of the machine (liveness, residency, what tiles receive) hold
+        #: every IPU's tiles in turn; layouts name tiles within their tensor's IPU.
+        self.num_ipus = target.num_ipus
+        self.ipu_of = tensor_ipus(ir) if self.num_ipus > 1 else {}
+        self.held_on = constant_reader_ipus(ir) if self.num_ipus > 1 else {}
+        machine_tiles = self.num_tiles * self.num_ipus
         self.base = producerless_mappings(ir, target, mappings)
         self.executions = call_counts(ir)
         self.called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
         self.rows: list[OpCost] = []
-        self.received = np.zeros(self.num_tiles, np.int64)
-        self.op_peak = np.zeros(self.num_tiles, np.int64)
+        self.received = np.zeros(machine_tiles, np.int64)
+        self.op_peak = np.zeros(machine_tiles, np.int64)
         self.objective = 0.0
         self.upper_bound = 0.0
         #: Whether a tensor is held in the base term (a parameter, or a view of parameters)
         #: rather than as an op's live data.
         self.from_parameters: dict[Key, bool] = {}
         self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
-        self.liveness = LivenessTracker(self.num_tiles)
+        self.liveness = LivenessTracker(machine_tiles)
 
     def report(self) -> CostReport:
         for (graph_id, tensor_id), layout in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
             if self._argument(tensor) or self._filled_by_reader(tensor):
                 continue
-            self.liveness.add_always_live(
+            self.liveness.add_always_live(self._on_machine(
+                (graph_id, tensor_id),
                 tile_bytes(expanded(layout, _numel(tensor), self.num_tiles),
-                           self.target.dtype_size(tensor.dtype), self.num_tiles),
+                           self.target.dtype_size(tensor.dtype), self.num_tiles)),
                 (graph_id, tensor_id))
         roots = [g.id for g in self.ir.graphs if g.id not in self.called]
         self.liveness.watch(roots)
@@ -305,7 +349,29 @@ class _Evaluation(Interpreter):
             peak_tile_bytes_floor=liveness.peak_floor,
             compute_cycles=int(compute),
             partials_cycles=int(partials),
+            num_ipus=self.num_ipus,
+            ipu_copy_bytes=int(sum(row.ipu_copy_bytes * row.executions for row in self.rows)),
+            ipu_copy_cycles=int(sum(row.ipu_copy_cycles * row.executions
+                                    for row in self.rows)),
         )
+
+    def _on_machine(self, tensor_key: Key, bytes_per_tile: np.ndarray) -> np.ndarray:
+        """A tensor's bytes per tile of its IPU (of each IPU holding it, for a constant
+        read on several) as bytes per tile of the whole machine."""
+        if self.num_ipus == 1:
+            return bytes_per_tile
+        placed = np.zeros(self.num_tiles * self.num_ipus, np.int64)
+        for ipu in self.held_on.get(tensor_key, (self.ipu_of.get(tensor_key, 0),)):
+            start = ipu * self.num_tiles
+            placed[start:start + self.num_tiles] = bytes_per_tile
+        return placed
+
+    def _op_ipu(self, op: Op) -> int:
+        """The IPU ``op`` runs on: an IpuCopy on its source's, any op on its results'."""
+        if self.num_ipus == 1:
+            return 0
+        tensor = op.inputs[0] if op.type.name == IPU_COPY or not op.outputs else op.outputs[0]
+        return self.ipu_of.get(key(tensor), 0)
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> np.ndarray | TileIntervals:
@@ -313,9 +379,9 @@ class _Evaluation(Interpreter):
         argument = self._argument(tensor)
         self.from_parameters[key(tensor)] = not argument
         if argument:  # the call's copy in: live from the callee's start to its last reader
-            self.liveness.create(key(tensor), tile_bytes(
+            self.liveness.create(key(tensor), self._on_machine(key(tensor), tile_bytes(
                 expanded(layout, _numel(tensor), self.num_tiles),
-                self.target.dtype_size(tensor.dtype), self.num_tiles))
+                self.target.dtype_size(tensor.dtype), self.num_tiles)))
         return layout
 
     def read(self, tensor: Tensor) -> np.ndarray:
@@ -348,7 +414,7 @@ class _Evaluation(Interpreter):
     def run_op(self, op: Op) -> None:
         input_tiles = _indexed([self.read(t) for t in op.inputs], op)
         rule = self.registry.layout_rule(op)
-        avoidable = 0
+        avoidable = link = 0
         work = NO_WORK
         if rule.runs_subgraphs:
             outputs, need, score, bound = rule.call_cost(op, input_tiles, self, self.target,
@@ -359,10 +425,11 @@ class _Evaluation(Interpreter):
             avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
             score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
             work = rule.work(op, input_tiles, outputs, self.target)
+            link = rule.link_bytes(op, self.target)
         self.objective += score
         self.upper_bound += bound
         aliases = rule.aliases_outputs(op)
-        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work)
+        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work, link)
         parameters = all(self.from_parameters[key(t)] for t in op.inputs)
         for tensor, out in zip(op.outputs, outputs, strict=True):
             self.write(tensor, out)
@@ -392,8 +459,8 @@ class _Evaluation(Interpreter):
             self.liveness.view(key(op.outputs[0]), [key(overwritten)])
         else:
             for tensor in op.outputs:
-                self.on_tiles[key(tensor)] = tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles)
+                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
+                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
                 self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
         self.liveness.step((callee.id for callee in op.called_graphs()),
                            op.name or op.debug_name())
@@ -440,7 +507,7 @@ class _Evaluation(Interpreter):
         return avoidable
 
     def _charge(self, op: Op, need: ExchangeNeed, executions: int,
-                avoidable: int = 0, work: OpWork = NO_WORK) -> None:
+                avoidable: int = 0, work: OpWork = NO_WORK, link_bytes: int = 0) -> None:
         received = np.asarray(need.received_bytes, np.int64).reshape(-1)
         regions = np.asarray(need.regions, np.int64).reshape(-1)
         if received.size != self.num_tiles or regions.size != self.num_tiles:
@@ -449,21 +516,24 @@ class _Evaluation(Interpreter):
         total = int(received.sum())
         busiest = int(received.max()) if received.size else 0
         cycles = self.target.exchange_cycles(busiest)
+        ipu = self._op_ipu(op)
         self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
                                 total, busiest, cycles, int(regions.sum()),
                                 int(regions.max()) if regions.size else 0, executions,
-                                avoidable, work.compute_cycles, work.partials_cycles))
-        self.received += received * executions
+                                avoidable, work.compute_cycles, work.partials_cycles, ipu,
+                                link_bytes, self.target.ipu_copy_cycles(link_bytes)))
+        start = ipu * self.num_tiles
+        self.received[start:start + self.num_tiles] += received * executions
 
     def _resident(self, tensors: list[Tensor]) -> None:
         """Raise each tile's peak to this op's live data: its operands and results not
         counted in the base term (parameters and views of them), results only when they
         are new memory (not views)."""
-        live = np.zeros(self.num_tiles, np.int64)
+        live = np.zeros(self.op_peak.size, np.int64)
         for tensor in {t.id: t for t in tensors}.values():
             if key(tensor) not in self.on_tiles:
-                self.on_tiles[key(tensor)] = tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles)
+                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
+                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
             live += self.on_tiles[key(tensor)]
         np.maximum(self.op_peak, live, out=self.op_peak)
 

@@ -1,0 +1,313 @@
+"""AutoVirtualGraph: PopART's automatic split of a model over IPUs.
+
+After PopART's ``AutoVirtualGraph`` (``willow/src/transforms/auto_virtual_graph.cpp``, with
+``Op::calcAutoVirtualGraphCost``), for ``SessionOptions.virtual_graph_mode = auto``. PopART
+runs it on the forward graph, before the backward pass exists; so does this transform on
+the forward ops (those the loss depends on; every op of a graph without a loss):
+
+- **cost of an op**: the bytes of its Variable and Const inputs (a weight read by two ops
+  counts twice), plus, in a training step, the bytes of its other inputs and of its
+  outputs that the backward pass reads (PopART: what its grad ops take from the forward
+  pass, ``GradOpInType::In`` and ``Out``; here the backward ops present in the graph say
+  it). No compute, no liveness, no temporaries;
+- **subgraphs**: starting from each op reading a streamed input, ops are walked in
+  schedule order; an op joins the subgraph of the op whose output it reads, and an op
+  reading from a second subgraph starts one of its own. Where a subgraph's pending ops
+  narrow to one op, that op is a **split point** (its subgraph's cost so far remembered);
+- **cuts**: IPU i (1 ≤ i < N) ends where the cost so far reaches i/N of the total
+  (``virtual_graph_split_ratios``: the running sum of the ratios), at the split point
+  nearest that share among the first at or above it and the one before (none at or
+  above: the subgraph's end). The split op stays on the earlier IPU.
+
+Ops outside the forward pass are placed afterwards. PopART's grad ops copy their forward
+op's IPU; its other new ops (updates, gradient sums) inherit the placement of the nearest
+op, a weight's update going to the lowest IPU reading the weight. A traced training step
+has no record of which forward op a backward op differentiates, so ``place_backward``
+places each by what it reads (docs/multi-ipu.md): one op per cut may land on the IPU
+before where PopART would put it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import TYPE_CHECKING
+
+from popart_unwind.errors import TransformError
+from popart_unwind.ir.tensor import TensorType
+from popart_unwind.machine.ipu_model import DTYPE_SIZES
+
+from .base import Transform
+from .conditions import Condition
+from .helpers import forward_ops
+from .registry import AUTO_VIRTUAL_GRAPH, register
+
+if TYPE_CHECKING:
+    from popart_unwind.ir import Graph, Op, Tensor
+    from popart_unwind.ops import OpRegistry
+    from popart_unwind.rewrite import Rewriter
+
+#: Tensor kinds whose bytes an op costs: the model's state, as PopART counts it.
+WEIGHT_TYPES = (TensorType.VARIABLE, TensorType.CONST)
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class AutoVirtualGraph(Transform):
+    """Place every main-graph op on one of ``SessionOptions.ipus`` IPUs by PopART's rule
+    (module docstring). Does nothing unless ``virtual_graph_mode`` is ``auto``; a
+    placement already on the model is replaced, as PopART's is.
+
+    Guarantees every main-graph op a virtual graph id (VGRAPH); raises TransformError when
+    the model has too few split points for the IPUs."""
+
+    id = 10
+    name = AUTO_VIRTUAL_GRAPH
+    assumes = frozenset({Condition.SHAPES_KNOWN})
+    guarantees = frozenset({Condition.VGRAPH})
+    preserves = frozenset({Condition.NO_INPLACE, Condition.NO_IPU_COPY, Condition.PSTAGE,
+                           Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
+
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
+        ir = graph.ir
+        if ir.options.virtual_graph_mode != "auto":
+            return False
+        main = ir.main_graph
+        schedule = main.schedule()
+        loss = ir.final_loss_id
+        training = loss is not None and main.has_tensor(loss)
+        forward = forward_ops(main, main.tensor(loss)) if training else schedule
+        forward_ids = {op.id for op in forward}
+        ipus = ir.options.ipus
+        placement = split_forward(forward, forward_ids, training, ipus,
+                                  ir.options.virtual_graph_split_ratios)
+        place_backward(schedule, forward_ids, placement, self.op_registry)
+        for op in schedule:
+            rewriter.set_placement(op, "vgraph_id", placement[op.id])
+        return rewriter.changes > 0
+
+
+def op_cost(op: Op, forward_ids: set[int], training: bool) -> int:
+    """PopART's ``costFn`` of a forward op (module docstring), in bytes."""
+    seen: set[str] = set()
+    cost = 0
+    for tensor in op.inputs:
+        if tensor.tensor_type in WEIGHT_TYPES:
+            cost += _nbytes(tensor)  # once per input: a weight read twice counts twice
+            seen.add(tensor.id)
+    if not training:
+        return cost
+    for tensor in dict.fromkeys(op.inputs):
+        if tensor.id not in seen and _read_backward(tensor, forward_ids):
+            cost += _nbytes(tensor)
+            seen.add(tensor.id)
+    for tensor in op.outputs:
+        if _read_backward(tensor, forward_ids):
+            cost += _nbytes(tensor)
+    return cost
+
+
+def _read_backward(tensor: Tensor, forward_ids: set[int]) -> bool:
+    return any(reader.id not in forward_ids for reader in tensor.consumers)
+
+
+def _nbytes(tensor: Tensor) -> int:
+    return tensor.nelms() * DTYPE_SIZES.get(tensor.dtype, 4)
+
+
+@dataclasses.dataclass
+class _Subgraph:
+    """Ops fed from one start, the split points found in them, and the IPU they are on."""
+
+    cost: int = 0
+    pending: set[int] = dataclasses.field(default_factory=set)
+    #: cost of the subgraph up to and including the split op -> the op (a later op of
+    #: the same cost replaces an earlier one, as PopART's map does)
+    split_points: dict[int, int] = dataclasses.field(default_factory=dict)
+    cuts: set[int] = dataclasses.field(default_factory=set)
+    ipu: int = 0
+    has_been_split: bool = False
+
+    def best_split(self, wanted: float) -> int | None:
+        """The split op nearest ``wanted`` among the first at or above it and the one
+        before (PopART's ``lower_bound`` and its predecessor); None when none lies at or
+        above. The op chosen is no split point any more."""
+        costs = sorted(self.split_points)
+        at = bisect.bisect_left(costs, wanted)
+        if at == len(costs):
+            return None
+        if at > 0 and wanted - costs[at - 1] < costs[at] - wanted:
+            at -= 1
+        return self.split_points.pop(costs[at])
+
+
+def split_forward(forward: list[Op], forward_ids: set[int], training: bool, ipus: int,
+                  ratios: tuple[float, ...] = ()) -> dict[int, int]:
+    """op id -> IPU of each forward op (module docstring)."""
+    if ipus == 1:
+        return {op.id: 0 for op in forward}
+    subgraphs: list[_Subgraph] = []
+    member: dict[int, int] = {}
+
+    def start(op_id: int) -> int:
+        subgraphs.append(_Subgraph(pending={op_id}))
+        member[op_id] = len(subgraphs) - 1
+        return member[op_id]
+
+    for op in forward:
+        for tensor in op.inputs:
+            if tensor.tensor_type is TensorType.STREAM and op.id not in member:
+                start(op.id)
+    total = 0
+    for op in forward:
+        cost = op_cost(op, forward_ids, training)
+        total += cost
+        index = member[op.id] if op.id in member else start(op.id)
+        subgraph = subgraphs[index]
+        subgraph.cost += cost
+        if op.id in subgraph.pending:
+            subgraph.pending.discard(op.id)
+            if not subgraph.pending:
+                subgraph.split_points[subgraph.cost] = op.id
+        for tensor in op.outputs:
+            for reader in tensor.consumers:
+                if reader.id not in forward_ids:
+                    continue
+                other = member.get(reader.id)
+                if other is None or other == index:
+                    member[reader.id] = index
+                    subgraph.pending.add(reader.id)
+                elif len(subgraphs[other].pending) == 1 and subgraphs[other].cost == 0:
+                    subgraphs[other].pending.discard(reader.id)
+                    member[reader.id] = index
+                    subgraph.pending.add(reader.id)
+                else:
+                    start(reader.id)
+    _cut(subgraphs, total, ipus, ratios)
+    placement = {}
+    for op in forward:
+        subgraph = subgraphs[member[op.id]]
+        placement[op.id] = subgraph.ipu
+        if op.id in subgraph.cuts:
+            subgraph.ipu += 1
+    return placement
+
+
+def _cut(subgraphs: list[_Subgraph], total: int, ipus: int,
+         ratios: tuple[float, ...]) -> None:
+    """Give each subgraph its first IPU and its cut ops (PopART's loop over IPUs)."""
+    consumed, ipu, index, share = 0, 0, 0, 0.0
+    for i in range(1, ipus + 1):
+        share = share + ratios[i - 1] / sum(ratios) if ratios else i / ipus
+        split_cost = share * total
+        while index < len(subgraphs):
+            subgraph = subgraphs[index]
+            above = subgraph.cost + consumed > split_cost and subgraph.cost > 0
+            at_end = subgraph.cost + consumed == split_cost
+            if above and i != ipus:
+                op_id = subgraph.best_split(split_cost - consumed)
+                if op_id is not None:
+                    subgraph.cuts.add(op_id)
+                    if not subgraph.has_been_split:
+                        subgraph.ipu = ipu
+                    subgraph.has_been_split = True
+                    ipu += 1
+                    break
+                at_end = True
+            consumed += subgraph.cost
+            index += 1
+            if not subgraph.has_been_split:
+                subgraph.ipu = ipu
+            if at_end and i != ipus and index != len(subgraphs):
+                ipu += 1
+                break
+    if ipu != ipus - 1:
+        raise TransformError(f"AutoVirtualGraph found places to cut the model for {ipu + 1} "
+                             f"IPU{'s' if ipu else ''}, not {ipus}: it splits where a "
+                             f"subgraph's data narrows to one op, by the bytes of weights "
+                             f"and saved activations")
+
+
+def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[int, int],
+                   registry: OpRegistry) -> None:
+    """Place each op outside the forward pass that ``placement`` leaves unplaced:
+
+    - a weight's update on the lowest IPU of the weight's forward readers (as PopART);
+    - an op reading activations (forward results that depend on the model's inputs or
+      weights, not masks made of constants; and views or functions of activations alone,
+      which the backward pass takes early) on the highest IPU among their producers: its
+      layer's;
+    - an op reading only gradients (results of this pass that depend on activations) on
+      the IPU of the one made last: a residual sum goes with the branch just
+      differentiated, not with the gradient handed down from the layer above;
+    - an op reading neither (a mask of the labels) with its first reader.
+    """
+    activation = _activations(schedule, forward_ids)
+    position = {op.id: k for k, op in enumerate(schedule)}
+    gradient: set[str] = set()
+    apart = []
+    for op in schedule:
+        if op.id in forward_ids:
+            continue
+        updated = registry.layout_rule(op).updated_weight(op)
+        choice = placement.get(op.id)
+        if choice is None and updated is not None:
+            choice = _lowest_reader(op.input(updated), forward_ids, placement)
+        if choice is None:
+            read = [placement[t.producer.id] for t in op.inputs if t.id in activation]
+            choice = max(read) if read else None
+        if choice is None:
+            read = [(position[t.producer.id], placement[t.producer.id]) for t in op.inputs
+                    if t.id in gradient]
+            choice = max(read)[1] if read else None
+        if choice is None:
+            apart.append(op)
+            continue
+        placement[op.id] = choice
+        derived = all(t.id in activation or t.producer is None for t in op.inputs)
+        (activation if derived else gradient).update(t.id for t in op.outputs)
+    for op in reversed(apart):
+        readers = [placement[r.id] for t in op.outputs for r in t.consumers
+                   if r.id in placement]
+        placement[op.id] = min(readers) if readers else 0
+
+
+def place_unplaced(graph: Graph, loss: Tensor | None, registry: OpRegistry) -> dict[int, int]:
+    """op id -> IPU of every op of ``graph``, keeping the placement its ops have and
+    completing it as PopART's grad ops and PopTorch's blocks would: a forward op without
+    one on the IPU of the latest-scheduled placed op whose result it reads (else of the
+    forward op before it: a block goes on until the next begins; IPU 0 before the first);
+    the backward pass by ``place_backward``."""
+    schedule = graph.schedule()
+    forward = forward_ops(graph, loss) if loss is not None else schedule
+    forward_ids = {op.id for op in forward}
+    placement = {op.id: op.settings.vgraph_id for op in schedule
+                 if op.settings.has("vgraph_id")}
+    position = {op.id: k for k, op in enumerate(schedule)}
+    previous = 0
+    for op in forward:
+        if op.id not in placement:
+            producers = [t.producer for t in op.inputs
+                         if t.producer is not None and t.producer.id in placement]
+            latest = max(producers, key=lambda p: position[p.id], default=None)
+            placement[op.id] = previous if latest is None else placement[latest.id]
+        previous = placement[op.id]
+    place_backward(schedule, forward_ids, placement, registry)
+    return placement
+
+
+def _lowest_reader(tensor: Tensor, forward_ids: set[int], placement: dict[int, int]
+                   ) -> int | None:
+    readers = [placement[r.id] for r in tensor.consumers if r.id in forward_ids]
+    return min(readers) if readers else None
+
+
+def _activations(schedule: list[Op], forward_ids: set[int]) -> set[str]:
+    """Ids of the forward results that depend on a streamed input or a weight."""
+    found: set[str] = set()
+    for op in schedule:
+        if op.id in forward_ids and any(
+                t.id in found or t.tensor_type in (TensorType.STREAM, TensorType.VARIABLE)
+                for t in op.inputs):
+            found.update(t.id for t in op.outputs)
+    return found
