@@ -60,6 +60,16 @@ def _tiles(text: str) -> int:
     return value
 
 
+def _ipus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--ipus must be a positive integer, got {text!r}")
+    return value
+
+
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``NAME=D1,D2,...``: a graph input's name (it may itself hold '=') and its shape."""
     name, equals, dims = text.rpartition("=")
@@ -81,6 +91,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="write an HTML report with pictures into this folder")
     parser.add_argument("--tiles", metavar="N", type=_tiles, default=DEFAULT_TILES,
                         help=f"tiles of the IPU Model (default {DEFAULT_TILES}, a GC200)")
+    parser.add_argument("--ipus", metavar="N", type=_ipus, default=None,
+                        help="IPUs of the machine, each of --tiles tiles (default: as many "
+                             "as the model's placement names, else 1); a model without "
+                             "placement is split by PopART's AutoVirtualGraph")
     parser.add_argument("--algo", metavar="NAME", default=None,
                         help="unwinding solver: " + ", ".join(_algorithms())
                         + " (default: the session option, deferral)")
@@ -302,7 +316,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
     from popart_unwind.report.planning_memory import check_planning_memory
     from popart_unwind.report.progress import StageProgress
-    from popart_unwind.report.session import plan_session, transform
+    from popart_unwind.report.session import placed_options, plan_session, transform
 
     demo = args.command == "demo"
     title = DEMO_TITLE if demo else f"popart-unwind plan {args.model}"
@@ -313,6 +327,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             if onnx_out is not None:
                 proto = load_for_annotation(Path(args.model), onnx_out)
             ir.options = session_options(ir.options, args.options)
+            ir.options = placed_options(ir, args.ipus)
         with progress.stage("transforms"):
             transform(ir)
         check_planning_memory(ir)
@@ -324,6 +339,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             def load() -> Any:
                 again = _import(args)
                 again.options = session_options(again.options, args.options)
+                again.options = placed_options(again, args.ipus)
                 return again
 
             with progress.stage("memory search"):
@@ -331,7 +347,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                                                       transform, progress.update)
             if kept is not None:
                 run = plan_session(kept, model, args.algo, args.baseline, progress)
-        document = build_plan_document(model, run.decisions, run.summaries(), ir.metadata,
+        document = build_plan_document(run.model, run.decisions, run.summaries(), ir.metadata,
                                        run.planner(), run.ops_without_rule, run.planned_ops)
         if search is not None:
             document["memory_search"] = search.entry()

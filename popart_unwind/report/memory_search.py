@@ -131,7 +131,7 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
         try:
             ir.options = with_options(options, setting)
             transform(ir)
-            target = TileTarget(model)
+            target = TileTarget(dataclasses.replace(model, ipus=ir.options.ipus))
             plan = plan_ir(ir, target, write=False)
             report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
                                                     for p in plan.tensors},

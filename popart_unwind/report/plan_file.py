@@ -29,6 +29,8 @@ SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
                 "max_tile_bytes", "regions", "avoidable_exchange_bytes", "peak_tile_bytes",
                 "always_live_max_tile_bytes", "peak_tile_bytes_floor", "fits", "cycles",
                 "compute_cycles")
+#: Keys a plan's summary adds on a machine of several IPUs.
+IPU_SUMMARY_KEYS = ("ipus", "ipu_copy_bytes", "ipu_copy_cycles", "per_ipu")
 #: Fields of each planned op's entry (matmuls and convolutions).
 OP_FIELDS = ("type", "graph", "plan", "cycles")
 #: Fields of each tensor entry.
@@ -47,6 +49,8 @@ class TensorDecision:
     tile_mapping: Any
     method: str
     explanation: str
+    #: The IPU the tensor lives on (its tile mapping names that IPU's tiles).
+    ipu: int = 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -63,12 +67,15 @@ def target_entry(model: IpuModel) -> dict[str, Any]:
             "bytes_per_tile": model.bytes_per_tile,
             "exchange_bytes_per_cycle": model.exchange_bytes_per_cycle,
             "sync_cycles": model.sync_cycles, "min_bytes_per_tile": model.min_bytes_per_tile,
-            "grain_bytes": model.grain_bytes}
+            "grain_bytes": model.grain_bytes,
+            **({"ipus": model.ipus, "ipu_link_bytes_per_cycle": model.ipu_link_bytes_per_cycle,
+                "ipu_copy_sync_cycles": model.ipu_copy_sync_cycles} if model.ipus > 1 else {})}
 
 
 def summary_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The summary figures with numpy scalars turned into plain numbers."""
-    return {key: _plain(summary[key]) for key in SUMMARY_KEYS if key in summary}
+    return {key: _plain(summary[key]) for key in SUMMARY_KEYS + IPU_SUMMARY_KEYS
+            if key in summary}
 
 
 def op_entries(planned_ops: Iterable[Any]) -> dict[str, Any]:
@@ -114,6 +121,8 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                 "explanation": decision.explanation,
                 "graph": decision.graph_id,
             }
+            if model.ipus > 1:
+                tensors[key]["ipu"] = decision.ipu
     return {
         "version": PLAN_VERSION,
         "generator": f"popart-unwind {__version__}",
@@ -178,13 +187,21 @@ def validate_plan(document: Mapping[str, Any]) -> None:
     tiles = document["target"].get("tiles")
     if not isinstance(tiles, int) or tiles < 1:
         raise PlanError(f"the plan's target has no valid tile count: {tiles!r}")
+    ipus = document["target"].get("ipus", 1)
+    if type(ipus) is not int or ipus < 1:
+        raise PlanError(f"the plan's target has no valid IPU count: {ipus!r}")
+    fields = TENSOR_FIELDS + (("ipu",) if ipus > 1 else ())
     for key, entry in document["tensors"].items():
-        missing = [name for name in TENSOR_FIELDS if name not in entry]
+        missing = [name for name in fields if name not in entry]
         if missing:
             raise PlanError(f"tensor {key!r} lacks {missing}")
+        if ipus > 1 and not (type(entry["ipu"]) is int and 0 <= entry["ipu"] < ipus):
+            raise PlanError(f"tensor {key!r} is on IPU {entry['ipu']!r}; the target has "
+                            f"IPUs 0 to {ipus - 1}")
         _check_cover(key, entry["tile_mapping"], prod(entry["shape"]), tiles)
+    required = SUMMARY_KEYS + (IPU_SUMMARY_KEYS if ipus > 1 else ())
     for name, summary in document["summary"].items():
-        missing = [k for k in SUMMARY_KEYS if k not in summary]
+        missing = [k for k in required if k not in summary]
         if missing:
             raise PlanError(f"summary {name!r} lacks {missing}")
     _check_ops_without_rule(document.get("ops_without_rule"))

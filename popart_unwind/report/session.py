@@ -25,6 +25,8 @@ from popart_unwind.ir.tile_mapping import (
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
+from popart_unwind.ops.ipu_copy import tensor_ipus
+from popart_unwind.options import SessionOptions
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
 from popart_unwind.target.cost import evaluate
@@ -123,11 +125,12 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     options = ir.options
+    model = machine_for(ir, model)
     if algorithm is not None:
         options = dataclasses.replace(options, unwind_algorithm=algorithm)
     with progress.stage("plan"):
         plan = plan_ir(ir, TileTarget(model), options, progress=progress.update)
-    decisions = _decisions(ir, plan)
+    decisions = _decisions(ir, plan, tensor_ipus(ir) if model.ipus > 1 else {})
     layouts = {"ours": ExpandedLayouts(
         {d.key: _held(d.tile_mapping, model, int(np.prod(d.shape))) for d in decisions},
         model.tiles_per_ipu)}
@@ -174,9 +177,10 @@ def _held(layout: Any, model: IpuModel, numel: int) -> np.ndarray | TileInterval
     return held_layout(tile_array(layout, numel, model.tiles_per_ipu), model.tiles_per_ipu)
 
 
-def _decisions(ir: Ir, plan: Any) -> list[TensorDecision]:
+def _decisions(ir: Ir, plan: Any, ipus: Mapping[TensorKey, int]) -> list[TensorDecision]:
     """Our plan's entries: every producer-less tensor (graph order, creation order), then
-    any other tensor the planner mapped (call outputs), each exactly once."""
+    any other tensor the planner mapped (call outputs), each exactly once; ``ipus``: the
+    IPU of each tensor not on IPU 0."""
     planned = plan.tensors.values() if isinstance(plan.tensors, Mapping) else plan.tensors
     entries = {(e.graph_id, e.tensor_id): e for e in planned}
     ordered: list[TensorKey] = []
@@ -188,11 +192,45 @@ def _decisions(ir: Ir, plan: Any) -> list[TensorDecision]:
             ordered.append(key)
     seen = set(ordered)
     ordered += sorted(key for key in entries if key not in seen)
-    return [_decision(entries[key]) for key in ordered]
+    return [_decision(entries[key], ipus.get(key, 0)) for key in ordered]
 
 
-def _decision(entry: Any) -> TensorDecision:
+def _decision(entry: Any, ipu: int) -> TensorDecision:
     return TensorDecision(entry.graph_id, entry.tensor_id, tuple(int(d) for d in entry.shape),
                           str(entry.dtype), entry.tile_mapping, str(entry.method),
-                          str(entry.explanation))
+                          str(entry.explanation), ipu)
+
+
+def machine_for(ir: Ir, model: IpuModel) -> IpuModel:
+    """``model`` with as many IPUs as the session's options give (``ipus``)."""
+    if model.ipus == ir.options.ipus:
+        return model
+    return dataclasses.replace(model, ipus=ir.options.ipus)
+
+
+def placed_options(ir: Ir, ipus: int | None) -> SessionOptions:
+    """The session's options for a machine of ``ipus`` IPUs (None: as many as the model's
+    placement names, one when it has none), as the command's ``--ipus`` sets them: a model
+    placed by its ``__ipu_number`` attributes keeps its placement (``manual``), another is
+    split by AutoVirtualGraph (``auto``) when there is more than one IPU. A mode or IPU
+    count set as a session option is kept. A placement naming an IPU the machine lacks is
+    a PlanError naming the op."""
+    options = ir.options
+    placed = [op for op in ir.main_graph.ops if op.settings.has("vgraph_id")]
+    highest = max((op.settings.vgraph_id for op in placed), default=-1)
+    if ipus is None:
+        ipus = options.ipus if options.ipus > 1 else max(highest + 1, 1)
+    outside = [op for op in placed if not 0 <= op.settings.vgraph_id < ipus]
+    if outside:
+        op = outside[0]
+        raise PlanError(f"op {op.debug_name()} is placed on IPU {op.settings.vgraph_id} "
+                        f"(__ipu_number), but the machine has {ipus} IPU"
+                        f"{'s' if ipus > 1 else ''}; plan with --ipus "
+                        f"{op.settings.vgraph_id + 1} or more")
+    mode = options.virtual_graph_mode
+    if ipus == 1:
+        mode = "off"
+    elif mode == "off":
+        mode = "manual" if placed else "auto"
+    return dataclasses.replace(options, ipus=ipus, virtual_graph_mode=mode)
 

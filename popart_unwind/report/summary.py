@@ -58,7 +58,19 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
         ("regions", lambda s: _number(s["regions"])),
     ]
     rows = [[label, *(cell(summaries[name]) for name in names)] for label, cell in figures]
-    return header, rows
+    return header, rows + _ipu_rows([summaries[name] for name in names], bytes_per_tile)
+
+
+def _ipu_rows(summaries: list[Mapping[str, Any]], bytes_per_tile: int) -> list[list[str]]:
+    """On several IPUs: the bytes copied between them, and each IPU's peak tile memory."""
+    if not summaries or "per_ipu" not in summaries[0]:
+        return []
+    rows = [["IPU-copy bytes", *(_number(s["ipu_copy_bytes"]) for s in summaries)]]
+    for ipu in range(len(summaries[0]["per_ipu"])):
+        rows.append([f"IPU {ipu} peak tile memory",
+                     *(_memory(s["per_ipu"][ipu], bytes_per_tile, "peak_tile_bytes")
+                       for s in summaries)])
+    return rows
 
 
 #: The figures the verdict weighs: (summary key, saying fewer, saying more, the unit: a

@@ -1,0 +1,95 @@
+"""``--ipus``: a model placed by its ``__ipu_number`` attributes, or split by PopART's
+AutoVirtualGraph, planned on several IPUs; one IPU exactly as without the flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from cli_runner import run
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+from popart_unwind.report.plan_file import validate_plan
+
+TILES = 16
+WIDTH = 16
+
+
+def chain(path: Path, placement: list[int] | None, layers: int = 4) -> Path:
+    """x -> (MatMul, Add bias, Relu) per layer, each node of layer k carrying
+    ``__ipu_number = placement[k]`` when given."""
+    nodes, weights, h = [], [], "x"
+    for k in range(layers):
+        weights += [nh.from_array(np.full((WIDTH, WIDTH), 0.1, np.float32), f"w{k}"),
+                    nh.from_array(np.zeros(WIDTH, np.float32), f"b{k}")]
+        placed = {"__ipu_number": placement[k]} if placement else {}
+        nodes += [oh.make_node("MatMul", [h, f"w{k}"], [f"m{k}"], name=f"mm{k}", **placed),
+                  oh.make_node("Add", [f"m{k}", f"b{k}"], [f"a{k}"], name=f"add{k}", **placed),
+                  oh.make_node("Relu", [f"a{k}"], [f"r{k}"], name=f"relu{k}", **placed)]
+        h = f"r{k}"
+    graph = oh.make_graph(nodes, "chain",
+                          [oh.make_tensor_value_info("x", TensorProto.FLOAT, [8, WIDTH])],
+                          [oh.make_tensor_value_info(h, TensorProto.FLOAT, [8, WIDTH])],
+                          weights)
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)]), path)
+    return path
+
+
+def test_one_ipu_is_byte_identical_to_no_flag(tmp_path):
+    model = chain(tmp_path / "plain.onnx", None)
+    for name, extra in (("none.json", ()), ("one.json", ("--ipus", "1"))):
+        status, _, err = run("plan", str(model), "--tiles", str(TILES), "--quiet",
+                             "--out", str(tmp_path / name), *extra)
+        assert (status, err) == (0, "")
+    assert (tmp_path / "none.json").read_bytes() == (tmp_path / "one.json").read_bytes()
+
+
+def test_a_placed_model_is_planned_on_the_ipus_it_names(tmp_path):
+    model = chain(tmp_path / "placed.onnx", [0, 0, 1, 1])
+    status, out, err = run("plan", str(model), "--tiles", str(TILES), "--out",
+                           str(tmp_path / "plan.json"))
+    assert status == 0, err
+    document = json.loads((tmp_path / "plan.json").read_text())
+    validate_plan(document)
+    assert document["target"]["ipus"] == 2
+    ipus = {key: entry["ipu"] for key, entry in document["tensors"].items()}
+    assert ipus == {"x": 0, "w0": 0, "b0": 0, "w1": 0, "b1": 0, "w2": 1, "b2": 1, "w3": 1,
+                    "b3": 1}
+    for name in ("ours", "popart", "linear"):
+        summary = document["summary"][name]
+        assert summary["ipu_copy_bytes"] == 8 * WIDTH * 4
+        assert len(summary["per_ipu"]) == 2
+    assert "IPU 1 peak tile memory" in out and "IPU-copy bytes" in out
+
+
+def test_an_unplaced_model_is_split_by_auto_virtual_graph(tmp_path):
+    model = chain(tmp_path / "plain.onnx", None)
+    status, _, err = run("plan", str(model), "--tiles", str(TILES), "--ipus", "4", "--quiet",
+                         "--out", str(tmp_path / "plan.json"))
+    assert status == 0, err
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert [document["tensors"][f"w{k}"]["ipu"] for k in range(4)] == [0, 1, 2, 3]
+    assert document["summary"]["ours"]["ipu_copy_bytes"] == 3 * 8 * WIDTH * 4
+
+
+def test_bad_ipu_counts_are_one_line_and_exit_2(tmp_path):
+    placed = chain(tmp_path / "placed.onnx", [0, 0, 2, 2])
+    plain = chain(tmp_path / "plain.onnx", None, layers=1)
+    out = tmp_path / "plan.json"
+    cases = [
+        (("plan", str(plain), "--ipus", "0"), "--ipus must be a positive integer"),
+        (("plan", str(placed), "--ipus", "2", "--out", str(out)),
+         "op MatMul#"),
+        (("plan", str(plain), "--ipus", "4", "--out", str(out)),
+         "IPUs, not 4"),
+    ]
+    for argv, message in cases:
+        status, _, err = run(*argv, "--tiles", str(TILES))
+        assert status == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    status, _, err = run("plan", str(placed), "--ipus", "2", "--tiles", str(TILES))
+    assert "is placed on IPU 2 (__ipu_number), but the machine has 2 IPUs" in err
