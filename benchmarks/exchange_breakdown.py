@@ -6,7 +6,9 @@ planned tensor (a producer-less tensor or a view of one), for our plan and PopAR
 
     python benchmarks/exchange_breakdown.py bert real training
 
-``--cycles N`` also lists the ops whose cycles differ most between the two plans.
+``--cycles N`` also lists the ops whose cycles differ most between the two plans;
+``--popart-layout TENSOR`` and ``--like TENSOR=OTHER`` cost our plan with a producer-less
+tensor laid out otherwise (as PopART lays it out, or as our plan makes another tensor).
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIGURE=VALUE",
                         help="an IPU Model cost figure changed (as --sensitivity changes "
                              "them), e.g. partial_bytes_per_element=8; repeatable")
+    parser.add_argument("--popart-layout", action="append", default=[], metavar="TENSOR",
+                        help="also cost our plan with this producer-less tensor laid out "
+                             "as the PopART baseline lays it out; repeatable")
+    parser.add_argument("--like", action="append", default=[], metavar="TENSOR=OTHER",
+                        help="also cost our plan with producer-less TENSOR laid out as our "
+                             "plan makes tensor OTHER (of the same shape); repeatable")
     args = parser.parse_args()
 
     from popart_unwind.transforms import run_pipeline
@@ -97,6 +105,37 @@ def main() -> None:
                           f"{row.avoidable_bytes * row.executions / 1e6:9,.3f} MB left")
     if args.cycles:
         print_cycle_differences(reports["ours"], reports["popart"], args.cycles)
+    if args.popart_layout or args.like:
+        print_changed_layouts(ir, target, plans, reports, args.popart_layout, args.like)
+
+
+def print_changed_layouts(ir, target, plans, reports, popart_layout: list[str],
+                          like: list[str]) -> None:
+    """Our plan with some producer-less tensors laid out otherwise: PopART's layout, or
+    the layout our plan gives another tensor; the totals beside ours and PopART's."""
+    from popart_unwind.target import evaluate
+    from popart_unwind.target.cost import computed_layouts
+
+    graph_id = ir.main_graph.id
+    mappings, op_plans = plans["ours"]
+    changed = dict(mappings)
+    for tensor in popart_layout:
+        changed[(graph_id, tensor)] = plans["popart"][0][(graph_id, tensor)]
+    pairs = [item.partition("=")[::2] for item in like]
+    found = computed_layouts(ir, target, mappings, {other for _, other in pairs}, op_plans)
+    for tensor, other in pairs:
+        changed[(graph_id, tensor)] = found[other]
+    report = evaluate(ir, target, mappings=changed, op_plans=op_plans)
+    popart = reports["popart"]
+    print("changed layouts: " + ", ".join(
+        [f"{t} as PopART's" for t in popart_layout] + [f"{t} as {o}" for t, o in pairs]))
+    for name, cost in (("ours", reports["ours"]), ("ours changed", report),
+                       ("popart", popart)):
+        exchange = cost.exchange_bytes / popart.exchange_bytes
+        cycles = cost.cycles / popart.cycles
+        print(f"  {name:13} exchange {cost.exchange_bytes:,} ({exchange:.3f} of PopART's), "
+              f"cycles {cost.cycles:,} ({cycles:.3f}), left to save "
+              f"{cost.avoidable_exchange_bytes:,}, peak tile bytes {cost.peak_tile_bytes:,}")
 
 
 def print_cycle_differences(ours, popart, count: int) -> None:

@@ -272,12 +272,18 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def _print_fullest_tile(run: Any, budget: int, stdout: TextIO) -> None:
-    """One line under the summary: our plan's fullest tile and what fills it."""
-    from popart_unwind.report.summary import fullest_tile_line
+    """Under the summary: on several IPUs, which layers each holds under our plan; then
+    our plan's fullest tile and what fills it."""
+    from popart_unwind.report.summary import fullest_tile_line, ipu_holdings_lines
 
+    several = run.model.ipus > 1
+    if several:
+        for line in ipu_holdings_lines(run.weights_by_ipu(), run.model.ipus):
+            stdout.write(line + "\n")
     fullest = run.costs["ours"].fullest_tile
     if fullest is not None:
-        stdout.write(fullest_tile_line(fullest, budget) + "\n")
+        stdout.write(fullest_tile_line(fullest, budget,
+                                       run.model.tiles_per_ipu if several else None) + "\n")
 
 
 def _plan_safely(args: argparse.Namespace, model: Any, onnx_out: Path | None,
@@ -329,9 +335,9 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             ir.options = session_options(ir.options, args.options)
             ir.options = placed_options(ir, args.ipus)
         with progress.stage("transforms"):
-            transform(ir)
+            baseline_ir = transform(ir)
         check_planning_memory(ir)
-        run = plan_session(ir, model, args.algo, args.baseline, progress)
+        run = plan_session(ir, model, args.algo, args.baseline, progress, baseline_ir)
         search = None
         if ir.options.memory_weight > 0 and not run.costs["ours"].fits:
             from popart_unwind.report.memory_search import search_memory_settings
@@ -346,7 +352,9 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                 kept, search = search_memory_settings(load, run.costs["ours"], model,
                                                       transform, progress.update)
             if kept is not None:
-                run = plan_session(kept, model, args.algo, args.baseline, progress)
+                kept_ir, kept_baseline = kept
+                run = plan_session(kept_ir, model, args.algo, args.baseline, progress,
+                                   kept_baseline)
         document = build_plan_document(run.model, run.decisions, run.summaries(), ir.metadata,
                                        run.planner(), run.ops_without_rule, run.planned_ops)
         if search is not None:

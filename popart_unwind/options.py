@@ -62,6 +62,9 @@ def parse_serialization(text: str) -> tuple[str, int] | None:
 #: its execution phases).
 VIRTUAL_GRAPH_MODES = ("off", "manual", "auto")
 
+#: The values of ``SessionOptions.auto_split``: ours, or PopART's AutoVirtualGraph.
+AUTO_SPLITS = ("memory", "popart")
+
 #: The values of ``SessionOptions.recompute`` (PopART's ``RecomputationType``).
 RECOMPUTE_CHOICES = ("none", "standard", "norm_only", "recompute_all")
 
@@ -142,6 +145,10 @@ class SessionOptions:
     #: Under ``auto``, each IPU's share of the split's cost (PopART's
     #: ``virtualGraphSplitRatios``); empty: equal shares.
     virtual_graph_split_ratios: tuple[float, ...] = ()
+    #: Under ``auto``, whose split: ``memory`` (SplitByMemory: each IPU's bytes balanced, a
+    #: tied head with its table) or ``popart`` (AutoVirtualGraph, PopART's rule; the
+    #: PopART baseline's split always).
+    auto_split: str = "memory"
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -160,7 +167,7 @@ class SessionOptions:
         if not isinstance(self.pipeline, str | tuple):
             object.__setattr__(self, "pipeline", tuple(self.pipeline))
         for name, choices in (("matmul_plans", MATMUL_PLAN_CHOICES),
-                              ("recompute", RECOMPUTE_CHOICES)):
+                              ("recompute", RECOMPUTE_CHOICES), ("auto_split", AUTO_SPLITS)):
             if getattr(self, name) not in choices:
                 raise OptionError(f"option {name} must be one of {', '.join(choices)}; "
                                   f"got {getattr(self, name)!r}")

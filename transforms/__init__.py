@@ -19,13 +19,14 @@ from .merge_duplicate_ops import MergeDuplicateOps
 from .prune import Prune
 from .registry import run_pipeline
 from .serialize_matmuls import SerializeMatMuls
+from .split_by_memory import SplitByMemory
 from .subgraph_outline import SubgraphOutline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
     "ALL_CONDITIONS", "AutoVirtualGraph", "Canonicalize", "Condition", "DecomposeGradSum",
     "ExplicitRecompute", "InferShapes", "InterIpuCopy", "MergeDuplicateOps", "Prune",
-    "SerializeMatMuls", "SubgraphOutline", "Transform",
+    "SerializeMatMuls", "SplitByMemory", "SubgraphOutline", "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
     "run_pipeline",
 ]

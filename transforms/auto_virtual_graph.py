@@ -14,6 +14,9 @@ the forward ops (those the loss depends on; every op of a graph without a loss):
   schedule order; an op joins the subgraph of the op whose output it reads, and an op
   reading from a second subgraph starts one of its own. Where a subgraph's pending ops
   narrow to one op, that op is a **split point** (its subgraph's cost so far remembered);
+- **weights as PopART sees them**: a result made of weights alone (a traced linear
+  layer's transposed weight, which PopART's ONNX input holds as the weight itself) counts
+  as its weights, is left out of the walk and goes with the op reading it;
 - **cuts**: IPU i (1 ≤ i < N) ends where the cost so far reaches i/N of the total
   (``virtual_graph_split_ratios``: the running sum of the ratios), at the split point
   nearest that share among the first at or above it and the one before (none at or
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
+from popart_unwind.ir.weights import is_weight, is_weight_op, weight_derived, weights_read
 from popart_unwind.machine.ipu_model import DTYPE_SIZES
 
 from .base import Transform
@@ -47,16 +51,13 @@ if TYPE_CHECKING:
     from popart_unwind.ops import OpRegistry
     from popart_unwind.rewrite import Rewriter
 
-#: Tensor kinds whose bytes an op costs: the model's state, as PopART counts it.
-WEIGHT_TYPES = (TensorType.VARIABLE, TensorType.CONST)
-
-
 @register
 @dataclasses.dataclass(frozen=True)
 class AutoVirtualGraph(Transform):
     """Place every main-graph op on one of ``SessionOptions.ipus`` IPUs by PopART's rule
-    (module docstring). Does nothing unless ``virtual_graph_mode`` is ``auto``; a
-    placement already on the model is replaced, as PopART's is.
+    (module docstring). Does nothing unless ``virtual_graph_mode`` is ``auto`` and
+    ``auto_split`` is ``popart``; a placement already on the model is replaced, as
+    PopART's is.
 
     Guarantees every main-graph op a virtual graph id (VGRAPH); raises TransformError when
     the model has too few split points for the IPUs."""
@@ -70,7 +71,7 @@ class AutoVirtualGraph(Transform):
 
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
         ir = graph.ir
-        if ir.options.virtual_graph_mode != "auto":
+        if ir.options.virtual_graph_mode != "auto" or ir.options.auto_split != "popart":
             return False
         main = ir.main_graph
         schedule = main.schedule()
@@ -87,23 +88,27 @@ class AutoVirtualGraph(Transform):
         return rewriter.changes > 0
 
 
-def op_cost(op: Op, forward_ids: set[int], training: bool) -> int:
-    """PopART's ``costFn`` of a forward op (module docstring), in bytes."""
+def op_cost(op: Op, forward_ids: set[int], training: bool,
+            derived: dict[str, tuple[Tensor, ...]] | None = None) -> int:
+    """PopART's ``costFn`` of a forward op (module docstring), in bytes; a result made of
+    weights alone (``derived``: a transposed weight) counts as its weights."""
+    derived = derived or {}
     seen: set[str] = set()
     cost = 0
     for tensor in op.inputs:
-        if tensor.tensor_type in WEIGHT_TYPES:
-            cost += _nbytes(tensor)  # once per input: a weight read twice counts twice
+        weights = [tensor] if is_weight(tensor) else derived.get(tensor.id, ())
+        cost += sum(nbytes(w) for w in weights)  # a weight read twice counts twice
+        if weights:
             seen.add(tensor.id)
     if not training:
         return cost
     for tensor in dict.fromkeys(op.inputs):
         if tensor.id not in seen and _read_backward(tensor, forward_ids):
-            cost += _nbytes(tensor)
+            cost += nbytes(tensor)
             seen.add(tensor.id)
     for tensor in op.outputs:
         if _read_backward(tensor, forward_ids):
-            cost += _nbytes(tensor)
+            cost += nbytes(tensor)
     return cost
 
 
@@ -111,7 +116,8 @@ def _read_backward(tensor: Tensor, forward_ids: set[int]) -> bool:
     return any(reader.id not in forward_ids for reader in tensor.consumers)
 
 
-def _nbytes(tensor: Tensor) -> int:
+def nbytes(tensor: Tensor) -> int:
+    """A tensor's bytes (4 per element of a dtype the IPU Model does not know)."""
     return tensor.nelms() * DTYPE_SIZES.get(tensor.dtype, 4)
 
 
@@ -146,6 +152,9 @@ def split_forward(forward: list[Op], forward_ids: set[int], training: bool, ipus
     """op id -> IPU of each forward op (module docstring)."""
     if ipus == 1:
         return {op.id: 0 for op in forward}
+    derived = weight_derived(forward)
+    walked = [op for op in forward if not is_weight_op(op, derived)]
+    walked_ids = {op.id for op in walked}
     subgraphs: list[_Subgraph] = []
     member: dict[int, int] = {}
 
@@ -154,13 +163,13 @@ def split_forward(forward: list[Op], forward_ids: set[int], training: bool, ipus
         member[op_id] = len(subgraphs) - 1
         return member[op_id]
 
-    for op in forward:
+    for op in walked:
         for tensor in op.inputs:
             if tensor.tensor_type is TensorType.STREAM and op.id not in member:
                 start(op.id)
     total = 0
-    for op in forward:
-        cost = op_cost(op, forward_ids, training)
+    for op in walked:
+        cost = op_cost(op, forward_ids, training, derived)
         total += cost
         index = member[op.id] if op.id in member else start(op.id)
         subgraph = subgraphs[index]
@@ -171,7 +180,7 @@ def split_forward(forward: list[Op], forward_ids: set[int], training: bool, ipus
                 subgraph.split_points[subgraph.cost] = op.id
         for tensor in op.outputs:
             for reader in tensor.consumers:
-                if reader.id not in forward_ids:
+                if reader.id not in walked_ids:
                     continue
                 other = member.get(reader.id)
                 if other is None or other == index:
@@ -185,12 +194,24 @@ def split_forward(forward: list[Op], forward_ids: set[int], training: bool, ipus
                     start(reader.id)
     _cut(subgraphs, total, ipus, ratios)
     placement = {}
-    for op in forward:
+    for op in walked:
         subgraph = subgraphs[member[op.id]]
         placement[op.id] = subgraph.ipu
         if op.id in subgraph.cuts:
             subgraph.ipu += 1
+    place_with_readers(forward, placement)
     return placement
+
+
+def place_with_readers(ops: list[Op], placement: dict[int, int]) -> None:
+    """Each op of ``ops`` (schedule order) ``placement`` leaves out goes to the lowest IPU
+    among its results' placed readers (IPU 0 without one): a transposed weight with the
+    layer that reads it."""
+    for op in reversed(ops):
+        if op.id not in placement:
+            readers = [placement[r.id] for t in op.outputs for r in t.consumers
+                       if r.id in placement]
+            placement[op.id] = min(readers) if readers else 0
 
 
 def _cut(subgraphs: list[_Subgraph], total: int, ipus: int,
@@ -232,11 +253,14 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
                    registry: OpRegistry) -> None:
     """Place each op outside the forward pass that ``placement`` leaves unplaced:
 
-    - a weight's update on the lowest IPU of the weight's forward readers (as PopART);
+    - a weight's update on the lowest IPU of the weight's forward readers (as PopART), and
+      an op whose results reach only updates of that IPU's weights (a weight's gradient)
+      there too;
     - an op reading activations (forward results that depend on the model's inputs or
       weights, not masks made of constants; and views or functions of activations alone,
-      which the backward pass takes early) on the highest IPU among their producers: its
-      layer's;
+      which the backward pass takes early), weights or streamed inputs on the highest IPU
+      among the activations' producers and the weights' and inputs' lowest forward
+      readers: its layer's (an embedding's gradient with the lookup, reading its indices);
     - an op reading only gradients (results of this pass that depend on activations) on
       the IPU of the one made last: a residual sum goes with the branch just
       differentiated, not with the gradient handed down from the layer above;
@@ -244,6 +268,8 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
     """
     activation = _activations(schedule, forward_ids)
     position = {op.id: k for k, op in enumerate(schedule)}
+    weights = weight_derived(schedule)
+    updates = _updates_fed(schedule, forward_ids, placement, registry)
     gradient: set[str] = set()
     apart = []
     for op in schedule:
@@ -253,8 +279,12 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
         choice = placement.get(op.id)
         if choice is None and updated is not None:
             choice = _lowest_reader(op.input(updated), forward_ids, placement)
+        if choice is None and len(updates.get(op.id, ())) == 1:
+            (choice,) = updates[op.id]
         if choice is None:
             read = [placement[t.producer.id] for t in op.inputs if t.id in activation]
+            read += [ipu for t in _model_inputs(op, weights)
+                     if (ipu := _lowest_reader(t, forward_ids, placement)) is not None]
             choice = max(read) if read else None
         if choice is None:
             read = [(position[t.producer.id], placement[t.producer.id]) for t in op.inputs
@@ -276,24 +306,57 @@ def place_unplaced(graph: Graph, loss: Tensor | None, registry: OpRegistry) -> d
     """op id -> IPU of every op of ``graph``, keeping the placement its ops have and
     completing it as PopART's grad ops and PopTorch's blocks would: a forward op without
     one on the IPU of the latest-scheduled placed op whose result it reads (else of the
-    forward op before it: a block goes on until the next begins; IPU 0 before the first);
-    the backward pass by ``place_backward``."""
+    forward op before it: a block goes on until the next begins; IPU 0 before the first),
+    one computing from weights alone with its reader; the backward pass by
+    ``place_backward``."""
     schedule = graph.schedule()
     forward = forward_ops(graph, loss) if loss is not None else schedule
     forward_ids = {op.id for op in forward}
     placement = {op.id: op.settings.vgraph_id for op in schedule
                  if op.settings.has("vgraph_id")}
     position = {op.id: k for k, op in enumerate(schedule)}
+    derived = weight_derived(forward)
     previous = 0
     for op in forward:
+        if is_weight_op(op, derived):
+            continue  # with its reader, below
         if op.id not in placement:
             producers = [t.producer for t in op.inputs
                          if t.producer is not None and t.producer.id in placement]
             latest = max(producers, key=lambda p: position[p.id], default=None)
             placement[op.id] = previous if latest is None else placement[latest.id]
         previous = placement[op.id]
+    place_with_readers(forward, placement)
     place_backward(schedule, forward_ids, placement, registry)
     return placement
+
+
+def _updates_fed(schedule: list[Op], forward_ids: set[int], placement: dict[int, int],
+                 registry: OpRegistry) -> dict[int, set[int]]:
+    """op id -> the IPUs of the weight updates each backward op's results reach (a
+    weight's IPU: the lowest of its forward readers)."""
+    reached: dict[int, set[int]] = {}
+    for op in reversed(schedule):
+        if op.id in forward_ids:
+            continue
+        found: set[int] = set()
+        updated = registry.layout_rule(op).updated_weight(op)
+        if updated is not None:
+            ipu = _lowest_reader(op.input(updated), forward_ids, placement)
+            found = {ipu} if ipu is not None else set()
+        for tensor in op.outputs:
+            for reader in tensor.consumers:
+                found |= reached.get(reader.id, set())
+        reached[op.id] = found
+    return reached
+
+
+def _model_inputs(op: Op, weights: dict[str, tuple[Tensor, ...]]) -> list[Tensor]:
+    """The weights ``op`` reads (directly or transposed) and the streamed inputs it reads:
+    where their forward readers run is where the op's layer runs."""
+    found = [t for t in weights_read(op, weights) if t.tensor_type is TensorType.VARIABLE]
+    return found + [t for t in op.inputs
+                    if t.producer is None and t.tensor_type is TensorType.STREAM]
 
 
 def _lowest_reader(tensor: Tensor, forward_ids: set[int], placement: dict[int, int]

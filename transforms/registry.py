@@ -44,9 +44,10 @@ DECOMPOSE_GRAD_SUM = "DecomposeGradSum"
 #: pipeline (last before the planner) when ``SessionOptions.enable_outlining`` is set.
 SUBGRAPH_OUTLINE = "SubgraphOutline"
 #: The transforms that place ops on IPUs and copy between them; they join the pipeline
-#: (before the planner) when ``SessionOptions.virtual_graph_mode`` is ``auto`` (both) or
-#: ``manual`` (the copies).
+#: (before the planner) when ``SessionOptions.virtual_graph_mode`` is ``auto`` (a split,
+#: as ``auto_split`` says, and the copies) or ``manual`` (the copies).
 AUTO_VIRTUAL_GRAPH = "AutoVirtualGraph"
+SPLIT_BY_MEMORY = "SplitByMemory"
 INTER_IPU_COPY = "InterIpuCopy"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
@@ -122,8 +123,9 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     options ask for (DecomposeGradSum when ``decompose_grad_sum`` is set, ExplicitRecompute
     when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
     clones back; SubgraphOutline when ``enable_outlining`` is set, after them all, as PopART
-    outlines the prepared graph), then AutoVirtualGraph when ``virtual_graph_mode`` is
-    ``auto`` and InterIpuCopy when it is not ``off``, then UnwindLayouts when
+    outlines the prepared graph), then the split ``auto_split`` names (SplitByMemory or
+    AutoVirtualGraph) when ``virtual_graph_mode`` is ``auto`` and InterIpuCopy when it is
+    not ``off``, then UnwindLayouts when
     ``enable_unwind_layouts`` is set and the transform is registered."""
     pipeline = list(options.pipeline)
     if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
@@ -132,8 +134,9 @@ def pipeline_names(options: SessionOptions) -> list[str]:
         pipeline.append(EXPLICIT_RECOMPUTE)
     if options.enable_outlining and SUBGRAPH_OUTLINE not in pipeline:
         pipeline.append(SUBGRAPH_OUTLINE)
-    if options.virtual_graph_mode == "auto" and AUTO_VIRTUAL_GRAPH not in pipeline:
-        pipeline.append(AUTO_VIRTUAL_GRAPH)
+    split = SPLIT_BY_MEMORY if options.auto_split == "memory" else AUTO_VIRTUAL_GRAPH
+    if options.virtual_graph_mode == "auto" and split not in pipeline:
+        pipeline.append(split)
     if options.virtual_graph_mode != "off" and INTER_IPU_COPY not in pipeline:
         pipeline.append(INTER_IPU_COPY)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \

@@ -19,6 +19,7 @@ from popart_unwind.errors import ModelImportError
 from popart_unwind.frontends.aten_ops import CONVERTERS
 from popart_unwind.frontends.torch_values import ATEN_DOMAIN, TorchContext, torch_dtype_name
 from popart_unwind.ir import Ir, TensorType
+from popart_unwind.ir.weights import is_weight_op, weight_derived, weights_read
 from popart_unwind.options import SessionOptions
 
 __all__ = ["exported_program_to_ir", "import_torch"]
@@ -66,19 +67,23 @@ def place_blocks(ir: Ir, blocks: Mapping[str, int],
     the block begun last (IPU 0 before the first). PopTorch begins a block when the
     submodule runs; here the graph shows the submodule by the parameters it reads, under
     any of their names (``tied``: a tied LM head reads the embedding's table), so a block
-    whose submodule reads no parameter cannot be found. The backward pass is left
-    unplaced: InterIpuCopy puts each backward op with its layer."""
+    whose submodule reads no parameter cannot be found. A result made of weights alone
+    (a transposed weight, which a schedule may compute early) is the weights it reads, and
+    is left unplaced, as is the backward pass: InterIpuCopy puts each with its layer."""
     for name, ipu in blocks.items():
         if isinstance(ipu, bool) or not isinstance(ipu, int) or ipu < 0:
             raise ModelImportError(f"block {name!r}: its IPU must be an int >= 0, got {ipu!r}")
     order = list(blocks)
     graph = ir.main_graph
+    forward = _forward_schedule(ir)
+    derived = weight_derived(forward)
     begun, ipu = 0, 0
-    for op in _forward_schedule(ir):
+    for op in forward:
+        if is_weight_op(op, derived):
+            continue  # a transposed weight: InterIpuCopy puts it with its reader
         if begun < len(order) and any(_owned(tensor.id, order[begun], tied)
-                                      for tensor in op.inputs
-                                      if tensor.producer is None
-                                      and tensor.tensor_type is TensorType.VARIABLE):
+                                      for tensor in weights_read(op, derived)
+                                      if tensor.tensor_type is TensorType.VARIABLE):
             ipu = blocks[order[begun]]
             begun += 1
         op.settings.vgraph_id = ipu

@@ -11,6 +11,9 @@ from popart_unwind.errors import IrError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.options import SessionOptions
 
+#: How far a copy's ids for new ops start past the original's (``Ir.copy``).
+COPY_OP_ID_GAP = 1 << 40
+
 if TYPE_CHECKING:
     import onnx
 
@@ -109,6 +112,30 @@ class Ir:
         from popart_unwind.ir.serialize import ir_to_json
 
         return ir_to_json(self, include_data=include_data)
+
+    def copy(self) -> Ir:
+        """A copy of the whole IR (graphs, ops and their ids, placement, the loss, options,
+        metadata) sharing each tensor's data array with this one: transforms replace a
+        tensor's data, never change it in place, so two placements of one model (ours and
+        the PopART baseline's) need the weights once. Ops created in the copy afterwards
+        take ids from ``COPY_OP_ID_GAP`` on past this IR's."""
+        held = {(graph.id, tensor.id): tensor.data for graph in self.graphs
+                for tensor in graph.tensors if tensor.data is not None}
+        for graph_id, tensor_id in held:  # no digest of every weight for a copy
+            self.graph(graph_id).tensor(tensor_id).data = None
+        try:
+            text = self.to_json()
+        finally:
+            for (graph_id, tensor_id), data in held.items():
+                self.graph(graph_id).tensor(tensor_id).data = data
+        other = Ir.from_json(text)
+        for (graph_id, tensor_id), data in held.items():
+            other.graph(graph_id).tensor(tensor_id).data = data
+        other.options, other.metadata = self.options, dict(self.metadata)
+        # ops made later in the copy never share an id with ops made later in this IR,
+        # so that reports pairing the two IRs' ops by id pair only ops both have
+        other._op_counter = self._op_counter + COPY_OP_ID_GAP
+        return other
 
     @classmethod
     def from_json(cls, text: str) -> Ir:

@@ -24,6 +24,7 @@ from popart_unwind.report.progress import ProgressCallback
 from popart_unwind.report.session import PlanRun
 from popart_unwind.report.summary import (
     PLAN_TITLES,
+    ipu_holdings_lines,
     ops_without_rule_order,
     summary_rows,
     verdict,
@@ -166,7 +167,19 @@ def _summary(run: PlanRun) -> str:
             "producer-less tensors alone; fits: whether the peak is within the budget (code, "
             "exchange buffers and Poplar's own memory not counted). Regions: contiguous "
             "pieces received (exchange code).</p>")
-    return f"<h2>Summary</h2>\n{_table(header, rows)}\n{note}"
+    return f"<h2>Summary</h2>\n{_table(header, rows)}\n{note}" + _ipus(run)
+
+
+def _ipus(run: PlanRun) -> str:
+    """On several IPUs: which layers each holds under our plan (docs/multi-ipu.md)."""
+    if run.model.ipus == 1:
+        return ""
+    items = "".join(f"<li>{_breakable(line)}</li>"
+                    for line in ipu_holdings_lines(run.weights_by_ipu(), run.model.ipus))
+    return (f"<h3>IPUs</h3>\n<p>{run.model.ipus} IPUs of {run.model.tiles_per_ipu:,} tiles; "
+            f"the per-tile pictures below show their tiles one IPU after another. The layers "
+            f"each IPU holds under our plan (first and last, in the order the forward pass "
+            f"reads them):</p>\n<ul>{items}</ul>")
 
 
 def _per_tile(run: PlanRun, images: dict[str, bytes]) -> str:

@@ -106,13 +106,14 @@ def score(report: CostReport, weight: float, bytes_per_tile: int) -> float:
 
 
 def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: IpuModel,
-                           transform: Callable[[Ir], None],
+                           transform: Callable[[Ir], Ir],
                            progress: Callable[[str, int, int], None] | None = None
-                           ) -> tuple[Ir | None, MemorySearch]:
+                           ) -> tuple[tuple[Ir, Ir] | None, MemorySearch]:
     """Plan the model under each setting; ``load`` imports it afresh (with the session's
     options, as the plan as given was imported) and ``first`` costs our plan as given.
-    Returns the transformed graph of the setting kept (None: the plan as given) and the
-    search's record."""
+    Returns the transformed graph of the setting kept with the graph its PopART baseline
+    plans (``transform``'s two answers; None: the plan as given) and the search's
+    record."""
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     probe = load()
@@ -130,7 +131,7 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
         probe = None
         try:
             ir.options = with_options(options, setting)
-            transform(ir)
+            baseline = transform(ir)
             target = TileTarget(dataclasses.replace(model, ipus=ir.options.ipus))
             plan = plan_ir(ir, target, write=False)
             report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
@@ -141,8 +142,8 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
             continue
         trials.append(_trial(name, report, weight, budget))
         if trials[-1].score < best.score:  # the earliest among equals
-            best, best_graph = trials[-1], ir
-        del ir, plan, report
+            best, best_graph = trials[-1], (ir, baseline)
+        del ir, baseline, plan, report
     return best_graph, MemorySearch(weight, budget, tuple(trials), best.setting)
 
 

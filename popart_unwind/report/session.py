@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir import Ir
+from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ir.tile_mapping import (
     ExpandedLayouts,
     TileIntervals,
@@ -102,6 +102,25 @@ class PlanRun:
                      if (graph.id, op.id) in rows[name]}))
         return found
 
+    def weights_by_ipu(self) -> list[tuple[str, int, int]]:
+        """(name, IPU, bytes) of each weight (Variable) of the main graph under our plan's
+        placement, in the order the model first reads them."""
+        main = self.ir.main_graph
+        placed = tensor_ipus(self.ir) if self.model.ipus > 1 else {}
+        schedule = main.schedule()
+        loss = self.ir.final_loss_id
+        if loss is not None and main.has_tensor(loss):  # the forward pass's order
+            from popart_unwind.transforms.helpers import forward_ops
+
+            schedule = forward_ops(main, main.tensor(loss))
+        position = {op.id: k for k, op in enumerate(schedule)}
+        weights = [t for t in main.producerless_tensors()
+                   if t.tensor_type is TensorType.VARIABLE]
+        weights.sort(key=lambda t: min((position[op.id] for op in t.consumers
+                                        if op.id in position), default=len(position)))
+        return [(t.id, placed.get((main.id, t.id), 0),
+                 t.nelms() * self.model.dtype_size(t.dtype)) for t in weights]
+
     def planner(self) -> dict[str, Any]:
         """The solver's own account: its name and objective on the unwinding graph."""
         return {"algorithm": self.algorithm,
@@ -110,18 +129,35 @@ class PlanRun:
                 "proven_optimal": bool(getattr(self.plan, "proven_optimal", False))}
 
 
-def transform(ir: Ir) -> None:
-    """The session's transform pipeline, less the planner (run next with our target)."""
+def transform(ir: Ir) -> Ir:
+    """The session's transform pipeline, less the planner (run next with our target).
+
+    Returns the IR the PopART baseline plans: ``ir`` itself, unless ours is split over
+    IPUs by SplitByMemory; PopART's split is then AutoVirtualGraph's, made on a copy of
+    the model taken before the split (sharing its weights)."""
     from popart_unwind.transforms import registry
 
     names = [name for name in registry.pipeline_names(ir.options)
              if name != registry.UNWIND_LAYOUTS]
-    registry.run_pipeline(ir, names)
+    placing = [name for name in names if name in PLACEMENT_TRANSFORMS]
+    registry.run_pipeline(ir, [name for name in names if name not in placing])
+    baseline = ir.copy() if registry.SPLIT_BY_MEMORY in placing else ir
+    registry.run_pipeline(ir, placing)
+    if baseline is not ir:
+        baseline.options = dataclasses.replace(ir.options, auto_split="popart")
+        registry.run_pipeline(baseline, [name for name in registry.pipeline_names(
+            baseline.options) if name in PLACEMENT_TRANSFORMS])
+    return baseline
+
+
+#: The transforms that place ops on IPUs, last before the planner.
+PLACEMENT_TRANSFORMS = ("SplitByMemory", "AutoVirtualGraph", "InterIpuCopy")
 
 
 def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
-                 progress: StageProgress) -> PlanRun:
-    """Plan ``ir`` (already transformed) and cost it beside the baselines."""
+                 progress: StageProgress, baseline_ir: Ir | None = None) -> PlanRun:
+    """Plan ``ir`` (already transformed) and cost it beside the baselines; the PopART
+    baseline plans ``baseline_ir`` (``transform``'s answer; default ``ir``)."""
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     options = ir.options
@@ -137,15 +173,17 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
     methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
         "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
     op_plans = {"ours": dict(plan.op_plans)}
+    planned_irs = {"popart": baseline_ir if baseline_ir is not None else ir}
     with progress.stage("baseline"):
         for name in BASELINE_PLANS[baseline]:
-            layouts[name], methods[name], op_plans[name] = _baseline(name, ir, model)
+            layouts[name], methods[name], op_plans[name] = _baseline(
+                name, planned_irs.get(name, ir), model)
     costs: dict[str, Any] = {}
     with progress.stage("evaluate"):
         for step, (name, mappings) in enumerate(layouts.items()):
             progress.update(name, step, len(layouts))
-            costs[name] = evaluate(ir, TileTarget(model), mappings=mappings.held,
-                                   op_plans=op_plans[name])
+            costs[name] = evaluate(planned_irs.get(name, ir), TileTarget(model),
+                                   mappings=mappings.held, op_plans=op_plans[name])
     return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
                    costs, ops_without_rule(ir), op_plans)
 

@@ -187,17 +187,40 @@ def _budget(value: int) -> str:
     return f"{value // 1024:,} KiB" if value % 1024 == 0 else kib(value)
 
 
-def fullest_tile_line(fullest: Any, budget: int) -> str:
+def fullest_tile_line(fullest: Any, budget: int, tiles_per_ipu: int | None = None) -> str:
     """One line on the fullest tile (``target.liveness.FullestTile``): its peak against
     the budget, the op at which it is first reached, what fills it then, and by how much
-    it is over the budget when it is."""
+    it is over the budget when it is. With ``tiles_per_ipu`` (a machine of several IPUs,
+    whose tiles the liveness numbers IPU after IPU) the tile is named on its IPU."""
     where = f" at op {fullest.op}" if fullest.op is not None else " (always-live bytes only)"
     if fullest.op is not None and fullest.graph:
         where += f" (graph {fullest.graph})"
     largest = ", ".join(f"{name} {kib(held)}" for name, held in fullest.largest)
-    line = (f"fullest tile {fullest.tile}: {kib(fullest.bytes)} of {_budget(budget)}{where}"
+    tile = f"tile {fullest.tile}" if tiles_per_ipu is None else \
+        f"tile {fullest.tile % tiles_per_ipu} of IPU {fullest.tile // tiles_per_ipu}"
+    line = (f"fullest {tile}: {kib(fullest.bytes)} of {_budget(budget)}{where}"
             + (f" (largest: {largest})" if largest else ""))
     if fullest.bytes > budget:
         over = fullest.bytes - budget
         line += f"; over the budget by {kib(over)} ({100 * over / budget:.1f}%)"
     return line
+
+
+def ipu_holdings_lines(weights: list[tuple[str, int, int]], ipus: int) -> list[str]:
+    """One line per IPU saying which layers it holds: ``weights`` are (name, IPU, bytes) of
+    the model's weights in model order; a layer is a weight's name less its last part
+    (``transformer.h.3.mlp.c_fc`` for ``….weight``). Each line names the first and last
+    layer on the IPU, how many weights and their bytes."""
+    lines = []
+    for ipu in range(ipus):
+        held = [(name, size) for name, at, size in weights if at == ipu]
+        if not held:
+            lines.append(f"IPU {ipu}: no weights")
+            continue
+        layers = list(dict.fromkeys(name.rpartition(".")[0] or name for name, _ in held))
+        span = layers[0] if len(layers) == 1 else f"{layers[0]} … {layers[-1]}"
+        total = sum(size for _, size in held)
+        size = f"{total / 1e6:,.1f} MB" if total >= 100_000 else f"{total:,} B"
+        lines.append(f"IPU {ipu}: {span} ({len(held)} weight{'s' if len(held) > 1 else ''}, "
+                     f"{size})")
+    return lines

@@ -207,6 +207,28 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
     return _Evaluation(ir, target, mappings, registry, valuations).report()
 
 
+def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
+                     tensor_ids: set[str], op_plans: OpPlans | None = None
+                     ) -> dict[str, np.ndarray]:
+    """The tiles the cost walk gives each main-graph tensor named in ``tensor_ids`` under a
+    plan (``evaluate``'s arguments): a computed tensor's layout as Poplar would make it,
+    for asking what a producer-less tensor laid out like it would cost."""
+    target = target.with_plans(op_plans or {})
+    target.reset()
+    walk = _Evaluation(ir, target, mappings, REGISTRY, ir.options.unwind_valuations)
+    found: dict[str, np.ndarray] = {}
+    record = walk.write
+
+    def write(tensor: Tensor, value: Any) -> None:
+        if tensor.graph is ir.main_graph and tensor.id in tensor_ids:
+            found[tensor.id] = np.array(expanded(value, _numel(tensor), walk.num_tiles))
+        record(tensor, value)
+
+    walk.write = write  # type: ignore[method-assign]
+    walk.report()
+    return found
+
+
 def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
     """Bytes of a tensor on each tile."""
     return tile_counts(tiles, num_tiles) * element_bytes

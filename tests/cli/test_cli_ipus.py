@@ -4,6 +4,9 @@ AutoVirtualGraph, planned on several IPUs; one IPU exactly as without the flag."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +54,14 @@ def test_one_ipu_is_byte_identical_to_no_flag(tmp_path):
 def test_a_placed_model_is_planned_on_the_ipus_it_names(tmp_path):
     model = chain(tmp_path / "placed.onnx", [0, 0, 1, 1])
     status, out, err = run("plan", str(model), "--tiles", str(TILES), "--out",
-                           str(tmp_path / "plan.json"))
+                           str(tmp_path / "plan.json"), "--report", str(tmp_path / "report"))
     assert status == 0, err
+    layer = 4 * (WIDTH * WIDTH + WIDTH)  # bytes of a layer's weight and bias
+    assert f"IPU 0: w0 … b1 (4 weights, {2 * layer:,} B)" in out  # in the order read
+    assert f"IPU 1: w2 … b3 (4 weights, {2 * layer:,} B)" in out
+    assert "of IPU " in out  # the fullest tile named on its IPU
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "<h3>IPUs</h3>" in page and "w2 … b3" in page.replace("<wbr>", "")
     document = json.loads((tmp_path / "plan.json").read_text())
     validate_plan(document)
     assert document["target"]["ipus"] == 2
@@ -66,14 +75,15 @@ def test_a_placed_model_is_planned_on_the_ipus_it_names(tmp_path):
     assert "IPU 1 peak tile memory" in out and "IPU-copy bytes" in out
 
 
-def test_an_unplaced_model_is_split_by_auto_virtual_graph(tmp_path):
+def test_an_unplaced_model_is_split_by_ours_and_the_baseline_by_popart(tmp_path):
     model = chain(tmp_path / "plain.onnx", None)
     status, _, err = run("plan", str(model), "--tiles", str(TILES), "--ipus", "4", "--quiet",
                          "--out", str(tmp_path / "plan.json"))
     assert status == 0, err
     document = json.loads((tmp_path / "plan.json").read_text())
     assert [document["tensors"][f"w{k}"]["ipu"] for k in range(4)] == [0, 1, 2, 3]
-    assert document["summary"]["ours"]["ipu_copy_bytes"] == 3 * 8 * WIDTH * 4
+    for plan in ("ours", "popart"):
+        assert document["summary"][plan]["ipu_copy_bytes"] == 3 * 8 * WIDTH * 4
 
 
 def test_bad_ipu_counts_are_one_line_and_exit_2(tmp_path):
@@ -85,7 +95,7 @@ def test_bad_ipu_counts_are_one_line_and_exit_2(tmp_path):
         (("plan", str(placed), "--ipus", "2", "--out", str(out)),
          "op MatMul#"),
         (("plan", str(plain), "--ipus", "4", "--out", str(out)),
-         "IPUs, not 4"),
+         "too few for 4 IPUs"),
     ]
     for argv, message in cases:
         status, _, err = run(*argv, "--tiles", str(TILES))
@@ -93,3 +103,17 @@ def test_bad_ipu_counts_are_one_line_and_exit_2(tmp_path):
         assert not out.exists()
     status, _, err = run("plan", str(placed), "--ipus", "2", "--tiles", str(TILES))
     assert "is placed on IPU 2 (__ipu_number), but the machine has 2 IPUs" in err
+
+
+def test_a_split_plan_is_byte_identical_under_other_hash_seeds(tmp_path):
+    model = chain(tmp_path / "plain.onnx", None)
+    plans = []
+    for seed in ("0", "4242"):
+        out = tmp_path / f"plan{seed}.json"
+        argv = ["plan", str(model), "--ipus", "4", "--tiles", str(TILES), "--quiet",
+                "--out", str(out)]
+        code = f"from popart_unwind.cli import main; raise SystemExit(main({argv!r}))"
+        subprocess.run([sys.executable, "-P", "-c", code], check=True, timeout=300,
+                       env=dict(os.environ, PYTHONHASHSEED=seed))
+        plans.append(out.read_bytes())
+    assert plans[0] == plans[1] and b'"per_ipu"' in plans[0]

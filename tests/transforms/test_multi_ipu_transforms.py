@@ -4,6 +4,7 @@ between them."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms.auto_virtual_graph import split_forward
+from popart_unwind.transforms.split_by_memory import CROSSING_SLACK, choose_split, held_per_ipu
 
 from popart_unwind import transforms
 from popart_unwind.errors import OptionError, TransformError
@@ -119,6 +121,9 @@ def test_off_adds_no_transform_and_one_ipu_needs_no_mode():
     assert "InterIpuCopy" not in transforms.registry.pipeline_names(SessionOptions())
     names = transforms.registry.pipeline_names(SessionOptions(ipus=2,
                                                               virtual_graph_mode="auto"))
+    assert names[-3:] == ["SplitByMemory", "InterIpuCopy", "UnwindLayouts"]
+    names = transforms.registry.pipeline_names(SessionOptions(
+        ipus=2, virtual_graph_mode="auto", auto_split="popart"))
     assert names[-3:] == ["AutoVirtualGraph", "InterIpuCopy", "UnwindLayouts"]
     with pytest.raises(OptionError, match="virtual_graph_mode is off"):
         SessionOptions(ipus=2)
@@ -175,7 +180,7 @@ def test_a_chain_is_cut_where_popart_cuts_it(widths, ipus, weighted):
 
 def test_four_equal_layers_split_two_by_two_and_the_cut_op_stays_before():
     ir = chain_model([WIDTH] * 4)
-    _options(ir, ipus=2, virtual_graph_mode="auto")
+    _options(ir, ipus=2, virtual_graph_mode="auto", auto_split="popart")
     _run(ir)
     ops = ir.main_graph.schedule()
     placed = [(op.type.name, op.settings.vgraph_id) for op in ops]
@@ -186,8 +191,12 @@ def test_four_equal_layers_split_two_by_two_and_the_cut_op_stays_before():
 
 def test_too_few_places_to_cut_is_one_clear_error():
     ir = chain_model([WIDTH])
-    _options(ir, ipus=4, virtual_graph_mode="auto")
+    _options(ir, ipus=4, virtual_graph_mode="auto", auto_split="popart")
     with pytest.raises(TransformError, match="cut the model for 2 IPUs, not 4"):
+        _run(ir)
+    ir = chain_model([WIDTH])
+    _options(ir, ipus=4, virtual_graph_mode="auto")
+    with pytest.raises(TransformError, match="SplitByMemory found 1 places to cut"):
         _run(ir)
 
 
@@ -204,7 +213,7 @@ def gpt2_on_four() -> Ir:
 
     module, args = make_models.tiny_model("gpt2", "training")
     ir = Ir.from_torch(module, args, training=True, options=SessionOptions(
-        enable_unwind_layouts=False, ipus=4, virtual_graph_mode="auto"))
+        enable_unwind_layouts=False, ipus=4, virtual_graph_mode="auto", auto_split="popart"))
     transforms.run_pipeline(ir)
     return ir
 
@@ -265,3 +274,60 @@ def test_blocks_place_a_torch_model_as_begin_block_does():
                                         r"after block 'model.transformer.h.1'"):
         Ir.from_torch(module, args, blocks={"model.transformer.h.1": 1,
                                             "model.transformer.h.0": 2})
+
+
+# -- SplitByMemory -----------------------------------------------------------------------
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_our_split_is_the_most_even_of_those_holding_least_on_the_fullest_ipu(data):
+    """Brute force over every cut at the allowed places (the narrowest of their
+    neighbourhoods): ours has the least bytes on its fullest IPU and, among such cuts, the
+    least sum of squares."""
+    n = data.draw(st.integers(3, 9))
+    ipus = data.draw(st.integers(2, 4))
+    held = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    crossing = [0, *data.draw(st.lists(st.integers(1, 3), min_size=n - 1, max_size=n - 1))]
+    tied = (0, n - 1) if n >= 4 and data.draw(st.booleans()) else (-1, n)
+    start, head = tied[0] + 1, tied[1]
+    inside = list(range(max(start, 1), head))
+    window = max(1, len(inside) // (8 * ipus))
+    allowed = [k for at, k in enumerate(inside) if crossing[k] <= CROSSING_SLACK * min(
+        crossing[j] for j in inside[max(0, at - window):at + window + 1])]
+    fixed = sum(held[:start]) + sum(held[head:])
+
+    def loads(cuts: tuple[int, ...]) -> list[int]:
+        bounds = [start, *cuts, head]
+        return [sum(held[a:b]) + (fixed if i == 0 else 0)
+                for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+
+    candidates = [cuts for cuts in itertools.combinations(allowed, ipus - 1)
+                  if cuts[0] > start or (cuts[0] == start and start >= 1)]
+    if not candidates:
+        with pytest.raises(TransformError):
+            choose_split(held, crossing, tied, ipus)
+        return
+    best = min((max(loads(c)), sum(x * x for x in loads(c))) for c in candidates)
+    split = choose_split(held, crossing, tied, ipus)
+    ours = loads(split.cuts)
+    assert (max(ours), sum(x * x for x in ours)) == best
+    assert held_per_ipu(split, held, ipus) == ours
+
+
+def test_our_split_keeps_a_tied_head_with_its_table():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if str(MODELS_DIR) not in sys.path:
+        sys.path.insert(0, str(MODELS_DIR))
+    import make_models
+
+    module, args = make_models.tiny_model("gpt2", "forward")
+    ir = Ir.from_torch(module, args, options=SessionOptions(
+        enable_unwind_layouts=False, ipus=4, virtual_graph_mode="auto"))
+    transforms.run_pipeline(ir)
+    main = ir.main_graph
+    table = next(t for t in main.producerless_tensors()
+                 if t.tensor_type.name == "VARIABLE" and len(t.consumers) > 1
+                 and t.nelms() == max(u.nelms() for u in main.producerless_tensors()))
+    assert {op_ipu(op) for op in table.consumers} == {0}
+    assert not any(op.type.name == IPU_COPY and op.input(0) is table for op in main.ops)
+    assert {op_ipu(op) for op in main.ops} == {0, 1, 2, 3}
