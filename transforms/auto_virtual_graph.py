@@ -257,8 +257,8 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
       an op whose results reach only updates of that IPU's weights (a weight's gradient)
       there too;
     - an op reading activations (forward results that depend on the model's inputs or
-      weights, not masks made of constants; and views or functions of activations alone,
-      which the backward pass takes early), weights or streamed inputs on the highest IPU
+      weights, not masks made of constants; and views of activations, which the backward
+      pass takes early), weights or streamed inputs on the highest IPU
       among the activations' producers and the weights' and inputs' lowest forward
       readers: its layer's (an embedding's gradient with the lookup, reading its indices);
     - an op reading only gradients (results of this pass that depend on activations) on
@@ -294,8 +294,9 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
             apart.append(op)
             continue
         placement[op.id] = choice
-        derived = all(t.id in activation or t.producer is None for t in op.inputs)
-        (activation if derived else gradient).update(t.id for t in op.outputs)
+        view = registry.layout_rule(op).kind == "view" and all(
+            t.id in activation or t.producer is None for t in op.inputs)
+        (activation if view else gradient).update(t.id for t in op.outputs)
     for op in reversed(apart):
         readers = [placement[r.id] for t in op.outputs for r in t.consumers
                    if r.id in placement]
