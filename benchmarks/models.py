@@ -283,9 +283,16 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
     if job["frontend"] == "onnx" and job["kind"] == "training" and \
             job["model"] in make_models().ONNX_TRAINING_UNSUPPORTED:
         return {**job, "failed": "no ONNX export (the exporter has no convolution backward)"}
+    return run_child(job, timeout, _child, job_name)
+
+
+def run_child(job: dict[str, Any], timeout: float, target: Any, name: Any) -> dict[str, Any]:
+    """``target(job, report)`` in a fresh process, which puts ``("stage", text)`` as it goes
+    (printed with ``name(job)``) and then ``("done", row)`` or ``("failed", why)``: the
+    job with the row, or with why there is none (a timeout, a dead process)."""
     context = multiprocessing.get_context("spawn")
     report = context.Queue()
-    process = context.Process(target=_child, args=(job, report), daemon=True)
+    process = context.Process(target=target, args=(job, report), daemon=True)
     began = time.perf_counter()
     process.start()
     stage, outcome = "start", None
@@ -300,7 +307,7 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
             continue
         if kind == "stage":
             stage = data
-            print(f"  {job_name(job)}: {stage} ...", file=sys.stderr, flush=True)
+            print(f"  {name(job)}: {stage} ...", file=sys.stderr, flush=True)
         elif kind == "done":
             outcome = data
         else:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import queue
 import sys
 import time
 from pathlib import Path
@@ -142,28 +140,9 @@ def _child(job: dict[str, Any], report: Any) -> None:
 
 
 def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    report = context.Queue()
-    process = context.Process(target=_child, args=(job, report), daemon=True)
     began = time.perf_counter()
-    process.start()
-    outcome = None
-    while outcome is None:
-        left = timeout - (time.perf_counter() - began)
-        try:
-            kind, data = report.get(timeout=max(left, 0.01))
-        except queue.Empty:
-            if not process.is_alive() or left <= 0:
-                outcome = {"failed": "timed out" if process.is_alive() else "process died"}
-            continue
-        if kind == "stage":
-            print(f"  {name_of(job)}: {data} ...", file=sys.stderr, flush=True)
-        else:
-            outcome = data if kind == "done" else {"failed": data}
-    if process.is_alive():
-        process.terminate()
-    process.join()
-    return {**job, **outcome, "total_s": time.perf_counter() - began}
+    row = models.run_child(job, timeout, _child, name_of)
+    return {**row, "total_s": time.perf_counter() - began}
 
 
 def name_of(job: dict[str, Any]) -> str:

@@ -46,13 +46,19 @@ class _Parser(argparse.ArgumentParser):
 MAX_TILES_PER_IPU = 16_384
 
 
-def _tiles(text: str) -> int:
+def _positive(option: str, text: str) -> int:
+    """``text`` as a positive whole number, or the one-line usage error of ``option``."""
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--tiles must be a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{option} must be a positive integer, got {text!r}")
+    return value
+
+
+def _tiles(text: str) -> int:
+    value = _positive("--tiles", text)
     if value > MAX_TILES_PER_IPU:
         raise argparse.ArgumentTypeError(
             f"--tiles must be at most {MAX_TILES_PER_IPU:,} (one IPU; a GC200 has 1,472), "
@@ -61,13 +67,7 @@ def _tiles(text: str) -> int:
 
 
 def _ipus(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--ipus must be a positive integer, got {text!r}")
-    return value
+    return _positive("--ipus", text)
 
 
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError
@@ -70,22 +71,34 @@ class AutoVirtualGraph(Transform):
                            Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
 
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
-        ir = graph.ir
-        if ir.options.virtual_graph_mode != "auto" or ir.options.auto_split != "popart":
+        options = graph.ir.options
+        if options.virtual_graph_mode != "auto" or options.auto_split != "popart":
             return False
-        main = ir.main_graph
-        schedule = main.schedule()
-        loss = ir.final_loss_id
-        training = loss is not None and main.has_tensor(loss)
-        forward = forward_ops(main, main.tensor(loss)) if training else schedule
-        forward_ids = {op.id for op in forward}
-        ipus = ir.options.ipus
-        placement = split_forward(forward, forward_ids, training, ipus,
-                                  ir.options.virtual_graph_split_ratios)
-        place_backward(schedule, forward_ids, placement, self.op_registry)
-        for op in schedule:
-            rewriter.set_placement(op, "vgraph_id", placement[op.id])
-        return rewriter.changes > 0
+        return apply_split(graph, rewriter, self.op_registry, lambda forward, ids, training:
+                           split_forward(forward, ids, training, options.ipus,
+                                         options.virtual_graph_split_ratios))
+
+
+#: A split of the forward pass: (forward ops, their ids, training?) -> op id -> IPU.
+ForwardSplitter = Callable[[list["Op"], set[int], bool], dict[int, int]]
+
+
+def apply_split(graph: Graph, rewriter: Rewriter, registry: OpRegistry,
+                split: ForwardSplitter) -> bool:
+    """Place the main graph's forward pass by ``split``, then its backward pass
+    (``place_backward``), through ``rewriter``; whether anything changed."""
+    ir = graph.ir
+    main = ir.main_graph
+    schedule = main.schedule()
+    loss = ir.final_loss_id
+    training = loss is not None and main.has_tensor(loss)
+    forward = forward_ops(main, main.tensor(loss)) if training else schedule
+    forward_ids = {op.id for op in forward}
+    placement = split(forward, forward_ids, training)
+    place_backward(schedule, forward_ids, placement, registry)
+    for op in schedule:
+        rewriter.set_placement(op, "vgraph_id", placement[op.id])
+    return rewriter.changes > 0
 
 
 def op_cost(op: Op, forward_ids: set[int], training: bool,

@@ -23,7 +23,7 @@ rule is AutoVirtualGraph, which the PopART baseline uses). Where it differs from
 
 A result made of weights alone (a traced linear layer's transposed weight) counts as its
 weights and goes with the op reading it. The backward pass is placed as AutoVirtualGraph
-places it (``place_backward``).
+places it (``apply_split``).
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ir.weights import is_weight_op, weight_derived, weights_read
 
-from .auto_virtual_graph import nbytes, place_backward, place_with_readers
+from .auto_virtual_graph import apply_split, nbytes, place_with_readers
 from .base import Transform
 from .conditions import Condition
-from .helpers import forward_ops
 from .registry import SPLIT_BY_MEMORY, register
 
 if TYPE_CHECKING:
@@ -65,20 +64,11 @@ class SplitByMemory(Transform):
                            Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
 
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
-        ir = graph.ir
-        if ir.options.virtual_graph_mode != "auto" or ir.options.auto_split != "memory":
+        options = graph.ir.options
+        if options.virtual_graph_mode != "auto" or options.auto_split != "memory":
             return False
-        main = ir.main_graph
-        schedule = main.schedule()
-        loss = ir.final_loss_id
-        training = loss is not None and main.has_tensor(loss)
-        forward = forward_ops(main, main.tensor(loss)) if training else schedule
-        forward_ids = {op.id for op in forward}
-        placement = split_by_memory(forward, forward_ids, training, ir.options.ipus)
-        place_backward(schedule, forward_ids, placement, self.op_registry)
-        for op in schedule:
-            rewriter.set_placement(op, "vgraph_id", placement[op.id])
-        return rewriter.changes > 0
+        return apply_split(graph, rewriter, self.op_registry, lambda forward, ids, training:
+                           split_by_memory(forward, ids, training, options.ipus))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@ between them."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import sys
@@ -33,21 +34,13 @@ def chain_model(widths: list[int], placement: list[int] | None = None) -> Ir:
     h = b.add_input_tensor(np.float32, (4, WIDTH), "x")
     width = WIDTH
     for k, out in enumerate(widths):
-        scope = b.virtual_graph(placement[k]) if placement else _nothing()
+        scope = b.virtual_graph(placement[k]) if placement else contextlib.nullcontext()
         with scope:
             w = b.add_initialized_input_tensor(np.ones((width, out), np.float32), f"w{k}")
             h = b.ai_onnx.relu([b.ai_onnx.matmul([h, w])])
         width = out
     b.add_output_tensor(h)
     return b.ir()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _options(ir: Ir, **values: object) -> None:
