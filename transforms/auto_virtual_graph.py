@@ -35,7 +35,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
@@ -50,11 +50,38 @@ from .registry import AUTO_VIRTUAL_GRAPH, register
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Op, Tensor
     from popart_unwind.ops import OpRegistry
+    from popart_unwind.options import SessionOptions
     from popart_unwind.rewrite import Rewriter
+
+#: A split of the forward pass: (forward ops, their ids, training?) -> op id -> IPU.
+ForwardSplitter = Callable[[list["Op"], set[int], bool], dict[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitTransform(Transform):
+    """A split of the main graph over IPUs: runs under ``virtual_graph_mode = auto`` when
+    ``SessionOptions.auto_split`` names it, places the forward pass by ``forward_split``
+    and the backward pass by ``place_backward``. Guarantees VGRAPH and keeps the rest."""
+
+    auto_split: ClassVar[str] = ""
+    assumes = frozenset({Condition.SHAPES_KNOWN})
+    guarantees = frozenset({Condition.VGRAPH})
+    preserves = frozenset({Condition.NO_INPLACE, Condition.NO_IPU_COPY, Condition.PSTAGE,
+                           Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
+
+    def forward_split(self, options: SessionOptions) -> ForwardSplitter:
+        raise NotImplementedError
+
+    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
+        options = graph.ir.options
+        if options.virtual_graph_mode != "auto" or options.auto_split != self.auto_split:
+            return False
+        return apply_split(graph, rewriter, self.op_registry, self.forward_split(options))
+
 
 @register
 @dataclasses.dataclass(frozen=True)
-class AutoVirtualGraph(Transform):
+class AutoVirtualGraph(SplitTransform):
     """Place every main-graph op on one of ``SessionOptions.ipus`` IPUs by PopART's rule
     (module docstring). Does nothing unless ``virtual_graph_mode`` is ``auto`` and
     ``auto_split`` is ``popart``; a placement already on the model is replaced, as
@@ -65,22 +92,11 @@ class AutoVirtualGraph(Transform):
 
     id = 10
     name = AUTO_VIRTUAL_GRAPH
-    assumes = frozenset({Condition.SHAPES_KNOWN})
-    guarantees = frozenset({Condition.VGRAPH})
-    preserves = frozenset({Condition.NO_INPLACE, Condition.NO_IPU_COPY, Condition.PSTAGE,
-                           Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
+    auto_split = "popart"
 
-    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
-        options = graph.ir.options
-        if options.virtual_graph_mode != "auto" or options.auto_split != "popart":
-            return False
-        return apply_split(graph, rewriter, self.op_registry, lambda forward, ids, training:
-                           split_forward(forward, ids, training, options.ipus,
-                                         options.virtual_graph_split_ratios))
-
-
-#: A split of the forward pass: (forward ops, their ids, training?) -> op id -> IPU.
-ForwardSplitter = Callable[[list["Op"], set[int], bool], dict[int, int]]
+    def forward_split(self, options: SessionOptions) -> ForwardSplitter:
+        return lambda forward, ids, training: split_forward(
+            forward, ids, training, options.ipus, options.virtual_graph_split_ratios)
 
 
 def apply_split(graph: Graph, rewriter: Rewriter, registry: OpRegistry,

@@ -23,7 +23,7 @@ rule is AutoVirtualGraph, which the PopART baseline uses). Where it differs from
 
 A result made of weights alone (a traced linear layer's transposed weight) counts as its
 weights and goes with the op reading it. The backward pass is placed as AutoVirtualGraph
-places it (``apply_split``).
+places it (``SplitTransform``).
 """
 
 from __future__ import annotations
@@ -35,14 +35,12 @@ from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ir.weights import is_weight_op, weight_derived, weights_read
 
-from .auto_virtual_graph import apply_split, nbytes, place_with_readers
-from .base import Transform
-from .conditions import Condition
+from .auto_virtual_graph import ForwardSplitter, SplitTransform, nbytes, place_with_readers
 from .registry import SPLIT_BY_MEMORY, register
 
 if TYPE_CHECKING:
-    from popart_unwind.ir import Graph, Op, Tensor
-    from popart_unwind.rewrite import Rewriter
+    from popart_unwind.ir import Op, Tensor
+    from popart_unwind.options import SessionOptions
 
 #: A cut may fall where the bytes crossing it are at most this many times the fewest any
 #: cut of the range lets cross.
@@ -51,24 +49,18 @@ CROSSING_SLACK = 1.5
 
 @register
 @dataclasses.dataclass(frozen=True)
-class SplitByMemory(Transform):
+class SplitByMemory(SplitTransform):
     """Place every main-graph op on one of ``SessionOptions.ipus`` IPUs, balancing the
     bytes each holds (module docstring). Does nothing unless ``virtual_graph_mode`` is
     ``auto`` and ``auto_split`` is ``memory``. Guarantees VGRAPH."""
 
     id = 12
     name = SPLIT_BY_MEMORY
-    assumes = frozenset({Condition.SHAPES_KNOWN})
-    guarantees = frozenset({Condition.VGRAPH})
-    preserves = frozenset({Condition.NO_INPLACE, Condition.NO_IPU_COPY, Condition.PSTAGE,
-                           Condition.EPHASE, Condition.BPHASE, Condition.SHAPES_KNOWN})
+    auto_split = "memory"
 
-    def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
-        options = graph.ir.options
-        if options.virtual_graph_mode != "auto" or options.auto_split != "memory":
-            return False
-        return apply_split(graph, rewriter, self.op_registry, lambda forward, ids, training:
-                           split_by_memory(forward, ids, training, options.ipus))
+    def forward_split(self, options: SessionOptions) -> ForwardSplitter:
+        return lambda forward, ids, training: split_by_memory(forward, ids, training,
+                                                              options.ipus)
 
 
 @dataclasses.dataclass(frozen=True)
