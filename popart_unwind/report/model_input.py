@@ -109,14 +109,17 @@ def _load_factory(spec: str, training: bool) -> Ir:
         made = factory()
     except Exception as error:
         raise ModelImportError(f"{spec}() failed: {_first_line(error)}") from None
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise ModelImportError(f"{spec}() must return (torch module, example_args tuple), "
-                               f"got {type(made).__name__}")
-    module_object, example_args = made
+    if not (isinstance(made, tuple) and len(made) in (2, 3)) or (
+            len(made) == 3 and not isinstance(made[2], dict)):
+        raise ModelImportError(f"{spec}() must return (torch module, example_args tuple) or "
+                               f"(torch module, example_args, blocks dict), got "
+                               f"{type(made).__name__}")
+    module_object, example_args = made[:2]
+    blocks = made[2] if len(made) == 3 else None
     if not isinstance(example_args, tuple):
         example_args = (example_args,)
     try:  # torch's own deprecation notices are left out by the command (cli.main)
-        return Ir.from_torch(module_object, example_args, training=training)
+        return Ir.from_torch(module_object, example_args, training=training, blocks=blocks)
     except PopartUnwindError:
         raise
     except Exception as error:  # torch.export reports unsupported programs in many types

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from cli_runner import run
 from onnx import TensorProto
 from onnx import helper as oh
@@ -117,3 +118,25 @@ def test_a_split_plan_is_byte_identical_under_other_hash_seeds(tmp_path):
                        env=dict(os.environ, PYTHONHASHSEED=seed))
         plans.append(out.read_bytes())
     assert plans[0] == plans[1] and b'"per_ipu"' in plans[0]
+
+
+def test_a_factory_places_its_model_by_blocks(tmp_path, monkeypatch):
+    """``module:factory`` returning ``(module, args, blocks)``: PopTorch's BeginBlock."""
+    pytest.importorskip("torch")
+    (tmp_path / "blocked.py").write_text(
+        "import torch\n\n\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),\n"
+        "                              torch.nn.Linear(16, 16), torch.nn.ReLU())\n"
+        "    return net, (torch.randn(4, 16),), {'0': 0, '2': 1}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    status, out, err = run("plan", "blocked:make", "--tiles", str(TILES), "--out",
+                           str(tmp_path / "plan.json"))
+    assert status == 0, err
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert document["target"]["ipus"] == 2
+    assert {key: entry["ipu"] for key, entry in document["tensors"].items()
+            if key.endswith("weight")} == {"0.weight": 0, "2.weight": 1}
+    assert "IPU 1: 2 (2 weights" in out
