@@ -215,18 +215,10 @@ def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
     for asking what a producer-less tensor laid out like it would cost."""
     target = target.with_plans(op_plans or {})
     target.reset()
-    walk = _Evaluation(ir, target, mappings, REGISTRY, ir.options.unwind_valuations)
-    found: dict[str, np.ndarray] = {}
-    record = walk.write
-
-    def write(tensor: Tensor, value: Any) -> None:
-        if tensor.graph is ir.main_graph and tensor.id in tensor_ids:
-            found[tensor.id] = np.array(expanded(value, _numel(tensor), walk.num_tiles))
-        record(tensor, value)
-
-    walk.write = write  # type: ignore[method-assign]
+    walk = _Recording(ir, target, mappings, REGISTRY, ir.options.unwind_valuations,
+                      set(tensor_ids))
     walk.report()
-    return found
+    return walk.found
 
 
 def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
@@ -567,6 +559,21 @@ class _Evaluation(Interpreter):
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
         return _given_tiles(tensor, self.target, self.mappings, required=False)
+
+
+class _Recording(_Evaluation):
+    """The cost walk, keeping a copy of the layouts of the main-graph tensors ``wanted``."""
+
+    def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
+                 registry: Any, valuations: Any, wanted: set[str]) -> None:
+        super().__init__(ir, target, mappings, registry, valuations)
+        self.wanted = wanted
+        self.found: dict[str, np.ndarray] = {}
+
+    def write(self, tensor: Tensor, value: Any) -> None:
+        if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
+            self.found[tensor.id] = np.array(expanded(value, _numel(tensor), self.num_tiles))
+        super().write(tensor, value)
 
 
 def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
