@@ -4,9 +4,9 @@ For ``virtual_graph_mode = auto`` with ``auto_split = memory`` (the default; Pop
 rule is AutoVirtualGraph, which the PopART baseline uses). Where it differs from PopART's:
 
 - **what an IPU holds**: each weight counted once, on the IPU of its first forward reader
-  (twice in a training step: its gradient too, live until the update); in a training
-  step, each activation the backward pass reads, once, on its producer's IPU (PopART
-  counts a weight once per reader, and an activation at both ends);
+  (in a training step with a gradient per forward reader, live until the update); in a
+  training step, each activation the backward pass reads, once, on its producer's IPU
+  (PopART counts a weight once per reader, and an activation at both ends);
 - **a tied weight stays with its readers**: when one weight is read at both ends of the
   forward pass (a tied embedding and LM head: readers more than half the pass apart), the
   ops from its last reader on (the head, the loss) join the IPU of its first reader, as
@@ -96,9 +96,14 @@ def split_by_memory(forward: list[Op], forward_ids: set[int], training: bool,
 def held_bytes(forward: list[Op], forward_ids: set[int], training: bool,
                derived: dict[str, tuple[Tensor, ...]]) -> list[int]:
     """What each forward op puts on its IPU: the weights it is the first to read (itself
-    or through a transposed weight, ``derived``), twice in a training step (the weight and
-    its gradient, which lives until the update at the step's end), and in a training step
-    its results the backward pass reads."""
+    or through a transposed weight, ``derived``), in a training step with one gradient of
+    the whole weight per forward reader (they live until the update at the step's end: a
+    tied table has two and their sum), and in a training step its results the backward
+    pass reads."""
+    readers: dict[str, int] = {}
+    for op in forward:
+        for tensor in weights_read(op, derived):
+            readers[tensor.id] = readers.get(tensor.id, 0) + 1
     seen: set[str] = set()
     held = []
     for op in forward:
@@ -106,7 +111,7 @@ def held_bytes(forward: list[Op], forward_ids: set[int], training: bool,
         for tensor in weights_read(op, derived):
             if tensor.id not in seen:
                 seen.add(tensor.id)
-                total += nbytes(tensor) * (2 if training else 1)
+                total += nbytes(tensor) * (1 + readers[tensor.id] if training else 1)
         if training:
             total += sum(nbytes(t) for t in op.outputs
                          if any(r.id not in forward_ids for r in t.consumers))
