@@ -42,9 +42,12 @@ if TYPE_CHECKING:
     from popart_unwind.ir import Op, Tensor
     from popart_unwind.options import SessionOptions
 
-#: A cut may fall where the bytes crossing it are at most this many times the fewest any
-#: cut of the range lets cross.
+#: A cut may fall where the bytes crossing it are at most this many times the fewest of
+#: any place near it.
 CROSSING_SLACK = 1.5
+#: The most places to cut the even split's dynamic programme weighs (its work grows with
+#: their square); more are thinned evenly.
+MAX_EVEN_CUTS = 400
 
 
 @register
@@ -177,14 +180,20 @@ def choose_split(held: list[int], crossing: list[int], tied: tuple[int, int],
             low = bound + 1
         else:
             high = bound
-    return ForwardSplit(start, head, _balanced_cuts(held, allowed, start, head, fixed, low,
-                                                    ipus))
+    # the most even split within the bound, over at most MAX_EVEN_CUTS places (evenly
+    # thinned beyond: quadratic work); else the greedy cut, which meets the bound
+    step = -(-len(allowed) // MAX_EVEN_CUTS)
+    cuts = _balanced_cuts(held, allowed[::step], start, head, fixed, low, ipus)
+    if cuts is None:
+        cuts = tuple(_greedy_cuts(held, allowed, start, head, fixed, low, ipus) or ())
+    return ForwardSplit(start, head, cuts)
 
 
 def _balanced_cuts(held: list[int], allowed: list[int], start: int, head: int, fixed: int,
-                   bound: int, ipus: int) -> tuple[int, ...]:
+                   bound: int, ipus: int) -> tuple[int, ...] | None:
     """Of the cuts keeping every IPU within ``bound``, the one whose IPUs' bytes have the
-    least sum of squares (the most even), by dynamic programming over the allowed cuts."""
+    least sum of squares (the most even), by dynamic programming over the allowed cuts;
+    None when none is within the bound."""
     prefix = {start: 0}
     running = 0
     for k in range(start, head):
@@ -211,9 +220,7 @@ def _balanced_cuts(held: list[int], allowed: list[int], start: int, head: int, f
         best = after
     finished = [(cost + load(begin, head) ** 2, cuts) for begin, (cost, cuts) in best.items()
                 if load(begin, head) <= bound]
-    if not finished:  # not reached: the bound was found feasible with these cuts
-        raise TransformError(f"SplitByMemory found no split within {bound} bytes per IPU")
-    return min(finished)[1]
+    return min(finished)[1] if finished else None
 
 
 def _allowed_cuts(crossing: list[int], start: int, head: int, ipus: int) -> list[int]:
