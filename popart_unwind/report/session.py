@@ -139,19 +139,17 @@ def transform(ir: Ir) -> Ir:
 
     names = [name for name in registry.pipeline_names(ir.options)
              if name != registry.UNWIND_LAYOUTS]
-    placing = [name for name in names if name in PLACEMENT_TRANSFORMS]
+    placement = (registry.SPLIT_BY_MEMORY, registry.AUTO_VIRTUAL_GRAPH,
+                 registry.INTER_IPU_COPY)  # last before the planner
+    placing = [name for name in names if name in placement]
     registry.run_pipeline(ir, [name for name in names if name not in placing])
     baseline = ir.copy() if registry.SPLIT_BY_MEMORY in placing else ir
     registry.run_pipeline(ir, placing)
     if baseline is not ir:
         baseline.options = dataclasses.replace(ir.options, auto_split="popart")
         registry.run_pipeline(baseline, [name for name in registry.pipeline_names(
-            baseline.options) if name in PLACEMENT_TRANSFORMS])
+            baseline.options) if name in placement])
     return baseline
-
-
-#: The transforms that place ops on IPUs, last before the planner.
-PLACEMENT_TRANSFORMS = ("SplitByMemory", "AutoVirtualGraph", "InterIpuCopy")
 
 
 def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
@@ -250,7 +248,8 @@ def placed_options(ir: Ir, ipus: int | None) -> SessionOptions:
     """The session's options for a machine of ``ipus`` IPUs (None: as many as the model's
     placement names, one when it has none), as the command's ``--ipus`` sets them: a model
     placed by its ``__ipu_number`` attributes keeps its placement (``manual``), another is
-    split by AutoVirtualGraph (``auto``) when there is more than one IPU. A mode or IPU
+    split for it (``auto``: SplitByMemory, the PopART baseline by AutoVirtualGraph) when
+    there is more than one IPU. A mode or IPU
     count set as a session option is kept. A placement naming an IPU the machine lacks is
     a PlanError naming the op."""
     options = ir.options
