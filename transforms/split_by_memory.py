@@ -271,7 +271,7 @@ def _greedy_cuts(held: list[int], allowed: list[int], start: int, head: int, fix
 
 
 def held_per_ipu(split: ForwardSplit, held: list[int], ipus: int) -> list[int]:
-    """Bytes each IPU holds under ``split`` (for tests and reports)."""
+    """Bytes each IPU holds under ``split``: what the cut balances."""
     totals = [0] * ipus
     for k, value in enumerate(held):
         totals[split.ipu_of(k)] += value

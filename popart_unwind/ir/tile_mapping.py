@@ -45,6 +45,15 @@ def tile_array(mapping: TileMapping | TileIntervals, num_elements: int, num_tile
     return tiles_from_intervals(pairs, owners, num_elements, num_tiles, what)
 
 
+def read_only_tiles(mapping: TileMapping | TileIntervals, num_elements: int, num_tiles: int,
+                    what: str = "tensor") -> np.ndarray:
+    """``tile_array``, read-only: what a held layout hands its readers, none of which may
+    change the plan through it."""
+    tiles = tile_array(mapping, num_elements, num_tiles, what)
+    tiles.flags.writeable = False
+    return tiles
+
+
 def tiles_from_intervals(pairs: np.ndarray, owners: np.ndarray, num_elements: int,
                          num_tiles: int, what: str = "tensor") -> np.ndarray:
     """Each element's tile from (begin, end) rows and the tile owning each row, checking
@@ -270,9 +279,7 @@ class ExpandedLayouts(Mapping):
         layout = self.held[key]
         if not isinstance(layout, TileIntervals):
             return layout
-        tiles = tile_array(layout, layout.num_elements, self.num_tiles, repr(key))
-        tiles.flags.writeable = False
-        return tiles
+        return read_only_tiles(layout, layout.num_elements, self.num_tiles, repr(key))
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return iter(self.held)

@@ -22,7 +22,7 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_dtype, tile_mapping
+from popart_unwind.ir.tile_mapping import TileIntervals, read_only_tiles, tile_dtype, tile_mapping
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.registry import OpRegistry
@@ -56,10 +56,8 @@ class PlannedTensor:
     @property
     def tiles(self) -> np.ndarray:
         """Each element's tile (flat, row-major): ``tile_mapping`` expanded (read-only)."""
-        tiles = tile_array(self.tile_mapping, prod(self.shape), self.num_tiles,
-                           f"tensor {self.tensor_id!r}")
-        tiles.flags.writeable = False
-        return tiles
+        return read_only_tiles(self.tile_mapping, prod(self.shape), self.num_tiles,
+                               f"tensor {self.tensor_id!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"graph": self.graph_id, "shape": list(self.shape), "dtype": self.dtype,

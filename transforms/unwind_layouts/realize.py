@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, tile_array, tile_dtype
+from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, read_only_tiles, tile_dtype
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId
@@ -106,9 +106,7 @@ class Realizer:
         """The flat tiles of ``tensor``, computing (and remembering) them on first use."""
         found = self._tiles.get(tensor)
         if isinstance(found, TileIntervals):
-            tiles = tile_array(found, self.graph.numel(tensor), self.target.num_tiles)
-            tiles.flags.writeable = False
-            return tiles
+            return read_only_tiles(found, self.graph.numel(tensor), self.target.num_tiles)
         if found is not None:
             return found
         if tensor in self._busy:
