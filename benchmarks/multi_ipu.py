@@ -3,9 +3,9 @@ and an even layer split, each planned by us and by the PopART baseline.
 
     python benchmarks/multi_ipu.py --models gpt2 vit --kinds forward training --markdown
 
-Each model at its published width (GPT-2 small and medium, BERT-large, ViT-B/16; float32,
-as the models import here, where Graphcore trains in float16), on the IPU count of
-Graphcore's published split. Splits:
+Each model at its published width (GPT-2 small and medium, BERT-large, ViT-B/16; float32
+by default, float16 as Graphcore trains them with ``--dtype float16``), on the IPU count
+of Graphcore's published split. Splits:
 
 - ``ours``: SplitByMemory (``--ipus N`` on a model without placement);
 - ``auto``: PopART's AutoVirtualGraph (what the PopART baseline splits by);
@@ -15,10 +15,15 @@ Graphcore's published split. Splits:
   last (no block of its own).
 
 Per split and plan (ours, PopART's): each IPU's liveness peak on its busiest tile, the
-largest of them, the bytes copied between IPUs per step and the step's cycles. A training
-step is not pipelined here (the IPUs run one after another, every activation kept for the
-backward pass): pipelining, with its stash, is not modelled yet. Each graph runs in a
-process of its own.
+largest of them, the bytes copied between IPUs per step and the step's cycles. Without
+``--pipeline`` the IPUs run one after another, every activation kept for the backward
+pass. With it they run as a pipeline (InferPipelineStages, Pipeline): the table then
+shows each IPU's stash, and the cycles per micro-batch of the running pipeline; a training
+step accumulates its gradients (one accumulator per weight), as Graphcore's pipelined
+configurations do. Each graph runs in a process of its own.
+
+    python benchmarks/multi_ipu.py --models bert-large gpt2 --kinds training \
+        --splits ours graphcore --pipeline --markdown
 """
 
 from __future__ import annotations
@@ -67,9 +72,11 @@ MODELS: dict[str, tuple[str, dict[str, Any], int, dict[str, dict[str, int]]]] = 
 SPLITS = ("ours", "auto", "graphcore", "even")
 
 
-def build(model: str, kind: str) -> tuple[Any, tuple[Any, ...]]:
+def build(model: str, kind: str, dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
     """The module (returning its first output, or its own loss for training) and its
-    example inputs, at the model's published width."""
+    example inputs, at the model's published width, its weights and activations in
+    ``dtype`` (float16: ``module.half()``; what PyTorch keeps in float32, such as the
+    loss, stays so)."""
     import torch
     import transformers
 
@@ -83,7 +90,11 @@ def build(model: str, kind: str) -> tuple[Any, tuple[Any, ...]]:
         torch.manual_seed(builder.SEED)
         network = getattr(transformers, spec.model_class)(config, **spec.model_kwargs)
     module = builder._first_output_class()(network, builder.input_names(family, kind)).eval()
-    return module, builder.example_inputs(family, config, "real", kind)
+    args = builder.example_inputs(family, config, "real", kind)
+    if dtype == "float16":
+        module = module.half()
+        args = tuple(a.half() if a.is_floating_point() else a for a in args)
+    return module, args
 
 
 def run_split(job: dict[str, Any], report: Any) -> None:
@@ -100,10 +111,11 @@ def run_split(job: dict[str, Any], report: Any) -> None:
     _, _, ipus, splits = MODELS[model]
     blocks = splits.get(split) if split not in ("ours", "auto") else None
     report.put(("stage", "import"))
-    module, args = build(model, kind)
+    module, args = build(model, kind, job.get("dtype", "float32"))
     options = SessionOptions(enable_unwind_layouts=False, ipus=ipus,
                              virtual_graph_mode="auto" if blocks is None else "manual",
-                             auto_split="popart" if split == "auto" else "memory")
+                             auto_split="popart" if split == "auto" else "memory",
+                             enable_pipelining=job.get("pipeline", False))
     began = time.perf_counter()
     ir = Ir.from_torch(module, args, training=kind == "training", options=options,
                        blocks=blocks)
@@ -126,7 +138,8 @@ def run_split(job: dict[str, Any], report: Any) -> None:
         cost = evaluate(ir, target, mappings=mappings, op_plans=op_plans)
         row[name] = {"per_ipu": cost.per_ipu(), "peak": cost.peak_tile_bytes,
                      "ipu_copy_bytes": cost.ipu_copy_bytes, "cycles": cost.cycles,
-                     "exchange_bytes": cost.exchange_bytes, "fits": cost.fits}
+                     "exchange_bytes": cost.exchange_bytes, "fits": cost.fits,
+                     **({"pipeline_cycles": cost.pipeline_cycles} if cost.pipelined else {})}
     row["ops_per_ipu"] = [sum(1 for op in ir.main_graph.ops
                               if op.settings.vgraph_id == ipu) for ipu in range(ipus)]
     report.put(("done", row))
@@ -146,24 +159,35 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def name_of(job: dict[str, Any]) -> str:
-    return f"{job['model']}-{job['kind']}-{job['split']}"
+    pipelined = "-pipelined" if job.get("pipeline") else ""
+    return f"{job['model']}-{job['kind']}-{job['split']}{pipelined}-{job.get('dtype')}"
 
 
 COLUMNS = ("model", "IPUs", "split", "ops per IPU", "peak KiB per IPU, ours",
            "largest peak KiB o/P", "IPU-copy MB o", "cycles k o/P", "fits o/P", "s")
 
 
-def cells(row: dict[str, Any]) -> list[str]:
+#: With ``--pipeline``: the stash and accumulators per IPU, and cycles per micro-batch.
+PIPELINE_COLUMNS = ("model", "IPUs", "split", "ops per IPU", "peak KiB per IPU, ours",
+                    "stash MB per IPU", "accumulators MB per IPU", "largest peak KiB o/P",
+                    "IPU-copy MB o", "pipeline cycles k o/P", "fits o/P", "s")
+
+
+def cells(row: dict[str, Any], pipelined: bool = False) -> list[str]:
     title = f"{row['model']} {row['kind']}"
+    columns = PIPELINE_COLUMNS if pipelined else COLUMNS
     if "failed" in row:
-        return [title, "", row["split"], row["failed"], *[""] * (len(COLUMNS) - 4)]
+        return [title, "", row["split"], row["failed"], *[""] * (len(columns) - 4)]
     ours, popart = row["ours"], row["popart"]
     kib = " / ".join(f"{ipu['peak_tile_bytes'] / 1024:.0f}" for ipu in ours["per_ipu"])
+    cycles = "pipeline_cycles" if pipelined else "cycles"
+    held = [" / ".join(f"{ipu[name] / 1e6:.1f}" for ipu in ours["per_ipu"])
+            for name in ("stash_bytes", "accumulator_bytes")] if pipelined else []
     return [title, str(len(ours["per_ipu"])), row["split"],
-            " / ".join(str(n) for n in row["ops_per_ipu"]), kib,
+            " / ".join(str(n) for n in row["ops_per_ipu"]), kib, *held,
             f"{ours['peak'] / 1024:,.1f} / {popart['peak'] / 1024:,.1f}",
             f"{ours['ipu_copy_bytes'] / 1e6:,.1f}",
-            f"{ours['cycles'] / 1e3:,.0f} / {popart['cycles'] / 1e3:,.0f}",
+            f"{ours[cycles] / 1e3:,.0f} / {popart[cycles] / 1e3:,.0f}",
             f"{'yes' if ours['fits'] else 'no'} / {'yes' if popart['fits'] else 'no'}",
             f"{row['total_s']:.0f}"]
 
@@ -175,6 +199,11 @@ def main() -> None:
                         choices=["forward", "training"])
     parser.add_argument("--splits", nargs="+", default=list(SPLITS), choices=SPLITS)
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                        help="the models' weights and activations (Graphcore trains these "
+                             "models in float16)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="run the IPUs as a pipeline (stages, stashes)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     args = parser.parse_args()
@@ -184,12 +213,15 @@ def main() -> None:
             for split in args.splits:
                 if split not in ("ours", "auto") and split not in MODELS[model][3]:
                     continue  # no split of that kind published (ViT's is even)
-                rows.append(run_job({"model": model, "kind": kind, "split": split},
+                rows.append(run_job({"model": model, "kind": kind, "split": split,
+                                     "pipeline": args.pipeline, "dtype": args.dtype},
                                     args.timeout))
-                print(" | ".join(cells(rows[-1])), file=sys.stderr, flush=True)
+                print(" | ".join(cells(rows[-1], args.pipeline)), file=sys.stderr,
+                      flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1, sort_keys=True))
-    models.print_table(COLUMNS, [cells(row) for row in rows], args.markdown)
+    models.print_table(PIPELINE_COLUMNS if args.pipeline else COLUMNS,
+                       [cells(row, args.pipeline) for row in rows], args.markdown)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ipus", metavar="N", type=_ipus, default=None,
                         help="IPUs of the machine, each of --tiles tiles (default: as many "
                              "as the model's placement names, else 1); a model without "
-                             "placement is split by PopART's AutoVirtualGraph")
+                             "placement is split by ours (the PopART baseline by "
+                             "AutoVirtualGraph's)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="run the IPUs as a pipeline (stages, stashes; with --ipus 2 "
+                             "or more, or a model placed on several IPUs)")
     parser.add_argument("--algo", metavar="NAME", default=None,
                         help="unwinding solver: " + ", ".join(_algorithms())
                         + " (default: the session option, deferral)")
@@ -333,7 +337,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             if onnx_out is not None:
                 proto = load_for_annotation(Path(args.model), onnx_out)
             ir.options = session_options(ir.options, args.options)
-            ir.options = placed_options(ir, args.ipus)
+            ir.options = placed_options(ir, args.ipus, args.pipeline)
         with progress.stage("transforms"):
             baseline_ir = transform(ir)
         check_planning_memory(ir)
@@ -345,7 +349,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             def load() -> Any:
                 again = _import(args)
                 again.options = session_options(again.options, args.options)
-                again.options = placed_options(again, args.ipus)
+                again.options = placed_options(again, args.ipus, args.pipeline)
                 return again
 
             with progress.stage("memory search"):

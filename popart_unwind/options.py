@@ -149,6 +149,11 @@ class SessionOptions:
     #: tied head with its table) or ``popart`` (AutoVirtualGraph, PopART's rule; the
     #: PopART baseline's split always).
     auto_split: str = "memory"
+    #: Run the IPUs as a pipeline (PopART's ``enablePipelining``; docs/multi-ipu.md): each
+    #: IPU's ops form pipeline stages (InferPipelineStages) and a tensor read again in a
+    #: later stage of its IPU is kept in a stash (Pipeline). Needs ``ipus`` > 1 (the
+    #: transforms refuse it otherwise).
+    enable_pipelining: bool = False
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10

@@ -13,9 +13,11 @@ from .canonicalize import Canonicalize
 from .conditions import Condition, check_condition, check_conditions
 from .decompose_grad_sum import DecomposeGradSum
 from .explicit_recompute import ExplicitRecompute
+from .infer_pipeline_stages import InferPipelineStages
 from .infer_shapes import InferShapes
 from .inter_ipu_copy import InterIpuCopy
 from .merge_duplicate_ops import MergeDuplicateOps
+from .pipeline import Pipeline
 from .prune import Prune
 from .registry import run_pipeline
 from .serialize_matmuls import SerializeMatMuls
@@ -25,7 +27,8 @@ from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
     "ALL_CONDITIONS", "AutoVirtualGraph", "Canonicalize", "Condition", "DecomposeGradSum",
-    "ExplicitRecompute", "InferShapes", "InterIpuCopy", "MergeDuplicateOps", "Prune",
+    "ExplicitRecompute", "InferPipelineStages", "InferShapes", "InterIpuCopy",
+    "MergeDuplicateOps", "Pipeline", "Prune",
     "SerializeMatMuls", "SplitByMemory", "SubgraphOutline", "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
     "run_pipeline",

@@ -94,7 +94,7 @@ class InterIpuCopy(Transform):
                 copied = copies.get((tensor.id, here))
                 if copied is None:
                     copied = copies[(tensor.id, here)] = _copy(tensor, home, here, op,
-                                                               rewriter)
+                                                               rewriter, position)
                 rewriter.set_input(op, index, copied)
         return rewriter.changes > 0
 
@@ -109,8 +109,21 @@ def check_placement(graph: Graph, ipus: int) -> None:
 
 
 def _copy(tensor: Tensor, source: int, destination: int, reader: Op,
-          rewriter: Rewriter) -> Tensor:
+          rewriter: Rewriter, position: dict[int, int]) -> Tensor:
     copy = rewriter.create_op(reader.graph, IPU_COPY_TYPE, [tensor],
                               attributes={DESTINATION_IPU: destination}, like=reader)
     rewriter.set_placement(copy, "vgraph_id", source)
+    if reader.settings.has("pipeline_stage"):
+        rewriter.set_placement(copy, "pipeline_stage", _copy_stage(tensor, destination,
+                                                                   position))
     return copy.output(0)
+
+
+def _copy_stage(tensor: Tensor, destination: int, position: dict[int, int]) -> int:
+    """A copy runs in the pipeline stage its tensor is made in (PopART's
+    ``setIPUCopyPipelineStage``); a copy of a tensor no op makes, in its first reader's
+    on the destination IPU."""
+    if tensor.producer is not None:
+        return tensor.producer.settings.pipeline_stage
+    readers = [op for op in tensor.consumers if op.id in position and op_ipu(op) == destination]
+    return min(op.settings.pipeline_stage for op in readers)

@@ -49,6 +49,10 @@ SUBGRAPH_OUTLINE = "SubgraphOutline"
 AUTO_VIRTUAL_GRAPH = "AutoVirtualGraph"
 SPLIT_BY_MEMORY = "SplitByMemory"
 INTER_IPU_COPY = "InterIpuCopy"
+#: The transforms that make the IPUs a pipeline; they join the pipeline (stages before
+#: InterIpuCopy, stashes after) when ``SessionOptions.enable_pipelining`` is set.
+INFER_PIPELINE_STAGES = "InferPipelineStages"
+PIPELINE = "Pipeline"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -124,8 +128,10 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
     clones back; SubgraphOutline when ``enable_outlining`` is set, after them all, as PopART
     outlines the prepared graph), then the split ``auto_split`` names (SplitByMemory or
-    AutoVirtualGraph) when ``virtual_graph_mode`` is ``auto`` and InterIpuCopy when it is
-    not ``off``, then UnwindLayouts when
+    AutoVirtualGraph) when ``virtual_graph_mode`` is ``auto``, InferPipelineStages when
+    ``enable_pipelining`` is set, InterIpuCopy when ``virtual_graph_mode`` is not
+    ``off``, Pipeline when ``enable_pipelining`` is set (PopART's order), then
+    UnwindLayouts when
     ``enable_unwind_layouts`` is set and the transform is registered."""
     pipeline = list(options.pipeline)
     if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
@@ -137,8 +143,12 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     split = SPLIT_BY_MEMORY if options.auto_split == "memory" else AUTO_VIRTUAL_GRAPH
     if options.virtual_graph_mode == "auto" and split not in pipeline:
         pipeline.append(split)
+    if options.enable_pipelining and INFER_PIPELINE_STAGES not in pipeline:
+        pipeline.append(INFER_PIPELINE_STAGES)
     if options.virtual_graph_mode != "off" and INTER_IPU_COPY not in pipeline:
         pipeline.append(INTER_IPU_COPY)
+    if options.enable_pipelining and PIPELINE not in pipeline:
+        pipeline.append(PIPELINE)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
             and UNWIND_LAYOUTS not in pipeline:
         pipeline.append(UNWIND_LAYOUTS)

@@ -13,6 +13,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     linalg,
     reduce,
     slicing,
+    stash,
     stochastic,
     views,
 )

@@ -164,6 +164,11 @@ class LayoutRule:
                     tensor.dtype)))
         return OpWork(busiest, 0)
 
+    def persistent_outputs(self, op: Op) -> bool:
+        """Whether the op's results live for the whole program, as a weight does, rather
+        than from the op to their last reader (a pipeline's stash buffer)."""
+        return False
+
     def link_bytes(self, op: Op, target: TileMachine) -> int:
         """Bytes the op sends to another IPU over the IPU-Links (an IpuCopy's tensor); 0
         for every op that stays on its IPU."""

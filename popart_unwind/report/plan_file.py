@@ -31,6 +31,8 @@ SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
                 "compute_cycles")
 #: Keys a plan's summary adds on a machine of several IPUs.
 IPU_SUMMARY_KEYS = ("ipus", "ipu_copy_bytes", "ipu_copy_cycles", "per_ipu")
+#: Keys a plan's summary adds when the IPUs run as a pipeline.
+PIPELINE_SUMMARY_KEYS = ("pipeline_cycles",)
 #: Fields of each planned op's entry (matmuls and convolutions).
 OP_FIELDS = ("type", "graph", "plan", "cycles")
 #: Fields of each tensor entry.
@@ -74,7 +76,8 @@ def target_entry(model: IpuModel) -> dict[str, Any]:
 
 def summary_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The summary figures with numpy scalars turned into plain numbers."""
-    return {key: _plain(summary[key]) for key in SUMMARY_KEYS + IPU_SUMMARY_KEYS
+    return {key: _plain(summary[key])
+            for key in SUMMARY_KEYS + IPU_SUMMARY_KEYS + PIPELINE_SUMMARY_KEYS
             if key in summary}
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import PlanError
+from popart_unwind.errors import PlanError, TransformError, TransformWarning
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ir.tile_mapping import (
     ExpandedLayouts,
@@ -134,21 +135,37 @@ def transform(ir: Ir) -> Ir:
 
     Returns the IR the PopART baseline plans: ``ir`` itself, unless ours is split over
     IPUs by SplitByMemory; PopART's split is then AutoVirtualGraph's, made on a copy of
-    the model taken before the split (sharing its weights)."""
+    the model taken before the split (sharing its weights). When that split cannot be
+    pipelined (it copies a weight between IPUs, which PopART refuses when pipelining), the
+    baseline takes ours, with a TransformWarning saying so."""
     from popart_unwind.transforms import registry
 
     names = [name for name in registry.pipeline_names(ir.options)
              if name != registry.UNWIND_LAYOUTS]
     placement = (registry.SPLIT_BY_MEMORY, registry.AUTO_VIRTUAL_GRAPH,
-                 registry.INTER_IPU_COPY)  # last before the planner
+                 registry.INFER_PIPELINE_STAGES, registry.INTER_IPU_COPY,
+                 registry.PIPELINE)  # last before the planner
     placing = [name for name in names if name in placement]
     registry.run_pipeline(ir, [name for name in names if name not in placing])
-    baseline = ir.copy() if registry.SPLIT_BY_MEMORY in placing else ir
+    split_ours = registry.SPLIT_BY_MEMORY in placing
+    baseline = ir.copy() if split_ours else ir
+    spare = ir.copy() if split_ours and ir.options.enable_pipelining else None
     registry.run_pipeline(ir, placing)
-    if baseline is not ir:
-        baseline.options = dataclasses.replace(ir.options, auto_split="popart")
+    if baseline is ir:
+        return ir
+    baseline.options = dataclasses.replace(ir.options, auto_split="popart")
+    try:
         registry.run_pipeline(baseline, [name for name in registry.pipeline_names(
             baseline.options) if name in placement])
+    except TransformError as error:
+        if spare is None:
+            raise
+        warnings.warn(f"PopART's AutoVirtualGraph split cannot be pipelined ({error}); "
+                      f"the PopART baseline is planned on our split", TransformWarning,
+                      stacklevel=2)
+        spare.options = ir.options
+        registry.run_pipeline(spare, placing)
+        return spare
     return baseline
 
 
@@ -244,14 +261,15 @@ def machine_for(ir: Ir, model: IpuModel) -> IpuModel:
     return dataclasses.replace(model, ipus=ir.options.ipus)
 
 
-def placed_options(ir: Ir, ipus: int | None) -> SessionOptions:
+def placed_options(ir: Ir, ipus: int | None, pipelined: bool = False) -> SessionOptions:
     """The session's options for a machine of ``ipus`` IPUs (None: as many as the model's
     placement names, one when it has none), as the command's ``--ipus`` sets them: a model
     placed by its ``__ipu_number`` attributes keeps its placement (``manual``), another is
     split for it (``auto``: SplitByMemory, the PopART baseline by AutoVirtualGraph) when
     there is more than one IPU. A mode or IPU
-    count set as a session option is kept. A placement naming an IPU the machine lacks is
-    a PlanError naming the op."""
+    count set as a session option is kept. ``pipelined`` (the command's ``--pipeline``)
+    runs the IPUs as a pipeline. A placement naming an IPU the machine lacks, or a
+    pipeline of one IPU, is a PlanError naming it."""
     options = ir.options
     placed = [op for op in ir.main_graph.ops if op.settings.has("vgraph_id")]
     highest = max((op.settings.vgraph_id for op in placed), default=-1)
@@ -264,10 +282,15 @@ def placed_options(ir: Ir, ipus: int | None) -> SessionOptions:
                         f"(__ipu_number), but the machine has {ipus} IPU"
                         f"{'s' if ipus > 1 else ''}; plan with --ipus "
                         f"{op.settings.vgraph_id + 1} or more")
+    pipelined = pipelined or options.enable_pipelining
+    if pipelined and ipus < 2:
+        raise PlanError("a pipeline needs a model over several IPUs: give --ipus 2 or more "
+                        "(or a model placed on several IPUs)")
     mode = options.virtual_graph_mode
     if ipus == 1:
         mode = "off"
     elif mode == "off":
         mode = "manual" if placed else "auto"
-    return dataclasses.replace(options, ipus=ipus, virtual_graph_mode=mode)
+    return dataclasses.replace(options, ipus=ipus, virtual_graph_mode=mode,
+                               enable_pipelining=pipelined)
 

@@ -62,14 +62,22 @@ def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
 
 
 def _ipu_rows(summaries: list[Mapping[str, Any]], bytes_per_tile: int) -> list[list[str]]:
-    """On several IPUs: the bytes copied between them, and each IPU's peak tile memory."""
+    """On several IPUs: the bytes copied between them, and each IPU's peak tile memory;
+    in a pipeline also the cycles per micro-batch and each IPU's stash."""
     if not summaries or "per_ipu" not in summaries[0]:
         return []
     rows = [["IPU-copy bytes", *(_number(s["ipu_copy_bytes"]) for s in summaries)]]
+    pipelined = "pipeline_cycles" in summaries[0]
+    if pipelined:
+        rows.append(["pipeline cycles per micro-batch",
+                     *(_number(s["pipeline_cycles"]) for s in summaries)])
     for ipu in range(len(summaries[0]["per_ipu"])):
         rows.append([f"IPU {ipu} peak tile memory",
                      *(_memory(s["per_ipu"][ipu], bytes_per_tile, "peak_tile_bytes")
                        for s in summaries)])
+        if pipelined:
+            rows.append([f"IPU {ipu} stash bytes",
+                         *(_number(s["per_ipu"][ipu]["stash_bytes"]) for s in summaries)])
     return rows
 
 

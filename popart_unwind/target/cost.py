@@ -124,6 +124,15 @@ class CostReport:
     num_ipus: int = 1
     ipu_copy_bytes: int = 0
     ipu_copy_cycles: int = 0
+    #: Whether the step is pipelined (the IPUs run their stages at once, each on another
+    #: micro-batch), and each IPU's stash buffers in bytes (all its tiles together).
+    pipelined: bool = False
+    stash_bytes_per_ipu: tuple[int, ...] = ()
+    #: In a pipelined training step, each IPU's gradient accumulators in bytes.
+    accumulator_bytes_per_ipu: tuple[int, ...] = ()
+    #: A pipeline cycle's copies between IPUs, all at once: the bytes of the IPU sending
+    #: most, over its links, and one synchronisation (``TileMachine.ipu_copy_cycles``).
+    copy_phase_cycles: int = 0
 
     @property
     def cycles(self) -> int:
@@ -132,6 +141,22 @@ class CostReport:
         IPUs of a model split without pipelining run one after another)."""
         return (self.exchange_cycles + self.partials_cycles + self.compute_cycles
                 + self.ipu_copy_cycles)
+
+    def ipu_cycles(self, ipu: int) -> int:
+        """Cycles of the ops on ``ipu``, copies to other IPUs not included."""
+        return sum((row.total_cycles - row.ipu_copy_cycles) * row.executions
+                   for row in self.ops if row.ipu == ipu)
+
+    @property
+    def pipeline_cycles(self) -> int:
+        """Cycles per micro-batch of a running pipeline: each pipeline cycle every IPU runs
+        its stages (one forward, one backward) on different micro-batches at once, then
+        all copies between IPUs run together (``copy_phase_cycles``). So the slowest IPU's
+        cycles plus the copy phase. An approximation: it ignores the pipeline's ramp up
+        and down (``2N - 2`` of the ``M + 2N - 2`` pipeline cycles of ``M`` micro-batches
+        on ``N`` IPUs)."""
+        slowest = max((self.ipu_cycles(ipu) for ipu in range(self.num_ipus)), default=0)
+        return slowest + self.copy_phase_cycles
 
     @property
     def peak_tile_bytes(self) -> int:
@@ -163,7 +188,8 @@ class CostReport:
 
     def per_ipu(self) -> list[dict[str, int | bool]]:
         """Each IPU's peak tile bytes, exchange within it, bytes it copies to others, and
-        whether it fits."""
+        whether it fits; in a pipeline also its stash and accumulator bytes and its
+        cycles."""
         tiles = self.peak_bytes_per_tile.size // max(self.num_ipus, 1)
         found = []
         for ipu in range(self.num_ipus):
@@ -174,7 +200,10 @@ class CostReport:
                 "peak_tile_bytes": most,
                 "exchange_bytes": sum(r.exchange_bytes * r.executions for r in rows),
                 "ipu_copy_bytes": sum(r.ipu_copy_bytes * r.executions for r in rows),
-                "fits": most <= self.bytes_per_tile})
+                "fits": most <= self.bytes_per_tile,
+                **({"stash_bytes": self.stash_bytes_per_ipu[ipu],
+                    "accumulator_bytes": self.accumulator_bytes_per_ipu[ipu],
+                    "cycles": self.ipu_cycles(ipu)} if self.pipelined else {})})
         return found
 
     def _ipu_summary(self) -> dict[str, Any]:
@@ -182,7 +211,9 @@ class CostReport:
         if self.num_ipus == 1:
             return {}
         return {"ipus": self.num_ipus, "ipu_copy_bytes": self.ipu_copy_bytes,
-                "ipu_copy_cycles": self.ipu_copy_cycles, "per_ipu": self.per_ipu()}
+                "ipu_copy_cycles": self.ipu_copy_cycles,
+                **({"pipeline_cycles": self.pipeline_cycles} if self.pipelined else {}),
+                "per_ipu": self.per_ipu()}
 
     def op(self, op_id: int) -> OpCost:
         for row in self.ops:
@@ -204,7 +235,16 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
     target = target.with_plans(op_plans or {})
     target.reset()  # the rotating linear mapper must give the same tiles on every run
-    return _Evaluation(ir, target, mappings, registry, valuations).report()
+    walk = _Evaluation(ir, target, mappings, registry, valuations)
+    report = walk.report()
+    if walk.found_throughout:
+        # Buffers live for the whole program that the walk met only at their op (stashes,
+        # gradient accumulators): walked again with them live from the start, so that the
+        # fullest moment is found among moments that hold them all.
+        target.reset()
+        report = _Evaluation(ir, target, mappings, registry, valuations,
+                             walk.found_throughout).report()
+    return report
 
 
 def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
@@ -298,7 +338,8 @@ class _Evaluation(Interpreter):
     # read: the walk never holds a whole plan as tile arrays.
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
-                 registry: Any, valuations: Any) -> None:
+                 registry: Any, valuations: Any,
+                 throughout: Mapping[Key, np.ndarray] | None = None) -> None:
         super().__init__()
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
@@ -322,6 +363,14 @@ class _Evaluation(Interpreter):
         self.from_parameters: dict[Key, bool] = {}
         self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
         self.liveness = LivenessTracker(machine_tiles)
+        self.pipelined = self.num_ipus > 1 and ir.options.enable_pipelining
+        self.stash_bytes = [0] * self.num_ipus
+        self.accumulator_bytes = [0] * self.num_ipus
+        self.accumulated: set[Key] = set()
+        #: Buffers live for the whole program that ops make (stashes, accumulators):
+        #: known beforehand (a second walk) or found as this walk meets them.
+        self.throughout = dict(throughout or {})
+        self.found_throughout: dict[Key, np.ndarray] = {}
 
     def report(self) -> CostReport:
         for (graph_id, tensor_id), layout in self.base.items():
@@ -333,6 +382,8 @@ class _Evaluation(Interpreter):
                 tile_bytes(expanded(layout, _numel(tensor), self.num_tiles),
                            self.target.dtype_size(tensor.dtype), self.num_tiles)),
                 (graph_id, tensor_id))
+        for name, placed in self.throughout.items():
+            self.liveness.add_always_live(placed, name)
         roots = [g.id for g in self.ir.graphs if g.id not in self.called]
         self.liveness.watch(roots)
         self.run(self.ir)
@@ -367,7 +418,18 @@ class _Evaluation(Interpreter):
             ipu_copy_bytes=int(sum(row.ipu_copy_bytes * row.executions for row in self.rows)),
             ipu_copy_cycles=int(sum(row.ipu_copy_cycles * row.executions
                                     for row in self.rows)),
+            pipelined=self.pipelined,
+            stash_bytes_per_ipu=tuple(self.stash_bytes),
+            accumulator_bytes_per_ipu=tuple(self.accumulator_bytes),
+            copy_phase_cycles=self._copy_phase_cycles() if self.pipelined else 0,
         )
+
+    def _copy_phase_cycles(self) -> int:
+        """All of a pipeline cycle's copies at once: the IPU sending most sets the time."""
+        sent = [0] * self.num_ipus
+        for row in self.rows:
+            sent[row.ipu] += row.ipu_copy_bytes * row.executions
+        return self.target.ipu_copy_cycles(max(sent, default=0))
 
     def _on_machine(self, tensor_key: Key, bytes_per_tile: np.ndarray) -> np.ndarray:
         """A tensor's bytes per tile of its IPU (of each IPU holding it, for a constant
@@ -440,6 +502,9 @@ class _Evaluation(Interpreter):
             score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
             work = rule.work(op, input_tiles, outputs, self.target)
             link = rule.link_bytes(op, self.target)
+            updated = rule.updated_weight(op) if self.pipelined else None
+            if updated is not None:
+                self._accumulator(op, op.input(updated), input_tiles[updated])
         self.objective += score
         self.upper_bound += bound
         aliases = rule.aliases_outputs(op)
@@ -471,6 +536,8 @@ class _Evaluation(Interpreter):
                 self.liveness.view(key(tensor), viewed)
         elif (overwritten := self._computed_in_place(op, rule)) is not None:
             self.liveness.view(key(op.outputs[0]), [key(overwritten)])
+        elif rule.persistent_outputs(op):
+            self._live_throughout(op)
         else:
             for tensor in op.outputs:
                 self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
@@ -478,6 +545,37 @@ class _Evaluation(Interpreter):
                 self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
         self.liveness.step((callee.id for callee in op.called_graphs()),
                            op.name or op.debug_name())
+
+    def _live_throughout(self, op: Op) -> None:
+        """Results live for the whole program (a stash buffer, the only such results, which
+        ``stash_bytes`` adds up per IPU): counted with the weights (``evaluate`` walks
+        again when the first walk found such buffers, so that they count from the first
+        moment)."""
+        for tensor in op.outputs:
+            placed = self._on_machine(key(tensor), tile_bytes(
+                self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
+            self._held_throughout(key(tensor), placed)
+            self.from_parameters[key(tensor)] = True
+            self.stash_bytes[self._op_ipu(op)] += int(placed.sum())
+
+    def _held_throughout(self, name: Key, placed: np.ndarray) -> None:
+        if name not in self.throughout:
+            self.liveness.add_always_live(placed, name)
+            self.found_throughout[name] = placed
+
+    def _accumulator(self, op: Op, weight: Tensor, tiles: np.ndarray) -> None:
+        """A pipelined training step accumulates each weight's gradient over the
+        micro-batches (PopART's ``Accum___<weight>``, made by its optimizer decomposition
+        when gradient accumulation is on): a buffer of the weight's shape, dtype and
+        layout, live throughout."""
+        name = (weight.graph.id, f"Accum___{weight.id}")
+        if name in self.accumulated:
+            return
+        self.accumulated.add(name)
+        placed = self._on_machine(key(weight), tile_bytes(
+            tiles, self.target.dtype_size(weight.dtype), self.num_tiles))
+        self._held_throughout(name, placed)
+        self.accumulator_bytes[self._op_ipu(op)] += int(placed.sum())
 
     def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:
         """The input ``op``'s one result overwrites, as PopART's Inplace pattern would
