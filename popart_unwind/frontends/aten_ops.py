@@ -502,8 +502,12 @@ def _layer_norm(ctx, node, args, kwargs):
     axis = len(ctx.shape(x)) - len(normalized_shape)
     inputs = [x, weight if weight is not None else ctx.float_constant(
         np.ones(normalized_shape), x), bias]
-    return ctx.op(node, "LayerNormalization", inputs, {"axis": axis, "epsilon": float(eps)},
-                  num_outputs=3)
+    # ATen returns the mean and inverse deviation in the input's type (float16 for a
+    # float16 model); ONNX's stash_type says so (its default, 1, is float32).
+    stash = {"float16": 10, "bfloat16": 16, "float64": 11}.get(ctx.dtype(x), 1)
+    attributes = {"axis": axis, "epsilon": float(eps),
+                  **({"stash_type": stash} if stash != 1 else {})}
+    return ctx.op(node, "LayerNormalization", inputs, attributes, num_outputs=3)
 
 
 def _per_channel(ctx, value, x, fill: float):

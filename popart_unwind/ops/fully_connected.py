@@ -31,6 +31,7 @@ from popart_unwind.machine.interface import cube_tensor, pass_dims
 from popart_unwind.memory import Chain
 from popart_unwind.ops.linalg import MatMulRule
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.ops.stash import RESTORE, STASH
 from popart_unwind.ops.views import ViewRule
 
 #: The forward pass's axes: the cube is the forward op's own product.
@@ -135,15 +136,17 @@ def view_step(tensor: Tensor, registry: OpRegistry) -> tuple[Tensor, Chain] | No
 
 
 def view_of(tensor: Tensor, registry: OpRegistry) -> OperandView:
-    """``tensor`` as a bijective view of the furthest tensor reachable through views and
-    recomputations (a recomputed result stands for its original: the same values)."""
+    """``tensor`` as a bijective view of the furthest tensor reachable through views,
+    recomputations and a pipeline's stashes (a recomputed result, or a value restored
+    from a stash, stands for its original: the same values)."""
     pieces = []
     while True:
         step = view_step(tensor, registry)
         if step is not None:
             tensor, piece = step
             pieces.append(piece)
-        elif (original := recomputed_original(tensor)) is not None:
+        elif (original := recomputed_original(tensor) or restored_original(tensor)) \
+                is not None:
             tensor = original
         else:
             break
@@ -163,6 +166,16 @@ def recomputed_original(tensor: Tensor) -> Tensor | None:
     original = op.graph.op(op.settings.recomputed_from)
     index = next(i for i, out in op.output_map().items() if out is tensor)
     return original.output(index) if original.has_output(index) else None
+
+
+def restored_original(tensor: Tensor) -> Tensor | None:
+    """The tensor whose stashed value ``tensor`` restores (a Restore reading a Stash), or
+    None."""
+    op = tensor.producer
+    if op is None or op.type.name != RESTORE or op.input(0).producer is None:
+        return None
+    stash = op.input(0).producer
+    return stash.input(0) if stash.type.name == STASH else None
 
 
 def grouped_operand(op: Op, index: int, rule: MatMulRule, dims: tuple[int, int, int, int],

@@ -90,3 +90,14 @@ def test_unknown_aten_ops_stay_opaque_with_torch_shapes():
 def test_conversion_is_deterministic():
     program = trace_forward(Mlp(), (torch.randn(6, 8),))
     assert exported_program_to_ir(program).to_json() == exported_program_to_ir(program).to_json()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_layer_norms_statistics_keep_the_type_aten_gives_them(dtype):
+    """ATen's native_layer_norm returns its mean and inverse deviation in the input's
+    type; the LayerNormalization it becomes says so (``stash_type``)."""
+    norm = torch.nn.LayerNorm(8).to(dtype)
+    ir = Ir.from_torch(norm, (torch.randn(2, 8, dtype=dtype),), training=True)
+    check_shapes(ir)
+    [op] = [op for op in ir.main_graph.ops if op.type.name == "LayerNormalization"]
+    assert {op.output(index).dtype for index in (1, 2)} == {str(dtype).split(".")[1]}

@@ -225,3 +225,21 @@ def test_a_weight_copied_between_ipus_cannot_be_pipelined():
     with pytest.raises(TransformError, match=r"weight 'model\.lm_head\.weight' is read on "
                                              r"IPU \d and on IPU \d"):
         pipelined(ir, 4, virtual_graph_mode="auto", auto_split="popart")
+
+
+def test_a_layers_passes_are_found_through_its_stashes(gpt2_pipeline):
+    """The weight-gradient matmul reads the activation restored from a stash: the same
+    values as the forward matmul's, so the layer's three passes are still one layer
+    (planned together, as PopART marks them before pipelining)."""
+    from popart_unwind.ops.fully_connected import fully_connected_layers
+
+    layers = fully_connected_layers(gpt2_pipeline)
+    assert layers and all(layer.bwd is not None and layer.wu is not None
+                          for layer in layers)
+
+    def reads_a_restore(op, depth: int = 3) -> bool:
+        producers = [t.producer for t in op.inputs if t.producer is not None]
+        return any(p.type.name == RESTORE or (depth and reads_a_restore(p, depth - 1))
+                   for p in producers)
+
+    assert any(reads_a_restore(layer.wu) for layer in layers)
