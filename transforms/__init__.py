@@ -16,6 +16,7 @@ from .explicit_recompute import ExplicitRecompute
 from .infer_pipeline_stages import InferPipelineStages
 from .infer_shapes import InferShapes
 from .inter_ipu_copy import InterIpuCopy
+from .merge_copies import MergeCopies
 from .merge_duplicate_ops import MergeDuplicateOps
 from .pipeline import Pipeline
 from .prune import Prune
@@ -28,7 +29,7 @@ from .unwind_layouts import UnwindLayouts, plan_ir
 __all__ = [
     "ALL_CONDITIONS", "AutoVirtualGraph", "Canonicalize", "Condition", "DecomposeGradSum",
     "ExplicitRecompute", "InferPipelineStages", "InferShapes", "InterIpuCopy",
-    "MergeDuplicateOps", "Pipeline", "Prune",
+    "MergeCopies", "MergeDuplicateOps", "Pipeline", "Prune",
     "SerializeMatMuls", "SplitByMemory", "SubgraphOutline", "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",
     "run_pipeline",

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
-from popart_unwind.ir.weights import is_weight, is_weight_op, weight_derived, weights_read
+from popart_unwind.ir.weights import is_weight, is_weight_op, weight_derived
 from popart_unwind.machine.ipu_model import DTYPE_SIZES
 
 from .base import Transform
@@ -282,14 +282,18 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
                    registry: OpRegistry) -> None:
     """Place each op outside the forward pass that ``placement`` leaves unplaced:
 
-    - a weight's update on the lowest IPU of the weight's forward readers (as PopART), and
-      an op whose results reach only updates of that IPU's weights (a weight's gradient)
-      there too;
-    - an op reading activations (forward results that depend on the model's inputs or
-      weights, not masks made of constants; and views of activations, which the backward
-      pass takes early), weights or streamed inputs on the highest IPU
-      among the activations' producers and the weights' and inputs' lowest forward
-      readers: its layer's (an embedding's gradient with the lookup, reading its indices);
+    - a weight's update on the lowest IPU of the weight's forward readers (as PopART);
+      an op reading weights (directly or through views) where they live, the highest
+      such IPU; an op whose results reach the update of one weight alone (its gradient)
+      with that weight;
+    - an op reading activations (forward results that depend
+      on the model's inputs or weights, not masks made of constants; and views of
+      activations, which the backward pass takes early) or streamed inputs on an IPU
+      using every one of them (making or reading it in the forward pass; an input, where
+      its lowest forward reader is), the highest such IPU not above the IPU of the
+      gradients it reads (the backward pass goes down the IPUs: a layer's gradient reads
+      a table of the first IPU, a rotary embedding's, that every layer reads): its
+      layer's (an embedding's gradient with the lookup, reading its indices);
     - an op reading only gradients (results of this pass that depend on activations) on
       the IPU of the one made last: a residual sum goes with the branch just
       differentiated, not with the gradient handed down from the layer above;
@@ -297,7 +301,6 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
     """
     activation = _activations(schedule, forward_ids)
     position = {op.id: k for k, op in enumerate(schedule)}
-    weights = weight_derived(schedule)
     updates = _updates_fed(schedule, forward_ids, placement, registry)
     gradient: set[str] = set()
     apart = []
@@ -308,13 +311,14 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
         choice = placement.get(op.id)
         if choice is None and updated is not None:
             choice = _lowest_reader(op.input(updated), forward_ids, placement)
+        if choice is None:
+            choice = max((ipu for t in _weights_viewed(op, registry)
+                          if (ipu := _lowest_reader(t, forward_ids, placement)) is not None),
+                         default=None)
         if choice is None and len(updates.get(op.id, ())) == 1:
             (choice,) = updates[op.id]
         if choice is None:
-            read = [placement[t.producer.id] for t in op.inputs if t.id in activation]
-            read += [ipu for t in _model_inputs(op, weights)
-                     if (ipu := _lowest_reader(t, forward_ids, placement)) is not None]
-            choice = max(read) if read else None
+            choice = _layer_ipu(op, activation, gradient, forward_ids, placement)
         if choice is None:
             read = [(position[t.producer.id], placement[t.producer.id]) for t in op.inputs
                     if t.id in gradient]
@@ -361,32 +365,66 @@ def place_unplaced(graph: Graph, loss: Tensor | None, registry: OpRegistry) -> d
     return placement
 
 
+def _layer_ipu(op: Op, activation: set[str], gradient: set[str], forward_ids: set[int],
+               placement: dict[int, int]) -> int | None:
+    """The IPU of the layer a backward op reading activations or inputs differentiates
+    (``place_backward``), or None if it reads neither."""
+    used = [_used_on(t, forward_ids, placement) for t in op.inputs if t.id in activation]
+    used += [{ipu} for t in op.inputs if t.producer is None
+             and t.tensor_type is TensorType.STREAM
+             and (ipu := _lowest_reader(t, forward_ids, placement)) is not None]
+    if not used:
+        return None
+    candidates = set.intersection(*used) or set.union(*used)
+    below = [placement[t.producer.id] for t in op.inputs if t.id in gradient]
+    if below:
+        within = [ipu for ipu in candidates if ipu <= max(below)]
+        return max(within or candidates)
+    return max(candidates)
+
+
+def _weights_viewed(op: Op, registry: OpRegistry) -> list[Tensor]:
+    """The weights ``op`` reads, directly or through views (a transposed weight); not
+    what is computed from weights (a rotary embedding's table), which can be copied."""
+    found = []
+    for tensor in op.inputs:
+        while tensor.producer is not None and tensor.producer.has_input(0) \
+                and registry.layout_rule(tensor.producer).kind == "view":
+            tensor = tensor.producer.input(0)
+        if tensor.producer is None and tensor.tensor_type is TensorType.VARIABLE:
+            found.append(tensor)
+    return found
+
+
+def _used_on(tensor: Tensor, forward_ids: set[int], placement: dict[int, int]) -> set[int]:
+    """The IPUs making or reading an activation in the forward pass."""
+    return {placement[tensor.producer.id],
+            *(placement[r.id] for r in tensor.consumers if r.id in forward_ids)}
+
+
 def _updates_fed(schedule: list[Op], forward_ids: set[int], placement: dict[int, int],
                  registry: OpRegistry) -> dict[int, set[int]]:
-    """op id -> the IPUs of the weight updates each backward op's results reach (a
-    weight's IPU: the lowest of its forward readers)."""
-    reached: dict[int, set[int]] = {}
+    """op id -> the IPU of the one weight whose update each backward op's results alone
+    lead to (a weight's IPU: the lowest of its forward readers), for the updates and a
+    weight's gradient; an op leading to several weights' updates (an input's gradient,
+    which the backward pass carries on through the layers before) is not in it."""
+    weights_reached: dict[int, set[str]] = {}
+    weight_ipu: dict[str, int | None] = {}
     for op in reversed(schedule):
         if op.id in forward_ids:
             continue
-        found: set[int] = set()
+        found: set[str] = set()
         updated = registry.layout_rule(op).updated_weight(op)
         if updated is not None:
-            ipu = _lowest_reader(op.input(updated), forward_ids, placement)
-            found = {ipu} if ipu is not None else set()
+            weight = op.input(updated)
+            weight_ipu[weight.id] = _lowest_reader(weight, forward_ids, placement)
+            found = {weight.id}
         for tensor in op.outputs:
             for reader in tensor.consumers:
-                found |= reached.get(reader.id, set())
-        reached[op.id] = found
-    return reached
-
-
-def _model_inputs(op: Op, weights: dict[str, tuple[Tensor, ...]]) -> list[Tensor]:
-    """The weights ``op`` reads (directly or transposed) and the streamed inputs it reads:
-    where their forward readers run is where the op's layer runs."""
-    found = [t for t in weights_read(op, weights) if t.tensor_type is TensorType.VARIABLE]
-    return found + [t for t in op.inputs
-                    if t.producer is None and t.tensor_type is TensorType.STREAM]
+                found |= weights_reached.get(reader.id, set())
+        weights_reached[op.id] = found
+    return {op_id: {ipu} for op_id, found in weights_reached.items() if len(found) == 1
+            and (ipu := weight_ipu[next(iter(found))]) is not None}
 
 
 def _lowest_reader(tensor: Tensor, forward_ids: set[int], placement: dict[int, int]

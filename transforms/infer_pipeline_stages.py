@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError
 from popart_unwind.ir.weights import is_weight
-from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
+from popart_unwind.ops.ipu_copy import IPU_COPY, copied_input, op_ipu
 
 from .base import ALL_CONDITIONS, Transform
 from .conditions import Condition
@@ -164,7 +164,8 @@ def _origin(tensor: Tensor) -> Op | None:
     """The op that computes ``tensor``'s value: through IpuCopy ops to their source."""
     producer = tensor.producer
     while producer is not None and _is_copy(producer):
-        producer = producer.input(0).producer
+        tensor = copied_input(producer, tensor)
+        producer = tensor.producer
     return producer
 
 
@@ -226,7 +227,7 @@ def _computed_from_inputs(tensor: Tensor, from_inputs: set[int]) -> bool:
     if origin is None:
         source = tensor
         while source.producer is not None:  # an input copied to another IPU
-            source = source.producer.input(0)
+            source = copied_input(source.producer, source)
         return not is_weight(source)
     return origin.id in from_inputs
 
@@ -267,9 +268,9 @@ def leads_to_updates_only(schedule: list[Op], registry: OpRegistry) -> set[int]:
 
 
 def _copy_stage(copy: Op, stages: dict[int, int]) -> int:
-    origin = _origin(copy.input(0))
-    if origin is not None:
-        return stages[origin.id]
+    origins = [stages[origin.id] for t in copy.inputs if (origin := _origin(t)) is not None]
+    if origins:
+        return max(origins)
     readers = [stages[r.id] for out in copy.outputs for r in _readers(out)]
     return min(readers, default=0)
 

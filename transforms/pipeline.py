@@ -100,12 +100,15 @@ def stage(op: Op) -> int:
 
 def _refuse_weight_copies(schedule: list[Op]) -> None:
     for op in schedule:
-        if op.type.name == IPU_COPY and is_weight(op.input(0)) \
-                and op.input(0).tensor_type is TensorType.VARIABLE:
-            raise TransformError(
-                f"weight {op.input(0).id!r} is read on IPU {op_ipu(op)} and on IPU "
-                f"{op.attributes.get('destIpu')}: a pipelined model cannot copy a weight "
-                f"between IPUs (as PopART refuses it); place all its readers on one IPU")
+        if op.type.name != IPU_COPY:
+            continue
+        for tensor in op.inputs:
+            if is_weight(tensor) and tensor.tensor_type is TensorType.VARIABLE:
+                raise TransformError(
+                    f"weight {tensor.id!r} is read on IPU {op_ipu(op)} and on IPU "
+                    f"{op.attributes.get('destIpu')}: a pipelined model cannot copy a "
+                    f"weight between IPUs (as PopART refuses it); place all its readers "
+                    f"on one IPU")
 
 
 def _stash(tensor: Tensor, position: dict[int, int], rewriter: Rewriter) -> None:

@@ -53,6 +53,9 @@ INTER_IPU_COPY = "InterIpuCopy"
 #: InterIpuCopy, stashes after) when ``SessionOptions.enable_pipelining`` is set.
 INFER_PIPELINE_STAGES = "InferPipelineStages"
 PIPELINE = "Pipeline"
+#: The transform that joins the copies an op reads together; it joins the pipeline (after
+#: InterIpuCopy) on several IPUs when ``enable_pipelining`` is not set, as in PopART.
+MERGE_COPIES = "MergeCopies"
 
 _TRANSFORMS: dict[str, type[Transform]] = {}
 
@@ -130,9 +133,9 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     outlines the prepared graph), then the split ``auto_split`` names (SplitByMemory or
     AutoVirtualGraph) when ``virtual_graph_mode`` is ``auto``, InferPipelineStages when
     ``enable_pipelining`` is set, InterIpuCopy when ``virtual_graph_mode`` is not
-    ``off``, Pipeline when ``enable_pipelining`` is set (PopART's order), then
-    UnwindLayouts when
-    ``enable_unwind_layouts`` is set and the transform is registered."""
+    ``off``, then Pipeline when ``enable_pipelining`` is set or else MergeCopies
+    (PopART's order), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
+    transform is registered."""
     pipeline = list(options.pipeline)
     if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
         pipeline.append(DECOMPOSE_GRAD_SUM)
@@ -149,6 +152,9 @@ def pipeline_names(options: SessionOptions) -> list[str]:
         pipeline.append(INTER_IPU_COPY)
     if options.enable_pipelining and PIPELINE not in pipeline:
         pipeline.append(PIPELINE)
+    merges = options.virtual_graph_mode != "off" and not options.enable_pipelining
+    if merges and MERGE_COPIES not in pipeline:
+        pipeline.append(MERGE_COPIES)
     if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
             and UNWIND_LAYOUTS not in pipeline:
         pipeline.append(UNWIND_LAYOUTS)

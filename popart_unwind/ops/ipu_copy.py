@@ -1,9 +1,11 @@
-"""IpuCopy (``ai.graphcore``): one tensor sent from its IPU to another over the IPU-Links.
+"""IpuCopy (``ai.graphcore``): tensors sent from their IPU to another over the IPU-Links.
 
 The op sits on its source IPU (``OpSettings.vgraph_id``, as PopART's InterIpuCopy places
-its ``IpuCopyOp``); attribute ``destIpu`` names the IPU its result lives on. Its rules:
+its ``IpuCopyOp``); attribute ``destIpu`` names the IPU its results live on. InterIpuCopy
+makes copies of one tensor; MergeCopies joins several into one op, result ``j`` the copy of
+input ``j``. Its rules:
 
-- shape: the result is the input, same dtype and shape;
+- shape: result ``j`` is input ``j``, same dtype and shape;
 - layout: PopART's ``IpuCopyOpx`` copies with ``poputil::copyToIpu``, which gives the
   destination the source's tile mapping on the destination IPU. Tiles are named alike on
   every IPU (each IPU is one of Poplar's virtual graphs), so the result's layout *is* the
@@ -11,8 +13,8 @@ its ``IpuCopyOp``); attribute ``destIpu`` names the IPU its result lives on. Its
   want reaches the source's layout. PopART's creator search does not pass through the
   copy (the Opx creates no input), which the baseline keeps;
 - memory: the result is new memory on the destination IPU (no alias of the source);
-- cost: no exchange within an IPU; the whole tensor crosses the IPU-Links, priced by
-  ``TileMachine.ipu_copy_cycles`` (``link_bytes``).
+- cost: no exchange within an IPU; every tensor crosses the IPU-Links whole, all of them
+  after one synchronisation, priced by ``TileMachine.ipu_copy_cycles`` (``link_bytes``).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain
-from popart_unwind.ops.layout_rule import InputTiles, OpWork, known_shape
+from popart_unwind.ops.layout_rule import InputTiles, OpWork, UnwindEmitter, known_shape
 from popart_unwind.ops.registry import InferredOutputs, OpDef, register
-from popart_unwind.ops.views import IdentityRule
+from popart_unwind.ops.views import IdentityRule, chain_of, flat_layout, input_layout
 
 IPU_COPY = "IpuCopy"
 #: The attribute naming the IPU an IpuCopy's result lives on (PopART's ``destIpu``).
@@ -38,15 +40,35 @@ def destination_ipu(op: Op) -> int:
     return int(op.attributes[DESTINATION_IPU])
 
 
+def copied_input(copy: Op, tensor: Tensor) -> Tensor:
+    """The input of IpuCopy ``copy`` whose copy its result ``tensor`` is."""
+    index = next(i for i, out in copy.output_map().items() if out is tensor)
+    return copy.input(index)
+
+
 def _infer_ipu_copy(op: Op) -> InferredOutputs:
-    tensor = op.input(0)
-    return [(tensor.dtype, known_shape(op, tensor))]
+    return [(tensor.dtype, known_shape(op, tensor)) for tensor in op.inputs]
 
 
 class IpuCopyRule(IdentityRule):
-    """The result has the input's layout on the destination IPU (module docstring)."""
+    """Each result has its input's layout on the destination IPU (module docstring)."""
 
     kind = "ipu_copy"
+
+    def view_chain(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        if in_index != out_index or not op.has_input(in_index) \
+                or not op.has_output(out_index):
+            return None
+        return chain_of(known_shape(op, op.input(in_index)), [])
+
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        for index, out in op.output_map().items():
+            emitter.define(out, emitter.graph.identity(emitter.tensor(op.input(index)),
+                                                       name=out.id))
+
+    def output_tiles(self, op: Op, input_tiles: InputTiles,
+                     target: TileMachine) -> list[np.ndarray]:
+        return [flat_layout(input_layout(op, input_tiles, index)) for index in op.output_map()]
 
     def aliases_outputs(self, op: Op) -> bool:
         return False
@@ -60,10 +82,9 @@ class IpuCopyRule(IdentityRule):
         return OpWork(0, 0)
 
     def link_bytes(self, op: Op, target: TileMachine) -> int:
-        """Bytes the copy sends over the IPU-Links: the whole tensor."""
-        tensor = op.input(0)
-        return int(np.prod(known_shape(op, tensor), dtype=np.int64)) \
-            * target.dtype_size(tensor.dtype)
+        """Bytes the copy sends over the IPU-Links: every tensor whole."""
+        return sum(int(np.prod(known_shape(op, tensor), dtype=np.int64))
+                   * target.dtype_size(tensor.dtype) for tensor in op.inputs)
 
     def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
         """PopART's creator search stops at the copy: ``IpuCopyOpx`` creates no input."""

@@ -144,7 +144,7 @@ def transform(ir: Ir) -> Ir:
              if name != registry.UNWIND_LAYOUTS]
     placement = (registry.SPLIT_BY_MEMORY, registry.AUTO_VIRTUAL_GRAPH,
                  registry.INFER_PIPELINE_STAGES, registry.INTER_IPU_COPY,
-                 registry.PIPELINE)  # last before the planner
+                 registry.PIPELINE, registry.MERGE_COPIES)  # last before the planner
     placing = [name for name in names if name in placement]
     registry.run_pipeline(ir, [name for name in names if name not in placing])
     split_ours = registry.SPLIT_BY_MEMORY in placing

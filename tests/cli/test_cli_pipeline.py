@@ -70,6 +70,6 @@ def test_a_tied_training_step_is_pipelined_on_our_split(tmp_path, monkeypatch):
     document = json.loads((tmp_path / "plan.json").read_text())
     ours = document["summary"]["ours"]
     stashes = [p["stash_bytes"] for p in ours["per_ipu"]]
-    assert all(stashes) and stashes[1] > stashes[2] > stashes[3]  # deeper towards the input
+    assert all(stashes)  # every IPU keeps some tensor for its backward stage
     assert all(p["accumulator_bytes"] > 0 for p in ours["per_ipu"])
     assert ours["pipeline_cycles"] < ours["cycles"]

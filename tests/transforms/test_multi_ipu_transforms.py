@@ -82,8 +82,9 @@ def test_a_weight_read_on_two_ipus_lives_with_its_first_reader_and_is_copied():
     _options(ir, ipus=2, virtual_graph_mode="manual")
     _run(ir)
     copies = [op for op in ir.main_graph.ops if op.type.name == IPU_COPY]
-    copied = sorted(op.input(0).id for op in copies)
+    copied = sorted(t.id for op in copies for t in op.inputs)
     assert copied == sorted(["tied", h])  # the weight once, for both readers on IPU 1
+    assert len(copies) == 1  # MergeCopies: the first matmul on IPU 1 reads both
     assert (ir.main_graph.id, "tied") not in tensor_ipus(ir)  # it lives on IPU 0
 
 
@@ -99,7 +100,7 @@ def test_a_constant_read_on_two_ipus_is_held_by_each_not_copied():
     ir = b.ir()
     _options(ir, ipus=2, virtual_graph_mode="manual")
     _run(ir)
-    copied = [op.input(0).id for op in ir.main_graph.ops if op.type.name == IPU_COPY]
+    copied = [t.id for op in ir.main_graph.ops if op.type.name == IPU_COPY for t in op.inputs]
     assert copied == [h]
 
 
@@ -114,10 +115,10 @@ def test_off_adds_no_transform_and_one_ipu_needs_no_mode():
     assert "InterIpuCopy" not in transforms.registry.pipeline_names(SessionOptions())
     names = transforms.registry.pipeline_names(SessionOptions(ipus=2,
                                                               virtual_graph_mode="auto"))
-    assert names[-3:] == ["SplitByMemory", "InterIpuCopy", "UnwindLayouts"]
+    assert names[-4:] == ["SplitByMemory", "InterIpuCopy", "MergeCopies", "UnwindLayouts"]
     names = transforms.registry.pipeline_names(SessionOptions(
         ipus=2, virtual_graph_mode="auto", auto_split="popart"))
-    assert names[-3:] == ["AutoVirtualGraph", "InterIpuCopy", "UnwindLayouts"]
+    assert names[-4:] == ["AutoVirtualGraph", "InterIpuCopy", "MergeCopies", "UnwindLayouts"]
     with pytest.raises(OptionError, match="virtual_graph_mode is off"):
         SessionOptions(ipus=2)
     with pytest.raises(OptionError, match="gives 1 ratios for 2 IPUs"):
@@ -322,5 +323,5 @@ def test_our_split_keeps_a_tied_head_with_its_table():
                  if t.tensor_type.name == "VARIABLE" and len(t.consumers) > 1
                  and t.nelms() == max(u.nelms() for u in main.producerless_tensors()))
     assert {op_ipu(op) for op in table.consumers} == {0}
-    assert not any(op.type.name == IPU_COPY and op.input(0) is table for op in main.ops)
+    assert not any(op.type.name == IPU_COPY and table in op.inputs for op in main.ops)
     assert {op_ipu(op) for op in main.ops} == {0, 1, 2, 3}

@@ -243,3 +243,21 @@ def test_a_layers_passes_are_found_through_its_stashes(gpt2_pipeline):
                    for p in producers)
 
     assert any(reads_a_restore(layer.wu) for layer in layers)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "vit", "llama"])
+def test_our_split_of_a_training_step_pipelines_without_copying_a_weight(name):
+    """Each backward op goes to its layer's IPU (the weights it reads, the activations it
+    differentiates), so no weight crosses IPUs and the backward pass goes down the
+    stages. (T5 is not among them: its decoder looks up the table its encoder and head
+    read, on another IPU.)"""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import make_models
+
+    module, args = make_models.tiny_model(name, "training")
+    ir = pipelined(Ir.from_torch(module, args, training=True), 4,
+                   virtual_graph_mode="auto")
+    main = ir.main_graph
+    assert not any(is_weight(t) for op in ops_of(ir, IPU_COPY) for t in op.inputs)
+    assert ops_of(ir, STASH) and {op_ipu(op) for op in main.ops} == {0, 1, 2, 3}
