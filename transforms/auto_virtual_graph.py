@@ -283,12 +283,12 @@ def place_backward(schedule: list[Op], forward_ids: set[int], placement: dict[in
     """Place each op outside the forward pass that ``placement`` leaves unplaced:
 
     - a weight's update on the lowest IPU of the weight's forward readers (as PopART);
-      an op reading weights (directly or through views) where they live, the highest
-      such IPU; an op whose results reach the update of one weight alone (its gradient)
-      with that weight;
-    - an op reading activations (forward results that depend
-      on the model's inputs or weights, not masks made of constants; and views of
-      activations, which the backward pass takes early) or streamed inputs on an IPU
+      an op reading weights (directly or through views and casts) where they live, the
+      highest such IPU; an op whose results reach the update of one weight alone (its
+      gradient) with that weight;
+    - an op reading activations (forward results that depend on the model's inputs or
+      weights, not masks made of constants; and views of activations, which the
+      backward pass takes early) or streamed inputs on an IPU
       using every one of them (making or reading it in the forward pass; an input, where
       its lowest forward reader is), the highest such IPU not above the IPU of the
       gradients it reads (the backward pass goes down the IPUs: a layer's gradient reads
@@ -384,12 +384,14 @@ def _layer_ipu(op: Op, activation: set[str], gradient: set[str], forward_ids: se
 
 
 def _weights_viewed(op: Op, registry: OpRegistry) -> list[Tensor]:
-    """The weights ``op`` reads, directly or through views (a transposed weight); not
-    what is computed from weights (a rotary embedding's table), which can be copied."""
+    """The weights ``op`` reads, directly or through views and casts (a transposed weight,
+    a float16 weight in float32); not what is computed from weights (a rotary
+    embedding's table), which can be copied."""
     found = []
     for tensor in op.inputs:
-        while tensor.producer is not None and tensor.producer.has_input(0) \
-                and registry.layout_rule(tensor.producer).kind == "view":
+        while tensor.producer is not None and tensor.producer.has_input(0) and (
+                tensor.producer.type.name == "Cast"
+                or registry.layout_rule(tensor.producer).kind == "view"):
             tensor = tensor.producer.input(0)
         if tensor.producer is None and tensor.tensor_type is TensorType.VARIABLE:
             found.append(tensor)

@@ -27,7 +27,7 @@ in order on every micro-batch, each stage on another micro-batch at once.
   differentiated before import (a PyTorch program) places its backward pass by rules
   (docs/multi-ipu.md), which may put an op on an IPU the backward pass has already left
   (where a split cuts inside a layer). Such an op stays in the stage of what it reads,
-  on that stage's IPU.
+  on that stage's IPU, and a TransformWarning says how many were moved.
 - An IpuCopy runs in the stage of what it copies (PopART's ``setIPUCopyPipelineStage``);
   a copy of an input or a weight in the stage of its first reader.
 
@@ -38,9 +38,10 @@ is made in.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import TYPE_CHECKING
 
-from popart_unwind.errors import TransformError
+from popart_unwind.errors import TransformError, TransformWarning
 from popart_unwind.ir.weights import is_weight
 from popart_unwind.ops.ipu_copy import IPU_COPY, copied_input, op_ipu
 
@@ -85,6 +86,12 @@ class InferPipelineStages(Transform):
                                         self.op_registry)
         for op_id, ipu in moved.items():
             rewriter.set_placement(main.op(op_id), "vgraph_id", ipu)
+        if moved:
+            first = main.op(min(moved))
+            warnings.warn(f"{len(moved)} backward op(s) moved to another IPU to keep the "
+                          f"pipeline's order (the first, {first.debug_name()}, was placed "
+                          f"on an IPU the backward pass had already left)",
+                          TransformWarning, stacklevel=2)
         for op in main.schedule():
             rewriter.set_placement(op, "pipeline_stage", stages[op.id])
         return rewriter.changes > 0
