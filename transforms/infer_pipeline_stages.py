@@ -48,6 +48,7 @@ from popart_unwind.ops.ipu_copy import IPU_COPY, copied_input, op_ipu
 from .base import ALL_CONDITIONS, Transform
 from .conditions import Condition
 from .helpers import forward_ops
+from .inter_ipu_copy import complete_placement
 from .registry import INFER_PIPELINE_STAGES, register
 
 if TYPE_CHECKING:
@@ -60,16 +61,17 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class InferPipelineStages(Transform):
     """Give every main-graph op a pipeline stage (module docstring). Does nothing unless
-    ``SessionOptions.enable_pipelining`` is set. Assumes every op is placed on an IPU
-    (VGRAPH); guarantees PSTAGE. It runs before InterIpuCopy, as in PopART (a backward
+    ``SessionOptions.enable_pipelining`` is set. Ops without an IPU (a partly placed
+    model's backward pass) are placed first, as InterIpuCopy places them; guarantees
+    VGRAPH and PSTAGE. It runs before InterIpuCopy, as in PopART (a backward
     op it moves to another IPU is then copied to and from there); it keeps every other
     condition but NO_IMPLICIT_COPY, which a moved op may break until the copies are
     made."""
 
     id = 13
     name = INFER_PIPELINE_STAGES
-    assumes = frozenset({Condition.VGRAPH})
-    guarantees = frozenset({Condition.PSTAGE})
+    assumes = frozenset({Condition.SHAPES_KNOWN})
+    guarantees = frozenset({Condition.VGRAPH, Condition.PSTAGE})
     preserves = ALL_CONDITIONS - {Condition.NO_IMPLICIT_COPY}
 
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
@@ -80,6 +82,7 @@ class InferPipelineStages(Transform):
             raise TransformError("pipelining needs a model over several IPUs: set ipus to 2 "
                                  "or more and virtual_graph_mode to manual or auto")
         main = ir.main_graph
+        complete_placement(main, rewriter, self.op_registry)
         loss = ir.final_loss_id
         stages, moved = pipeline_stages(main, main.tensor(loss) if loss is not None
                                         and main.has_tensor(loss) else None,

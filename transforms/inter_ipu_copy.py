@@ -40,6 +40,7 @@ from .registry import INTER_IPU_COPY, register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Op, Tensor
+    from popart_unwind.ops import OpRegistry
     from popart_unwind.rewrite import Rewriter
 
 #: The op type of the copies (``ai.graphcore.IpuCopy``).
@@ -71,15 +72,8 @@ class InterIpuCopy(Transform):
         if ir.options.virtual_graph_mode == "off":
             return False
         main = ir.main_graph
-        check_placement(main, ir.options.ipus)
+        complete_placement(main, rewriter, self.op_registry)
         schedule = main.schedule()
-        if any(not op.settings.has("vgraph_id") for op in schedule):
-            loss = ir.final_loss_id
-            placement = place_unplaced(
-                main, main.tensor(loss) if loss is not None and main.has_tensor(loss)
-                else None, self.op_registry)
-            for op in schedule:
-                rewriter.set_placement(op, "vgraph_id", placement[op.id])
         position = {op.id: k for k, op in enumerate(schedule)}
         homes = {tensor.id: tensor_ipu(tensor, position) for tensor in main.tensors}
         copies: dict[tuple[str, int], Tensor] = {}
@@ -97,6 +91,21 @@ class InterIpuCopy(Transform):
                                                                rewriter, position)
                 rewriter.set_input(op, index, copied)
         return rewriter.changes > 0
+
+
+def complete_placement(graph: Graph, rewriter: Rewriter, registry: OpRegistry) -> None:
+    """Check every placed op of the main graph ``graph`` against the machine's IPUs, and
+    place the ops without a virtual graph (``place_unplaced``) through ``rewriter``."""
+    ir = graph.ir
+    check_placement(graph, ir.options.ipus)
+    schedule = graph.schedule()
+    if all(op.settings.has("vgraph_id") for op in schedule):
+        return
+    loss = ir.final_loss_id
+    placement = place_unplaced(graph, graph.tensor(loss) if loss is not None
+                               and graph.has_tensor(loss) else None, registry)
+    for op in schedule:
+        rewriter.set_placement(op, "vgraph_id", placement[op.id])
 
 
 def check_placement(graph: Graph, ipus: int) -> None:

@@ -141,10 +141,14 @@ def gpt2_pipeline() -> Ir:
 
 
 def test_every_op_reads_its_own_stage_or_a_copy_or_a_restore(gpt2_pipeline):
+    assert_stage_discipline(gpt2_pipeline)
+
+
+def assert_stage_discipline(ir: Ir) -> None:
     """What Pipeline guarantees: past the stash, no op reads a value of another stage of
     its IPU, except weights (constant over the step) and gradients on their way to an
     update (accumulated where they are made)."""
-    main = gpt2_pipeline.main_graph
+    main = ir.main_graph
     weights_only = weight_derived(main.schedule())
     to_updates = leads_to_updates_only(main.schedule(), REGISTRY)
     for op in main.ops:
@@ -164,13 +168,12 @@ def test_every_op_reads_its_own_stage_or_a_copy_or_a_restore(gpt2_pipeline):
                 assert _stage(producer) == _stage(op), (tensor.id, op.debug_name())
 
 
-def test_stash_sizes_follow_the_stages(gpt2_pipeline):
+def assert_mirrored_stashes(ir: Ir) -> None:
     """A forward tensor of stage s restored in its backward stage 2L - s keeps
     2(L - s) + 1 micro-batches; every stash is as deep as its latest restore needs."""
-    main = gpt2_pipeline.main_graph
-    stages = {_stage(op) for op in main.ops}
-    last = max(stages) // 2  # the loss's stage: stages run 0 to 2L
-    stashes = ops_of(gpt2_pipeline, STASH)
+    main = ir.main_graph
+    last = max(_stage(op) for op in main.ops) // 2  # the loss's stage: stages run 0 to 2L
+    stashes = ops_of(ir, STASH)
     assert stashes
     mirrored = 0
     for stash in stashes:
@@ -184,6 +187,27 @@ def test_stash_sizes_follow_the_stages(gpt2_pipeline):
             assert size == 2 * (last - _stage(stash)) + 1
         assert stash.output(0).shape == (size, *stash.input(0).shape)
     assert mirrored
+
+
+def test_stash_sizes_follow_the_stages(gpt2_pipeline):
+    assert_mirrored_stashes(gpt2_pipeline)
+
+
+def test_a_model_placed_by_blocks_is_placed_whole_before_its_stages():
+    """PopTorch-like blocks place the forward pass only; the backward pass is placed
+    before the stages are inferred, so a placed model pipelines as a split one does."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import make_models
+
+    module, args = make_models.tiny_model("gpt2", "training")
+    blocks = {"model.transformer.wte": 0, "model.transformer.h.1": 1, "model.lm_head": 0}
+    ir = Ir.from_torch(module, args, training=True, blocks=blocks)
+    pipelined(ir, 2)
+    assert_stage_discipline(ir)
+    assert_mirrored_stashes(ir)
+    main = ir.main_graph
+    assert max(_stage(op) for op in main.ops) == 2 * 2  # stages: IPU 0, 1, then 0 (head)
 
 
 def test_a_pipelined_step_costs_its_stashes_and_accumulators(gpt2_pipeline):
