@@ -12,8 +12,11 @@ in order on every micro-batch, each stage on another micro-batch at once.
   IPU: PopART refuses that model). We number the stages as PopTorch's ``BeginBlock`` does
   (``AutoStage.AutoIncrement``): a new stage each time the forward pass moves to another
   IPU. An op computed from the inputs runs in the earliest stage of its IPU not before
-  the stages of what it reads; an op computed from weights and constants alone (a
-  transposed weight, position ids) in the latest stage of its IPU not after its readers'.
+  the stages of what it reads, then, walking back, moves to the latest stage of its IPU
+  not after its readers' (a loss's mask of the labels runs with the loss, not with the
+  embedding on the same IPU); an op computed from weights and constants alone (a
+  transposed weight, position ids) runs in the latest stage of its IPU not after its
+  readers'.
   On a model whose IPUs follow one another (0, 1, 2, ...) both rules give PopART's stages.
 - **Backward stages** (training: ``Ir.final_loss_id`` names a loss): with the loss in
   stage ``L``, the backward pass runs the IPUs' stages in reverse, stage ``2L - s`` on the
@@ -21,8 +24,9 @@ in order on every micro-batch, each stage on another micro-batch at once.
   gradient op comes from). Each backward op runs in the earliest such stage of its IPU not
   before what it reads; then, walking back, an op whose results someone reads moves to the
   latest stage of its IPU not after its readers' (a recomputed forward op then runs where
-  its result is needed, not where it could first run) — except an op that leads to weight
-  updates alone, which keeps the earliest (its gradient is accumulated where it is made).
+  its result is needed, not where it could first run) — except an op computing one
+  weight's gradient, which keeps the earliest (the gradient is accumulated where it is
+  made).
   PopART places a gradient op with the forward op it comes from; a training step
   differentiated before import (a PyTorch program) places its backward pass by rules
   (docs/multi-ipu.md), which may put an op on an IPU the backward pass has already left
@@ -117,7 +121,8 @@ def pipeline_stages(graph: Graph, loss: Tensor | None, registry: OpRegistry
     else:
         _forward_stages(plain_forward, order)
     if loss is not None:
-        _backward_stages(backward, order, leads_to_updates_only(schedule, registry))
+        backward_ids = {op.id for op in backward}
+        _backward_stages(backward, order, gradient_chain_ops(schedule, backward_ids, registry))
     for op in schedule:
         if _is_copy(op):
             stages[op.id] = _copy_stage(op, stages)
@@ -220,11 +225,13 @@ def _forward_stages(forward: list[Op], order: _Stages) -> None:
             assert stage is not None
             order.of[op.id] = stage
     for op in reversed(forward):
+        staged = [order.of[r.id] for t in op.outputs for r in _readers(t) if r.id in order.of]
         if op.id in from_inputs:
+            if staged:  # as late as its readers allow: a loss's mask of the labels
+                order.of[op.id] = order.latest(op, order.of[op.id], min(staged)) \
+                    or order.of[op.id]
             continue
-        highest = min((order.of[r.id] for t in op.outputs for r in _readers(t)
-                       if r.id in order.of), default=order.loss_stage)
-        stage = order.latest(op, 0, highest)
+        stage = order.latest(op, 0, min(staged, default=order.loss_stage))
         if stage is None:
             stage = order.earliest(op, 0, order.loss_stage, grow=True)
             assert stage is not None
@@ -242,7 +249,7 @@ def _computed_from_inputs(tensor: Tensor, from_inputs: set[int]) -> bool:
     return origin.id in from_inputs
 
 
-def _backward_stages(backward: list[Op], order: _Stages, to_updates: set[int]) -> None:
+def _backward_stages(backward: list[Op], order: _Stages, gradients: set[int]) -> None:
     last = order.loss_stage
     for op in backward:
         lowest = max([last, *(order.of[p.id] for t in op.inputs
@@ -253,7 +260,7 @@ def _backward_stages(backward: list[Op], order: _Stages, to_updates: set[int]) -
             order.moved[op.id] = order.ipu(lowest)
         order.of[op.id] = stage
     for op in reversed(backward):
-        if op.id in to_updates:
+        if op.id in gradients:
             continue
         readers = [order.of[r.id] for t in op.outputs for r in _readers(t)]
         if not readers:
@@ -263,18 +270,26 @@ def _backward_stages(backward: list[Op], order: _Stages, to_updates: set[int]) -
             order.of[op.id] = later
 
 
-def leads_to_updates_only(schedule: list[Op], registry: OpRegistry) -> set[int]:
-    """Ids of the weight updates and of the ops whose results reach nothing but them (a
-    weight's gradient, scaled by the learning rate)."""
-    found: set[int] = set()
+def gradient_chain_ops(schedule: list[Op], backward_ids: set[int], registry: OpRegistry
+                       ) -> set[int]:
+    """Ids of the backward ops computing one weight's gradient on its way to the update:
+    the updates, and the ops reading a result of the backward pass whose results reach the
+    update of that one weight alone (an input's gradient reaches every weight before it,
+    and an op reading only forward results is no gradient yet)."""
+    reached: dict[int, set[str]] = {}
     for op in reversed(schedule):
-        update = registry.layout_rule(op).updated_weight(op) is not None
-        feeds_updates = bool(op.outputs) and all(
-            not t.is_graph_output() and t.consumers and all(c.id in found for c in t.consumers)
-            for t in op.outputs)
-        if update or feeds_updates:
-            found.add(op.id)
-    return found
+        if op.id not in backward_ids:
+            continue
+        updated = registry.layout_rule(op).updated_weight(op)
+        found = {op.input(updated).id} if updated is not None else set()
+        for tensor in op.outputs:
+            for reader in tensor.consumers:
+                found |= reached.get(reader.id, set())
+        reached[op.id] = found
+    return {op.id for op in schedule if op.id in backward_ids and len(reached[op.id]) == 1
+            and (registry.layout_rule(op).updated_weight(op) is not None
+                 or any(t.producer is not None and t.producer.id in backward_ids
+                        for t in op.inputs))}
 
 
 def _copy_stage(copy: Op, stages: dict[int, int]) -> int:

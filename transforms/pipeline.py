@@ -47,7 +47,8 @@ from popart_unwind.ops.stash import RESTORE, STASH, STASH_SIZE
 
 from .base import Transform
 from .conditions import Condition
-from .infer_pipeline_stages import leads_to_updates_only
+from .helpers import forward_ops
+from .infer_pipeline_stages import gradient_chain_ops
 from .registry import PIPELINE, register
 
 if TYPE_CHECKING:
@@ -83,12 +84,16 @@ class Pipeline(Transform):
         _refuse_weight_copies(schedule)
         position = {op.id: k for k, op in enumerate(schedule)}
         derived = weight_derived(schedule)
-        to_updates = leads_to_updates_only(schedule, self.op_registry)
+        loss = ir.final_loss_id
+        forward = {op.id for op in forward_ops(main, main.tensor(loss))} \
+            if loss is not None and main.has_tensor(loss) else {op.id for op in schedule}
+        gradients = gradient_chain_ops(
+            schedule, {op.id for op in schedule if op.id not in forward}, self.op_registry)
         made = [t for op in schedule for t in op.outputs] + [
             t for t in main.producerless_tensors() if not is_weight(t)]
         for tensor in made:
             if tensor.id in derived or (tensor.producer is not None
-                                        and tensor.producer.id in to_updates):
+                                        and tensor.producer.id in gradients):
                 continue
             _stash(tensor, position, rewriter)
         return rewriter.changes > 0

@@ -8,7 +8,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from popart_unwind.transforms.infer_pipeline_stages import leads_to_updates_only
+from popart_unwind.transforms.helpers import forward_ops
+from popart_unwind.transforms.infer_pipeline_stages import gradient_chain_ops
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
 from popart_unwind import transforms
@@ -150,7 +151,9 @@ def assert_stage_discipline(ir: Ir) -> None:
     update (accumulated where they are made)."""
     main = ir.main_graph
     weights_only = weight_derived(main.schedule())
-    to_updates = leads_to_updates_only(main.schedule(), REGISTRY)
+    forward = {op.id for op in forward_ops(main, main.tensor(ir.final_loss_id))}
+    to_updates = gradient_chain_ops(
+        main.schedule(), {op.id for op in main.ops if op.id not in forward}, REGISTRY)
     for op in main.ops:
         if op.type.name in (IPU_COPY, STASH, RESTORE):
             continue
