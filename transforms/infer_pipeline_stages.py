@@ -32,8 +32,9 @@ in order on every micro-batch, each stage on another micro-batch at once.
   (docs/multi-ipu.md), which may put an op on an IPU the backward pass has already left
   (where a split cuts inside a layer). Such an op stays in the stage of what it reads,
   on that stage's IPU, and a TransformWarning says how many were moved.
-- An IpuCopy runs in the stage of what it copies (PopART's ``setIPUCopyPipelineStage``);
-  a copy of an input or a weight in the stage of its first reader.
+- It runs before InterIpuCopy (as PopART's does), which then gives each copy the stage of
+  what it copies (PopART's ``setIPUCopyPipelineStage``); an IR already holding copies is
+  refused.
 
 Checked (a TransformError naming the op): no tensor is read in a stage before the one it
 is made in.
@@ -47,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError, TransformWarning
 from popart_unwind.ir.weights import is_weight
-from popart_unwind.ops.ipu_copy import IPU_COPY, copied_input, op_ipu
+from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
 
 from .base import ALL_CONDITIONS, Transform
 from .conditions import Condition
@@ -111,21 +112,22 @@ def pipeline_stages(graph: Graph, loss: Tensor | None, registry: OpRegistry
     schedule = graph.schedule()
     forward = forward_ops(graph, loss) if loss is not None else schedule
     forward_ids = {op.id for op in forward}
-    backward = [op for op in schedule if op.id not in forward_ids and not _is_copy(op)]
+    copy = next((op for op in schedule if op.type.name == IPU_COPY), None)
+    if copy is not None:
+        raise TransformError(f"pipeline stages are inferred before the copies between IPUs "
+                             f"are made (as in PopART), but {copy.debug_name()} is one: run "
+                             f"InferPipelineStages before InterIpuCopy")
+    backward = [op for op in schedule if op.id not in forward_ids]
     stages: dict[int, int] = {}
     order = _Stages(stages)
-    plain_forward = [op for op in forward if not _is_copy(op)]
-    given = [op for op in plain_forward if op.settings.has("pipeline_stage")]
+    given = [op for op in forward if op.settings.has("pipeline_stage")]
     if given:
-        _take_given(plain_forward, given, order)
+        _take_given(forward, given, order)
     else:
-        _forward_stages(plain_forward, order)
+        _forward_stages(forward, order)
     if loss is not None:
         backward_ids = {op.id for op in backward}
         _backward_stages(backward, order, gradient_chain_ops(schedule, backward_ids, registry))
-    for op in schedule:
-        if _is_copy(op):
-            stages[op.id] = _copy_stage(op, stages)
     _check_order(schedule, stages)
     return stages, order.moved
 
@@ -171,30 +173,6 @@ class _Stages:
         return None
 
 
-def _is_copy(op: Op) -> bool:
-    return op.type.name == IPU_COPY
-
-
-def _origin(tensor: Tensor) -> Op | None:
-    """The op that computes ``tensor``'s value: through IpuCopy ops to their source."""
-    producer = tensor.producer
-    while producer is not None and _is_copy(producer):
-        tensor = copied_input(producer, tensor)
-        producer = tensor.producer
-    return producer
-
-
-def _readers(tensor: Tensor) -> list[Op]:
-    """The ops reading ``tensor``, through IpuCopy ops to the readers of the copies."""
-    found = []
-    for op in tensor.consumers:
-        if _is_copy(op):
-            found.extend(r for out in op.outputs for r in _readers(out))
-        else:
-            found.append(op)
-    return found
-
-
 def _take_given(forward: list[Op], given: list[Op], order: _Stages) -> None:
     if len(given) != len(forward):
         missing = next(op for op in forward if not op.settings.has("pipeline_stage"))
@@ -220,12 +198,12 @@ def _forward_stages(forward: list[Op], order: _Stages) -> None:
         if any(_computed_from_inputs(t, from_inputs) for t in op.inputs):
             from_inputs.add(op.id)
             lowest = max((order.of[p.id] for t in op.inputs
-                          if (p := _origin(t)) is not None and p.id in order.of), default=0)
+                          if (p := t.producer) is not None and p.id in order.of), default=0)
             stage = order.earliest(op, lowest, order.loss_stage, grow=True)
             assert stage is not None
             order.of[op.id] = stage
     for op in reversed(forward):
-        staged = [order.of[r.id] for t in op.outputs for r in _readers(t) if r.id in order.of]
+        staged = [order.of[r.id] for t in op.outputs for r in t.consumers if r.id in order.of]
         if op.id in from_inputs:
             if staged:  # as late as its readers allow: a loss's mask of the labels
                 order.of[op.id] = order.latest(op, order.of[op.id], min(staged)) \
@@ -240,20 +218,16 @@ def _forward_stages(forward: list[Op], order: _Stages) -> None:
 
 def _computed_from_inputs(tensor: Tensor, from_inputs: set[int]) -> bool:
     """Whether ``tensor`` depends on a model input (not on weights and constants alone)."""
-    origin = _origin(tensor)
-    if origin is None:
-        source = tensor
-        while source.producer is not None:  # an input copied to another IPU
-            source = copied_input(source.producer, source)
-        return not is_weight(source)
-    return origin.id in from_inputs
+    if tensor.producer is None:
+        return not is_weight(tensor)
+    return tensor.producer.id in from_inputs
 
 
 def _backward_stages(backward: list[Op], order: _Stages, gradients: set[int]) -> None:
     last = order.loss_stage
     for op in backward:
         lowest = max([last, *(order.of[p.id] for t in op.inputs
-                              if (p := _origin(t)) is not None and p.id in order.of)])
+                              if (p := t.producer) is not None and p.id in order.of)])
         stage = order.earliest(op, lowest, 2 * last, grow=False)
         if stage is None:  # the backward pass has left the op's IPU: it stays where it is
             stage = lowest
@@ -262,7 +236,7 @@ def _backward_stages(backward: list[Op], order: _Stages, gradients: set[int]) ->
     for op in reversed(backward):
         if op.id in gradients:
             continue
-        readers = [order.of[r.id] for t in op.outputs for r in _readers(t)]
+        readers = [order.of[r.id] for t in op.outputs for r in t.consumers]
         if not readers:
             continue
         later = order.latest(op, order.of[op.id], min(readers))
@@ -290,14 +264,6 @@ def gradient_chain_ops(schedule: list[Op], backward_ids: set[int], registry: OpR
             and (registry.layout_rule(op).updated_weight(op) is not None
                  or any(t.producer is not None and t.producer.id in backward_ids
                         for t in op.inputs))}
-
-
-def _copy_stage(copy: Op, stages: dict[int, int]) -> int:
-    origins = [stages[origin.id] for t in copy.inputs if (origin := _origin(t)) is not None]
-    if origins:
-        return max(origins)
-    readers = [stages[r.id] for out in copy.outputs for r in _readers(out)]
-    return min(readers, default=0)
 
 
 def _check_order(schedule: list[Op], stages: dict[int, int]) -> None:

@@ -28,7 +28,13 @@ from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops.layout_rule import InputTiles, OpWork, UnwindEmitter, known_shape
 from popart_unwind.ops.registry import InferredOutputs, OpDef, register
-from popart_unwind.ops.views import IdentityRule, chain_of, flat_layout, input_layout
+from popart_unwind.ops.views import (
+    CopiedViewRule,
+    Step,
+    chain_of,
+    flat_layout,
+    input_layout,
+)
 
 IPU_COPY = "IpuCopy"
 #: The attribute naming the IPU an IpuCopy's result lives on (PopART's ``destIpu``).
@@ -40,20 +46,17 @@ def destination_ipu(op: Op) -> int:
     return int(op.attributes[DESTINATION_IPU])
 
 
-def copied_input(copy: Op, tensor: Tensor) -> Tensor:
-    """The input of IpuCopy ``copy`` whose copy its result ``tensor`` is."""
-    index = next(i for i, out in copy.output_map().items() if out is tensor)
-    return copy.input(index)
-
-
 def _infer_ipu_copy(op: Op) -> InferredOutputs:
     return [(tensor.dtype, known_shape(op, tensor)) for tensor in op.inputs]
 
 
-class IpuCopyRule(IdentityRule):
+class IpuCopyRule(CopiedViewRule):
     """Each result has its input's layout on the destination IPU (module docstring)."""
 
     kind = "ipu_copy"
+
+    def steps(self, op: Op, out_index: int) -> list[Step]:
+        return []
 
     def view_chain(self, op: Op, in_index: int, out_index: int) -> Chain | None:
         if in_index != out_index or not op.has_input(in_index) \
@@ -70,12 +73,6 @@ class IpuCopyRule(IdentityRule):
                      target: TileMachine) -> list[np.ndarray]:
         return [flat_layout(input_layout(op, input_tiles, index)) for index in op.output_map()]
 
-    def aliases_outputs(self, op: Op) -> bool:
-        return False
-
-    def viewed_inputs(self, op: Op) -> list[int]:
-        return []
-
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
         """Nothing computed; the link transfer is priced apart (``link_bytes``)."""
@@ -85,13 +82,6 @@ class IpuCopyRule(IdentityRule):
         """Bytes the copy sends over the IPU-Links: every tensor whole."""
         return sum(int(np.prod(known_shape(op, tensor), dtype=np.int64))
                    * target.dtype_size(tensor.dtype) for tensor in op.inputs)
-
-    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
-        """PopART's creator search stops at the copy: ``IpuCopyOpx`` creates no input."""
-        return None
-
-    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
-        return {out: {index: None for index in op.input_map()} for out in op.output_map()}
 
 
 IPU_COPY_RULE = IpuCopyRule()

@@ -29,13 +29,11 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
-from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import TileMachine
-from popart_unwind.memory import Chain
 from popart_unwind.ops.layout_rule import InputTiles, OpWork, known_shape
 from popart_unwind.ops.registry import InferredOutputs, OpDef, register
-from popart_unwind.ops.views import Step, ViewRule
+from popart_unwind.ops.views import CopiedViewRule, Step
 
 STASH = "Stash"
 RESTORE = "Restore"
@@ -66,25 +64,7 @@ def _infer_restore(op: Op) -> InferredOutputs:
     return [(stash.dtype, shape[1:])]
 
 
-class _SlotCopyRule(ViewRule):
-    """Layouts pass through as a view's would, but the result is a copy (module
-    docstring): no alias, no creator search through it."""
-
-    def aliases_outputs(self, op: Op) -> bool:
-        return False
-
-    def viewed_inputs(self, op: Op) -> list[int]:
-        return []
-
-    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
-        """PopART's creator search stops here: neither Opx creates its input."""
-        return None
-
-    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
-        return {out: {index: None for index in op.input_map()} for out in op.output_map()}
-
-
-class StashRule(_SlotCopyRule):
+class StashRule(CopiedViewRule):
     """Every slot of the buffer is laid out as the input."""
 
     kind = "stash"
@@ -99,11 +79,17 @@ class StashRule(_SlotCopyRule):
 
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
-        """One slot written: the input's elements on its busiest tile."""
-        return _slot_copy(op.input(0), input_tiles[0], target)
+        """One slot written: the input's elements on its busiest tile (not the buffer's,
+        which the default would count)."""
+        tiles = input_tiles[0]
+        flat = np.asarray(tiles).reshape(-1) if tiles is not None else np.zeros(0, np.int64)
+        if not flat.size:
+            return OpWork(0, 0)
+        busiest = int(tile_counts(flat, target.num_tiles).max())
+        return OpWork(-(-busiest // target.vector_elements(op.input(0).dtype)), 0)
 
 
-class RestoreRule(_SlotCopyRule):
+class RestoreRule(CopiedViewRule):
     """The result is laid out as one slot of the buffer."""
 
     kind = "restore"
@@ -112,20 +98,9 @@ class RestoreRule(_SlotCopyRule):
         shape = known_shape(op, op.input(0))
         return [("slice", (0,) * len(shape), (1, *shape[1:])), ("reshape", shape[1:])]
 
-    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
-             target: TileMachine) -> OpWork:
-        """One slot read: the result's elements on its busiest tile."""
-        return _slot_copy(op.output(0), output_tiles[0], target)
-
-
-def _slot_copy(tensor: Tensor, tiles: np.ndarray | None, target: TileMachine) -> OpWork:
-    if tiles is None:
-        return OpWork(0, 0)
-    flat = np.asarray(tiles).reshape(-1)
-    if not flat.size:
-        return OpWork(0, 0)
-    busiest = int(tile_counts(flat, target.num_tiles).max())
-    return OpWork(-(-busiest // target.vector_elements(tensor.dtype)), 0)
+    def worked_inputs(self, op: Op) -> list[int]:
+        """One slot read: the default work counts the result's elements alone."""
+        return []
 
 
 register(OpDef(STASH, domain=GRAPHCORE_DOMAIN, infer=_infer_stash, side_effects=False,

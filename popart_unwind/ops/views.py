@@ -372,6 +372,24 @@ def input_layout(op: Op, input_tiles: InputTiles, index: int) -> np.ndarray:
     return np.asarray(tiles)
 
 
+class CopiedViewRule(ViewRule):
+    """Layouts pass through as a view's would, but the results are new memory (no alias)
+    and PopART's creator search stops at the op (its Opx creates no input): an IpuCopy, a
+    pipeline's Stash and Restore."""
+
+    def aliases_outputs(self, op: Op) -> bool:
+        return False
+
+    def viewed_inputs(self, op: Op) -> list[int]:
+        return []
+
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        return None
+
+    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
+        return {out: {index: None for index in op.input_map()} for out in op.output_map()}
+
+
 class ReshapeRule(ViewRule):
     """Reshape, Flatten, Squeeze, Unsqueeze: the elements in row-major order, reshaped."""
 

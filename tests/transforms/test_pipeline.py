@@ -288,3 +288,11 @@ def test_our_split_of_a_training_step_pipelines_without_copying_a_weight(name):
     main = ir.main_graph
     assert not any(is_weight(t) for op in ops_of(ir, IPU_COPY) for t in op.inputs)
     assert ops_of(ir, STASH) and {op_ipu(op) for op in main.ops} == {0, 1, 2, 3}
+
+
+def test_stages_come_before_the_copies():
+    ir = placed_chain([0, 1])
+    ir.options = SessionOptions(ipus=2, virtual_graph_mode="manual", enable_pipelining=True)
+    transforms.run_pipeline(ir, ["InferShapes", "InterIpuCopy"])
+    with pytest.raises(TransformError, match="run InferPipelineStages before InterIpuCopy"):
+        transforms.registry.apply("InferPipelineStages", ir)
