@@ -286,6 +286,10 @@ def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
     return run_child(job, timeout, _child, job_name)
 
 
+#: How often ``run_child`` looks whether its process still lives.
+POLL_SECONDS = 5.0
+
+
 def run_child(job: dict[str, Any], timeout: float, target: Any, name: Any) -> dict[str, Any]:
     """``target(job, report)`` in a fresh process, which puts ``("stage", text)`` as it goes
     (printed with ``name(job)``) and then ``("done", row)`` or ``("failed", why)``: the
@@ -299,7 +303,8 @@ def run_child(job: dict[str, Any], timeout: float, target: Any, name: Any) -> di
     while outcome is None:
         left = timeout - (time.perf_counter() - began)
         try:
-            kind, data = report.get(timeout=max(left, 0.01))
+            # wake up now and then: a process that died puts nothing more
+            kind, data = report.get(timeout=min(max(left, 0.01), POLL_SECONDS))
         except queue.Empty:
             if not process.is_alive() or left <= 0:
                 outcome = {"failed": f"timed out after {timeout:.0f} s in {stage}"
