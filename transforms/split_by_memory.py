@@ -10,7 +10,9 @@ rule is AutoVirtualGraph, which the PopART baseline uses). Where it differs from
 - **a tied weight stays with its readers**: when one weight is read at both ends of the
   forward pass (a tied embedding and LM head: readers more than half the pass apart), the
   ops from its last reader on (the head, the loss) join the IPU of its first reader, as
-  Graphcore's published splits place a tied head;
+  Graphcore's published splits place a tied head, and so does every other op reading it
+  (a T5 decoder's lookup of the table its encoder and head share: its result, a few
+  rows, crosses instead of the table);
   PopART splits where the bytes fall and then copies the table every step;
 - **the cut**: the forward ops between the table's reader and the head are divided into
   one contiguous run per IPU so that the largest IPU's bytes (the first IPU's including
@@ -89,9 +91,15 @@ def split_by_memory(forward: list[Op], forward_ids: set[int], training: bool,
         return {op.id: 0 for op in forward}
     derived = weight_derived(forward)
     walked = [op for op in forward if not is_weight_op(op, derived)]
+    tied = _tied_weight(walked, derived)
+    span = (tied[1], tied[2]) if tied else (-1, len(walked))
     split = choose_split(held_bytes(walked, forward_ids, training, derived),
-                         crossing_bytes(walked), _tied_span(walked, derived), ipus)
+                         crossing_bytes(walked), span, ipus)
     placement = {op.id: split.ipu_of(k) for k, op in enumerate(walked)}
+    if tied:  # every other reader too (a T5 decoder's lookup of the shared table)
+        for op in walked:
+            if any(t.id == tied[0] for t in weights_read(op, derived)):
+                placement[op.id] = 0
     place_with_readers(forward, placement)
     return placement
 
@@ -141,11 +149,11 @@ def crossing_bytes(forward: list[Op]) -> list[int]:
     return crossing
 
 
-def _tied_span(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
-               ) -> tuple[int, int]:
-    """(first, last) forward positions reading the largest weight read at both ends of
-    the forward pass (a tied embedding and head: its readers span more than half of it);
-    (-1, len) when no weight is."""
+def _tied_weight(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
+                 ) -> tuple[str, int, int] | None:
+    """(id, first, last forward positions reading it) of the largest weight read at both
+    ends of the forward pass (a tied embedding and head: its readers span more than half
+    of it); None when no weight is."""
     readers: dict[str, list[int]] = {}
     sizes: dict[str, int] = {}
     for k, op in enumerate(forward):
@@ -155,9 +163,9 @@ def _tied_span(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
                 sizes[tensor.id] = nbytes(tensor)
     tied = [(sizes[t], t) for t, at in readers.items() if 2 * (at[-1] - at[0]) > len(forward)]
     if not tied:
-        return -1, len(forward)
+        return None
     _, tensor = max(tied)
-    return readers[tensor][0], readers[tensor][-1]
+    return tensor, readers[tensor][0], readers[tensor][-1]
 
 
 def choose_split(held: list[int], crossing: list[int], tied: tuple[int, int],

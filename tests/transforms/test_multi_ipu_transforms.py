@@ -307,14 +307,17 @@ def test_our_split_is_the_most_even_of_those_holding_least_on_the_fullest_ipu(da
     assert held_per_ipu(split, held, ipus) == ours
 
 
-def test_our_split_keeps_a_tied_head_with_its_table():
+@pytest.mark.parametrize("name", ["gpt2", "t5"])
+def test_our_split_keeps_a_tied_head_with_its_table(name):
+    """The table, the head and every other reader (T5's decoder lookup) on one IPU: the
+    table is never copied."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     if str(MODELS_DIR) not in sys.path:
         sys.path.insert(0, str(MODELS_DIR))
     import make_models
 
-    module, args = make_models.tiny_model("gpt2", "forward")
+    module, args = make_models.tiny_model(name, "forward")
     ir = Ir.from_torch(module, args, options=SessionOptions(
         enable_unwind_layouts=False, ipus=4, virtual_graph_mode="auto"))
     transforms.run_pipeline(ir)

@@ -272,12 +272,12 @@ def test_a_layers_passes_are_found_through_its_stashes(gpt2_pipeline):
     assert any(reads_a_restore(layer.wu) for layer in layers)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert", "vit", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "bert", "vit", "llama", "t5"])
 def test_our_split_of_a_training_step_pipelines_without_copying_a_weight(name):
     """Each backward op goes to its layer's IPU (the weights it reads, the activations it
     differentiates), so no weight crosses IPUs and the backward pass goes down the
-    stages. (T5 is not among them: its decoder looks up the table its encoder and head
-    read, on another IPU.)"""
+    stages. T5's decoder looks up the table its encoder and head share on the table's
+    IPU."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import make_models
