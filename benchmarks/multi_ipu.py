@@ -3,9 +3,10 @@ and an even layer split, each planned by us and by the PopART baseline.
 
     python benchmarks/multi_ipu.py --models gpt2 vit --kinds forward training --markdown
 
-Each model at its published width (GPT-2 small and medium, BERT-large, ViT-B/16; float32
-by default, float16 as Graphcore trains them with ``--dtype float16``), on the IPU count
-of Graphcore's published split. Splits:
+Each model at its published width (GPT-2 small and medium, BERT-large, ViT-B/16, and T5
+at t5-small's shape; float32 by default, float16 as Graphcore trains them with ``--dtype
+float16``), on the IPU count of Graphcore's published split (T5: four, none published).
+Splits:
 
 - ``ours``: SplitByMemory (``--ipus N`` on a model without placement);
 - ``auto``: PopART's AutoVirtualGraph (what the PopART baseline splits by);
@@ -65,6 +66,9 @@ MODELS: dict[str, tuple[str, dict[str, Any], int, dict[str, dict[str, int]]]] = 
                       "model.cls": 0},
         "even": {"model.bert.embeddings": 0, "model.bert.encoder.layer.6": 1,
                  "model.bert.encoder.layer.12": 2, "model.bert.encoder.layer.18": 3}}),
+    # T5 at t5-small's shape (no published split): its decoder reads the table its
+    # encoder and head share, a third reader of a tied weight
+    "t5": ("t5", {}, 4, {}),
     "vit": ("vit", dict(num_labels=1000), 4, {
         "graphcore": {"model.vit.embeddings": 0, "model.vit.layers.3": 1,
                       "model.vit.layers.6": 2, "model.vit.layers.9": 3}}),
