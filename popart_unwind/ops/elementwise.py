@@ -275,6 +275,22 @@ NORMALISING = frozenset({"LayerNormalization", "Softmax", "LogSoftmax", "BatchNo
                          "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare"})
 
 
+#: Ops whose result is laid out as their first input: views of it, a scatter into it.
+_LAID_OUT_AS_FIRST_INPUT = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+                                      "ScatterElements", "ScatterND", "Scatter"})
+
+
+def _laid_out_on_its_own(tensor: Tensor) -> bool:
+    """Whether ``tensor`` has a producer-less tensor's layout: it is one, or a view of one,
+    or a scatter into one (the zeros a pooling's gradient is scattered into)."""
+    while tensor.producer is not None:
+        producer = tensor.producer
+        if producer.type.name not in _LAID_OUT_AS_FIRST_INPUT or not producer.has_input(0):
+            return False
+        tensor = producer.input(0)
+    return True
+
+
 def _normalised_next(op: Op) -> bool:
     """Whether a norm, softmax or reduction reads the op's result."""
     return op.has_output(0) and any(c.type.name in NORMALISING
@@ -344,17 +360,19 @@ class ElementwiseRule(LayoutRule):
         few tiles of the smaller one (a zero tensor a gradient is scattered into, say),
         where Poplar reads the expanded input as the broadcast operand it is.
 
-        When a norm, softmax or reduction reads the result, a producer-less input is not
-        tied to computed ones: tied, the result keeps the computed input's layout (a
-        matmul's or convolution's, each row over many tiles) and the statistics after it
-        crowd; left free, it is laid out on its own and Poplar's result takes whichever
-        input is better balanced (a ViT's position embedding added to its patches, then
-        normalised: docs/planner.md, the rule table)."""
+        When a norm, softmax or reduction reads the result, an input laid out as a
+        producer-less tensor (one, a view of one, a scatter into one) is not tied to
+        computed ones: tied, the result keeps the computed input's layout (a matmul's or
+        convolution's, each row over many tiles) and the statistics after it crowd; left
+        free, it is laid out on its own and Poplar's result takes whichever input is
+        better balanced (a ViT's position embedding added to its patches, then
+        normalised; a ResNet's max-pool gradient, scattered into zeros, masked by the
+        ReLU's gradient, then summed: docs/planner.md, the rule table)."""
         full = self._full(op)
         operands = self.operands(op)
         kept = [k for k in full if not _expanded(operands[k][1])] or full
         if _normalised_next(op):
-            computed = [k for k in kept if operands[k][1].producer is not None]
+            computed = [k for k in kept if not _laid_out_on_its_own(operands[k][1])]
             if computed and len(computed) < len(kept):
                 return computed
         return kept

@@ -429,3 +429,30 @@ def test_a_producer_less_partner_of_a_normalised_result_is_left_free(next_op, ti
                                                        small_target().with_plans(plan.op_plans))
     laid = tiles_of(ir, "p")
     assert np.array_equal(laid, np.asarray(wanted[0]).reshape(-1)) == tied
+
+
+def scattered_then(next_op: str):
+    """x @ w (computed) plus updates scattered into a zero table z, then ``next_op``: z,
+    which lays the scatter's result out, is tied to the product unless a norm reads the
+    sum (a pooling's gradient scattered into zeros, then a batch norm's reductions)."""
+    b = Builder()
+    x = b.add_input_tensor("float32", (1, 16, 8), "x")
+    product = b.op("MatMul", [x, weight(b, (8, 32), "w")])
+    indices = b.add_input_tensor("int64", (1, 16, 4), "i")
+    updates = b.add_input_tensor("float32", (1, 16, 4), "u")
+    scattered = b.op("ScatterElements", [weight(b, (1, 16, 32), "z"), indices, updates],
+                     {"axis": 2})
+    out = b.op(next_op, [b.op("Add", [product, scattered])])
+    b.add_output_tensor(out)
+    return b.ir()
+
+
+@pytest.mark.parametrize("next_op, tied", [("Relu", True), ("Softmax", False)])
+def test_a_scatter_into_a_producer_less_tensor_is_left_free_before_a_norm(next_op, tied):
+    ir = scattered_then(next_op)
+    plan = plan_ir(ir, small_target())
+    matmul = op_of(ir, "MatMul")
+    wanted = REGISTRY.layout_rule(matmul).output_tiles(matmul, [None, None],
+                                                       small_target().with_plans(plan.op_plans))
+    laid = tiles_of(ir, "z")
+    assert np.array_equal(laid, np.asarray(wanted[0]).reshape(-1)) == tied
