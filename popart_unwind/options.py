@@ -36,6 +36,9 @@ class UnwindValuations:
     bias: float = 2.0
     call_copy: float = 1.0
     sliceable: float = 4.0
+    #: the zeros a scatter fills against the sliceable layout: below ``elementwise``, so
+    #: that it decides only where no reader ties them
+    scatter_data: float = 0.5
 
 
 #: The values of ``SessionOptions.matmul_plans``.

@@ -617,6 +617,40 @@ class ScatterRule(_LaidOutLikeInput):
     kind = "scatter"
     follows = 0  # the data
 
+    def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        """The output is the data's layout (above); a producer-less data input (the zeros
+        a pooling's or a lookup's gradient is scattered into) is also paired with popops'
+        sliceable layout along the scattered axis, the layout PopART gives the scatter's
+        result (a new sliceable tensor the data is copied into). Valued below an
+        elementwise pair (``scatter_data``): a weight update reading the result still
+        lays the zeros out as its weight."""
+        super().unwind(op, emitter)
+        if not self._data_planned_sliceable(op):
+            return
+        source = emitter.source(
+            op.input(0), lambda target: self.wanted_input_tiles(op, 0, target),
+            f"{op.debug_name()} data")
+        emitter.graph.valued_pair(emitter.tensor(op.input(0)), source,
+                                  emitter.valuations.scatter_data)
+
+    def _data_planned_sliceable(self, op: Op) -> bool:
+        """Whether the data is producer-less and has elements (``unwind``'s pair)."""
+        data = op.input(0)
+        shape = known_shape(op, data)
+        return data.producer is None and bool(shape) and bool(prod(shape))
+
+    def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
+                  valuations: Any) -> tuple[float, float]:
+        """``unwind``'s one pair: the data against the sliceable layout."""
+        if not self._data_planned_sliceable(op):
+            return 0.0, 0.0
+        bound = valuations.scatter_data * prod(known_shape(op, op.input(0)))
+        tiles = flat_tiles(input_tiles, 0)
+        if tiles is None:
+            return 0.0, bound
+        wanted = np.asarray(self.wanted_input_tiles(op, 0, target)).reshape(-1)
+        return valuations.scatter_data * count_equal(tiles, wanted), bound
+
     def worked_inputs(self, op: Op) -> list[int]:
         """The indices and updates: the data is updated in place, row by row."""
         return [1, 2]

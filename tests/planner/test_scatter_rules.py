@@ -6,7 +6,6 @@ gradient."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from planner_testing import small_target, weight
@@ -215,9 +214,36 @@ def test_scatter_elements_creates_along_its_axis():
     assert rule.creates_input(op, 1) is None
 
 
-@pytest.mark.parametrize("name", ["ScatterND", "GatherElements"])
-def test_no_valued_pairs_so_no_agreement(name):
-    updates = (1, 2) if name == "ScatterND" else None
-    _, op, rule = one_op(name, (4, 2), np.zeros((1, 1) if updates else (4, 2), np.int64),
-                         updates, {})
-    assert rule.agreement(op, [None, None, None], TARGET, UnwindValuations()) == (0.0, 0.0)
+def test_gather_elements_has_no_valued_pair_so_no_agreement():
+    _, op, rule = one_op("GatherElements", (4, 2), np.zeros((4, 2), np.int64), None, {})
+    assert rule.agreement(op, [None, None], TARGET, UnwindValuations()) == (0.0, 0.0)
+
+
+def test_a_scatter_scores_its_planned_data_against_the_sliceable_layout():
+    _, op, rule = one_op("ScatterND", (4, 2), np.zeros((1, 1), np.int64), (1, 2), {})
+    values = UnwindValuations()
+    bound = values.scatter_data * 8
+    assert rule.agreement(op, [None, None, None], TARGET, values) == (0.0, bound)
+    wanted = rule.wanted_input_tiles(op, 0, TARGET)
+    assert rule.agreement(op, [wanted, None, None], TARGET, values) == (bound, bound)
+
+
+def test_the_zeros_a_scatter_fills_are_planned_sliceable_when_nothing_else_wants_them():
+    """ScatterElements into a zero table, then a Relu: the zeros (and so the result) take
+    popops' sliceable layout, as PopART's scatter makes its result (the embedding step
+    above shows a weight update's pair winning over it)."""
+    b = Builder()
+    zeros = b.add_constant(np.zeros((16, 32), np.float32), "zeros")
+    indices = b.add_input_tensor("int64", (4, 32), "i")
+    updates = b.add_input_tensor("float32", (4, 32), "u")
+    b.add_output_tensor(b.op("Relu", [b.op("ScatterElements", [zeros, indices, updates],
+                                           {"axis": 0})]))
+    ir = b.ir()
+    target = small_target(16)
+    plan = plan_ir(ir, target)
+    op = next(op for op in ir.main_graph.ops if op.type.name == "ScatterElements")
+    tensor = ir.main_graph.tensor("zeros")
+    laid = tile_array(tensor.tile_mapping, tensor.nelms(), len(tensor.tile_mapping))
+    wanted = REGISTRY.layout_rule(op).wanted_input_tiles(op, 0, target)
+    assert np.array_equal(laid, wanted)
+    assert plan.objective == plan.upper_bound
