@@ -419,18 +419,6 @@ def embedded_then(next_op: str):
     return b.ir()
 
 
-@pytest.mark.parametrize("next_op, tied", [("Relu", True), ("LayerNormalization", False),
-                                           ("Softmax", False)])
-def test_a_producer_less_partner_of_a_normalised_result_is_left_free(next_op, tied):
-    ir = embedded_then(next_op)
-    plan = plan_ir(ir, small_target())
-    matmul = op_of(ir, "MatMul")
-    wanted = REGISTRY.layout_rule(matmul).output_tiles(matmul, [None, None],
-                                                       small_target().with_plans(plan.op_plans))
-    laid = tiles_of(ir, "p")
-    assert np.array_equal(laid, np.asarray(wanted[0]).reshape(-1)) == tied
-
-
 def scattered_then(next_op: str):
     """x @ w (computed) plus updates scattered into a zero table z, then ``next_op``: z,
     which lays the scatter's result out, is tied to the product unless a norm reads the
@@ -447,12 +435,18 @@ def scattered_then(next_op: str):
     return b.ir()
 
 
-@pytest.mark.parametrize("next_op, tied", [("Relu", True), ("Softmax", False)])
-def test_a_scatter_into_a_producer_less_tensor_is_left_free_before_a_norm(next_op, tied):
-    ir = scattered_then(next_op)
+@pytest.mark.parametrize("build, free, next_op, tied", [
+    (embedded_then, "p", "Relu", True), (embedded_then, "p", "LayerNormalization", False),
+    (embedded_then, "p", "Softmax", False),
+    (scattered_then, "z", "Relu", True), (scattered_then, "z", "Softmax", False)])
+def test_a_producer_less_partner_of_a_normalised_result_is_left_free(build, free, next_op,
+                                                                     tied):
+    """Tied to the product unless a norm reads the sum: a producer-less partner, or one
+    laid out as a producer-less tensor (a scatter into one)."""
+    ir = build(next_op)
     plan = plan_ir(ir, small_target())
     matmul = op_of(ir, "MatMul")
     wanted = REGISTRY.layout_rule(matmul).output_tiles(matmul, [None, None],
                                                        small_target().with_plans(plan.op_plans))
-    laid = tiles_of(ir, "z")
+    laid = tiles_of(ir, free)
     assert np.array_equal(laid, np.asarray(wanted[0]).reshape(-1)) == tied
