@@ -42,6 +42,7 @@ from popart_unwind.ops.layout_rule import (
     known_shape,
 )
 from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
+from popart_unwind.ops.views import RESHAPE_LIKE
 from popart_unwind.shapes import broadcast_shapes
 
 #: A numpy kernel: (op, input values) -> result, or None where folding would be wrong.
@@ -276,7 +277,7 @@ NORMALISING = frozenset({"LayerNormalization", "Softmax", "LogSoftmax", "BatchNo
 
 
 #: Ops whose result is laid out as their first input: views of it, a scatter into it.
-_LAID_OUT_AS_FIRST_INPUT = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+_LAID_OUT_AS_FIRST_INPUT = frozenset({*RESHAPE_LIKE, "Identity",
                                       "ScatterElements", "ScatterND", "Scatter"})
 
 
