@@ -91,15 +91,13 @@ def split_by_memory(forward: list[Op], forward_ids: set[int], training: bool,
         return {op.id: 0 for op in forward}
     derived = weight_derived(forward)
     walked = [op for op in forward if not is_weight_op(op, derived)]
-    tied = _tied_weight(walked, derived)
-    span = (tied[1], tied[2]) if tied else (-1, len(walked))
+    tied = _tied_readers(walked, derived)
+    span = (tied[0], tied[-1]) if tied else (-1, len(walked))
     split = choose_split(held_bytes(walked, forward_ids, training, derived),
                          crossing_bytes(walked), span, ipus)
     placement = {op.id: split.ipu_of(k) for k, op in enumerate(walked)}
-    if tied:  # every other reader too (a T5 decoder's lookup of the shared table)
-        for op in walked:
-            if any(t.id == tied[0] for t in weights_read(op, derived)):
-                placement[op.id] = 0
+    for k in tied:  # every other reader too (a T5 decoder's lookup of the shared table)
+        placement[walked[k].id] = 0
     place_with_readers(forward, placement)
     return placement
 
@@ -149,11 +147,11 @@ def crossing_bytes(forward: list[Op]) -> list[int]:
     return crossing
 
 
-def _tied_weight(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
-                 ) -> tuple[str, int, int] | None:
-    """(id, first, last forward positions reading it) of the largest weight read at both
-    ends of the forward pass (a tied embedding and head: its readers span more than half
-    of it); None when no weight is."""
+def _tied_readers(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
+                  ) -> list[int]:
+    """The forward positions reading the largest weight read at both ends of the forward
+    pass (a tied embedding and head: its readers span more than half of it), in order;
+    none when no weight is."""
     readers: dict[str, list[int]] = {}
     sizes: dict[str, int] = {}
     for k, op in enumerate(forward):
@@ -163,9 +161,9 @@ def _tied_weight(forward: list[Op], derived: dict[str, tuple[Tensor, ...]]
                 sizes[tensor.id] = nbytes(tensor)
     tied = [(sizes[t], t) for t, at in readers.items() if 2 * (at[-1] - at[0]) > len(forward)]
     if not tied:
-        return None
+        return []
     _, tensor = max(tied)
-    return tensor, readers[tensor][0], readers[tensor][-1]
+    return readers[tensor]
 
 
 def choose_split(held: list[int], crossing: list[int], tied: tuple[int, int],
