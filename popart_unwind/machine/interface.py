@@ -319,6 +319,12 @@ class TileMachine(abc.ABC):
         ``popops::reduce`` maps them linearly from tile 0); no rotation."""
 
     @abc.abstractmethod
+    def indices_tiles(self, count: int, preference: np.ndarray | None = None) -> np.ndarray:
+        """Where popops lays out ``count`` lookup indices it creates: linearly from tile 0,
+        at least a few per tile; no rotation. ``preference`` (a permutation of the tiles)
+        fills the tiles in its order instead of by id."""
+
+    @abc.abstractmethod
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
                     dtype: str) -> MatmulPartition:
         """How [G,M,K] x [G,K,N] is cut over the tiles when planned alone (the cheapest

@@ -44,6 +44,10 @@ from popart_unwind.validation import as_shape
 #: their embedding tables.
 ANSWER_BYTES_KEPT = 256 * 2**20
 
+#: The fewest indices popops puts on a tile when it creates them (``minIndicesPerTile``,
+#: lib/popops/DynamicSlice.cpp).
+MIN_INDICES_PER_TILE = 32
+
 
 class TileTarget(TileMachine):
     """An :class:`IpuModel` answering the tile machine's questions (see ``TileMachine``)."""
@@ -116,15 +120,34 @@ class TileTarget(TileMachine):
         several tiles: ``calcLinearTileMapping`` from tile 0 with a grain of one vector
         width and at least four vector widths per tile (``intermediateToOutput``,
         lib/popops/reduction/ReductionStages.cpp)."""
+        grain = self.model.tile_params(dtype).grain_elements
+        return self._linear_from_tile_0(int(num_elements), dtype, grain, 4 * grain)
+
+    def indices_tiles(self, count: int, preference: np.ndarray | None = None) -> np.ndarray:
+        """``popops::createIndicesTensor``: the indices (32-bit) mapped with
+        ``mapTensorLinearly`` from tile 0, a grain of one index and at least 32 per tile
+        (``minIndicesPerTile``, lib/popops/DynamicSlice.cpp)."""
+        tiles = self._linear_from_tile_0(int(count), "int32", 1, MIN_INDICES_PER_TILE)
+        if preference is None:
+            return tiles
+        order = np.asarray(preference).reshape(-1)
+        if order.size != self.num_tiles or not np.array_equal(
+                np.sort(order), np.arange(self.num_tiles)):
+            raise TargetError(f"a tile preference must order all {self.num_tiles} tiles, "
+                              f"got {order.size} ids")
+        return order[tiles].astype(self.tile_dtype)
+
+    def _linear_from_tile_0(self, num_elements: int, dtype: str, grain: int,
+                            min_per_tile: int) -> np.ndarray:
+        """Poplibs' linear mapping from tile 0 with its own grain and minimum per tile."""
         params = self.model.tile_params(dtype)
-        grain = params.grain_elements
-        reduce_params = _hooks.TileParams(
+        linear_params = _hooks.TileParams(
             num_tiles=params.num_tiles, element_bytes=params.element_bytes,
-            grain_elements=grain, min_elements_per_tile=4 * grain,
+            grain_elements=grain, min_elements_per_tile=min_per_tile,
             partial_bytes_per_element=params.partial_bytes_per_element,
             exchange_bytes_per_cycle=params.exchange_bytes_per_cycle,
             macs_per_cycle=params.macs_per_cycle, sync_cycles=params.sync_cycles)
-        tiles, _ = hooks.linear_tiles(reduce_params, int(num_elements), 0)
+        tiles, _ = hooks.linear_tiles(linear_params, num_elements, 0)
         return tiles
 
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,

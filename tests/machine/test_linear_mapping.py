@@ -85,3 +85,26 @@ def test_linear_mapping_rejects_bad_arguments(call, fragment):
         call()
     assert isinstance(info.value, PopartUnwindError)
     assert isinstance(info.value, ValueError)
+
+
+@settings(max_examples=100, deadline=None)
+@given(count=st.integers(0, 3000), num_tiles=st.integers(1, 64), data=st.data())
+def test_lookup_indices_are_mapped_linearly_with_32_a_tile_in_the_preferred_order(
+        count, num_tiles, data):
+    """popops' createIndicesTensor: mapTensorLinearly with a grain of 1 and at least 32 a
+    tile, from tile 0 (whatever the rotating mapper has done), or over ``preference``'s
+    tiles in its order."""
+    target = TileTarget(IpuModel(tiles_per_ipu=num_tiles))
+    target.linear_tiles((data.draw(st.integers(0, 500)),), "float32")
+    expected = tile_of_each_element(count, num_tiles, 1, 32)
+    np.testing.assert_array_equal(target.indices_tiles(count), expected)
+    order = np.array(data.draw(st.permutations(range(num_tiles))))
+    preferred = target.indices_tiles(count, preference=order)
+    assert preferred.dtype == target.tile_dtype
+    np.testing.assert_array_equal(preferred, order[expected])
+
+
+@pytest.mark.parametrize("preference", [np.arange(3), np.array([0, 0, 1, 2]), np.arange(1, 5)])
+def test_an_indices_preference_must_order_every_tile(preference):
+    with pytest.raises(TargetError, match="must order all 4 tiles"):
+        TileTarget(IpuModel(tiles_per_ipu=4)).indices_tiles(10, preference=preference)
