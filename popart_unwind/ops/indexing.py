@@ -459,11 +459,17 @@ class GatherRule(LayoutRule):
 
     def wanted_input_tiles(self, op: Op, in_index: int,
                            target: TileMachine) -> np.ndarray | None:
-        """What popops' createSliceableTensor would give the table."""
+        """What popops would create: the table sliceable (createSliceableTensor), the
+        indices linear from tile 0 (createIndicesTensor)."""
         dims = self.table_dims(op)
-        if in_index != 0 or dims is None:
+        if dims is None or in_index not in (0, 1):
             return None
+        if in_index == 1:
+            return target.indices_tiles(self._index_count(op))
         return target.sliceable_tiles(*dims, op.input(0).dtype)
+
+    def _index_count(self, op: Op) -> int:
+        return prod(known_shape(op, op.input(1)))
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         dims = self.table_dims(op)
@@ -524,10 +530,11 @@ class GatherRule(LayoutRule):
                                target.num_tiles)
 
     def creates_input(self, op: Op, in_index: int) -> int | None:
-        """popops' createSliceableTensor for the table. PopART ranks this creator above
-        all others (``GatherOpx`` sets the largest priority), so a weight shared by an
+        """popops' createSliceableTensor for the table, createIndicesTensor for the
+        indices (``GatherOpx`` can create both). PopART ranks this creator above all
+        others (``GatherOpx`` sets the largest priority), so a weight shared by an
         embedding and a matmul (a tied LM head) is laid out for the gather."""
-        return 1 if in_index == 0 and self.table_dims(op) is not None else None
+        return 1 if in_index in (0, 1) and self.table_dims(op) is not None else None
 
 
 def _spread(count: int, size: int) -> np.ndarray:

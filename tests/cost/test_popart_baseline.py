@@ -172,7 +172,21 @@ def test_a_gather_table_gets_the_sliceable_layout():
     plan = popart_baseline(b.ir(), target, registry=RULES)
     assert np.array_equal(plan.decision("table").tiles, target.sliceable_tiles(100, 24,
                                                                                "float32"))
-    assert plan.decision("ids").method == "linear"
+    assert plan.decision("ids").method == "linear"  # these test rules create no indices
+
+
+def test_gatheropx_creates_its_indices_from_tile_0():
+    """The real rules: GatherOpx also creates its indices (popops' createIndicesTensor: at
+    least 32 a tile, from tile 0, whatever the rotating mapper has done)."""
+    b = Builder()
+    table = weight(b, (100, 24), "table")
+    ids = b.add_input_tensor("int64", (70,), "ids")
+    b.add_output_tensor(b.ai_onnx.gather([table, ids], axis=0))
+    target = small_target(TILES)
+    target.linear_tiles((50,), "float32")
+    decision = popart_baseline(b.ir(), target).decision("ids")
+    assert decision.tiles.tolist() == [0] * 35 + [1] * 35
+    assert decision.method == "created by Gather#0 'Gather' input 1"
 
 
 def test_the_search_enters_call_subgraphs_and_leaves_through_their_outputs():

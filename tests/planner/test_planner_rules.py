@@ -143,7 +143,8 @@ def test_matmul_and_gather_rules():
     op, rule = single_op("MatMul", [0, 1], shapes=[(3, 4), (2, 4, 5)])  # broadcast batch
     assert rule.dims(op) is None and rule.creates_input(op, 0) is None
     op, rule = single_op("Gather", [0, np.array([[3, 1]])], shapes=[(6, 16)])
-    assert rule.creates_input(op, 0) == 1 and rule.creates_input(op, 1) is None
+    assert rule.creates_input(op, 0) == rule.creates_input(op, 1) == 1
+    assert np.array_equal(rule.wanted_input_tiles(op, 1, TARGET), [0, 0])  # createIndicesTensor
     table = rule.wanted_input_tiles(op, 0, TARGET)
     assert rule.rows(op).tolist() == [3, 1]
     out = np.zeros(2 * 16, dtype=np.int64)  # the whole result on tile 0
