@@ -472,14 +472,24 @@ class GatherRule(LayoutRule):
         return prod(known_shape(op, op.input(1)))
 
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
+        """The table paired with the sliceable layout. Producer-less indices that no
+        path lays out take popops' layout for them (at least 32 a tile) on the tiles the
+        other layouts fill least, rather than wherever the rotating linear mapper has
+        got to: every tile of the table receives all the indices whatever their layout,
+        so only the memory they take decides (no pair: the objective is unchanged)."""
         dims = self.table_dims(op)
         if dims is not None:
-            table = op.input(0)
+            table, indices = op.input(0), op.input(1)
             source = emitter.source(
                 table, lambda target: target.sliceable_tiles(*dims, table.dtype),
                 f"{op.debug_name()} table")
             emitter.graph.valued_pair(emitter.tensor(table), source,
                                       emitter.valuations.sliceable)
+            count = self._index_count(op)
+            if indices.producer is None and count:
+                emitter.own_layout(indices, lambda target, preference:
+                                   target.indices_tiles(count, preference),
+                                   f"the layout popops gives {op.debug_name()}'s indices")
         emitter.barrier(op)
 
     def rows(self, op: Op) -> np.ndarray:

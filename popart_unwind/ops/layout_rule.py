@@ -46,6 +46,9 @@ InputTiles = Sequence[np.ndarray | None]
 #: A layout a root of the unwinding problem carries: flat tiles, or a function of the machine
 #: giving them (called only if the planner needs that root's tiles).
 RootTiles = np.ndarray | Callable[[TileMachine], np.ndarray]
+#: The layout of a producer-less tensor's elements that no path lays out, given a tile
+#: preference (a permutation of the tiles, the least filled first) or None (Poplibs' order).
+OwnLayout = Callable[[TileMachine, "np.ndarray | None"], np.ndarray]
 
 
 class UnwindEmitter(Protocol):
@@ -56,7 +59,8 @@ class UnwindEmitter(Protocol):
     layouts; ``barrier`` makes the op's outputs (or those of ``outputs``, by output index)
     roots laid out by the rule's ``output_tiles``; ``sink`` makes an op output a tensor
     the solver lays out (call outputs), whose mapping the planner writes back like a
-    producer-less tensor's.
+    producer-less tensor's; ``own_layout`` lays out a producer-less tensor that no path
+    lays out, instead of the rotating linear mapper.
     """
 
     graph: Graph
@@ -70,6 +74,7 @@ class UnwindEmitter(Protocol):
                     tiles: Sequence[RootTiles], name: str) -> list[TensorId]: ...
     def barrier(self, op: Op, outputs: Sequence[int] | None = None) -> None: ...
     def sink(self, tensor: Tensor) -> TensorId: ...
+    def own_layout(self, tensor: Tensor, layout: OwnLayout, name: str) -> None: ...
 
 
 class CalleeLayouts(Protocol):

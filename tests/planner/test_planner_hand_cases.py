@@ -9,6 +9,7 @@ from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir.tile_mapping import tile_array
+from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import SessionOptions
 
 
@@ -93,6 +94,67 @@ def test_gemm_with_transposed_b_and_gather_table():
     assert np.array_equal(tiles_of(ir, "table"), fresh.sliceable_tiles(50, 32, "float32"))
     rhs = fresh.matmul_tiles(1, 12, 32, 24, "float32", "rhs").reshape(32, 24)
     assert np.array_equal(tiles_of(ir, "wt").reshape(24, 32), rhs.T)
+
+
+def _lookup(ids_count: int = 12) -> object:
+    """ids -> Gather from a (30, 3) table, whose sliceable layout fills the 16 tiles
+    unevenly; nothing but the lookup reads the ids."""
+    b = Builder()
+    ids = b.add_input_tensor("int64", [ids_count], "ids")
+    table = weight(b, (30, 3), "table")
+    b.add_output_tensor(b.op("Gather", [table, ids], {"axis": 0}))
+    return b.ir()
+
+
+def test_lookup_indices_lie_on_the_least_loaded_tiles():
+    """Every tile of the table receives all the indices, so their layout costs only
+    memory: they take popops' indices layout (at least 32 a tile) over the tiles the
+    other layouts fill least, not whatever tile the rotating linear mapper reached."""
+    ir = _lookup()
+    result, fresh = plan(ir)
+    load = np.zeros(16, np.int64)
+    for planned in result.tensors:
+        if planned.tensor_id != "ids":
+            load += np.bincount(planned.tiles, minlength=16) * 4
+    expected = fresh.indices_tiles(12, preference=np.argsort(load, kind="stable"))
+    ids = tiles_of(ir, "ids")
+    assert np.array_equal(ids, expected)
+    assert len(set(ids.tolist())) == 1 and load[ids[0]] == load.min()
+    assert load[ids[0]] < load.max()  # the test means something: the tiles differ
+    planned = result.tensor("", "ids")
+    assert planned.method == "linear"
+    assert planned.explanation == ("all elements in the layout popops gives Gather#0 "
+                                   "'Gather''s indices, on the least loaded tiles (nothing "
+                                   "wanted them elsewhere)")
+    popart = fresh.indices_tiles(12)  # what popops creates: tile 0
+    assert popart.tolist() == [0] * 12 and ids[0] != 0
+
+
+def test_without_balancing_lookup_indices_are_laid_out_as_popops_creates_them():
+    ir = _lookup(100)
+    plan(ir, options=SessionOptions(balance_tile_memory=False))
+    # mapTensorLinearly with at least 32 a tile: 100 indices on three tiles from tile 0
+    assert np.bincount(tiles_of(ir, "ids")).tolist() == [33, 33, 34]
+
+
+def test_lookup_indices_weigh_the_load_of_their_own_ipu():
+    """Tile ids name the same tiles of every IPU: the indices on IPU 1 go to the tile IPU
+    1's layouts fill least (tile 1, 12 bytes of the table), although tile 1 of IPU 0 also
+    holds a tensor (added over both IPUs, tile 9 would be the emptiest)."""
+    b = Builder()
+    with b.virtual_graph(0):
+        b.add_output_tensor(b.op("Relu", [b.add_input_tensor("float32", [8], "v")]))
+    with b.virtual_graph(1):
+        ids = b.add_input_tensor("int64", [12], "ids")
+        b.add_output_tensor(b.op("Gather", [weight(b, (30, 3), "table"), ids], {"axis": 0}))
+    ir = b.ir()
+    target = TileTarget(IpuModel(tiles_per_ipu=16, min_bytes_per_tile=16, ipus=2))
+    plan_ir(ir, target)
+    held = {name: np.bincount(tiles_of(ir, name), minlength=16) * 4
+            for name in ("v", "table")}
+    assert held["table"].argmin() == 1 and held["v"][1] > 0  # what the test relies on
+    assert (held["table"] + held["v"]).argmin() == 9
+    assert tiles_of(ir, "ids").tolist() == [1] * 12
 
 
 def test_call_boundaries_get_mappings():

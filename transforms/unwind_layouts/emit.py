@@ -22,7 +22,7 @@ from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, key
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
-from popart_unwind.ops.layout_rule import RootTiles, planned_shape
+from popart_unwind.ops.layout_rule import OwnLayout, RootTiles, planned_shape
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.unwind import Graph, TensorId
 
@@ -58,6 +58,10 @@ class Emitter(Interpreter):
         self.root_tiles: dict[TensorId, RootTiles] = {}
         self.barriers: dict[TensorId, BarrierRecord] = {}
         self.root_names: dict[TensorId, str] = {}
+        #: Layouts for Sinks that no path lays out, by the rule that asked first, and
+        #: what each is.
+        self.own_layouts: dict[TensorId, OwnLayout] = {}
+        self.own_layout_names: dict[TensorId, str] = {}
 
     # -- the UnwindEmitter protocol ------------------------------------------------------
     def tensor(self, tensor: Tensor) -> TensorId:
@@ -118,6 +122,17 @@ class Emitter(Interpreter):
             self.barriers[root] = BarrierRecord(op, positions[index], inputs)
             self.root_names[root] = f"output {tensor.qualified_id!r} of {op.debug_name()} (Barrier)"
             self.define(tensor, root)
+
+    def own_layout(self, tensor: Tensor, layout: OwnLayout, name: str) -> None:
+        """Lay out ``tensor``'s Sink with ``layout`` (``name`` says what it is) when no
+        path lays out any of it; the first rule to ask decides."""
+        sink = self.tensor(tensor)
+        if self.graph.kind(sink) != "sink":
+            raise PlanError(f"tensor {tensor.qualified_id!r} is not a Sink; only a Sink's own "
+                            f"elements can be given a layout")
+        if sink not in self.own_layouts:
+            self.own_layouts[sink] = layout
+            self.own_layout_names[sink] = name
 
     # -- queries ---------------------------------------------------------------------------
     def owner(self, sink: TensorId) -> Tensor | None:

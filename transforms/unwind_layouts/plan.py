@@ -25,6 +25,7 @@ from popart_unwind.ir.tensor import Tensor, qualified_id
 from popart_unwind.ir.tile_mapping import TileIntervals, read_only_tiles, tile_dtype, tile_mapping
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.ipu_copy import tensor_ipus
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
 from popart_unwind.rewrite import Rewriter
@@ -151,7 +152,8 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     _report(progress, "solve", 1, 1)
     timings["solve"] = _lap(began, timings)
 
-    realizer = Realizer(emitter, solution, options.balance_tile_memory)
+    realizer = Realizer(emitter, solution, options.balance_tile_memory,
+                        tensor_ipus(ir) if target.num_ipus > 1 else None)
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
     planned = []
@@ -209,6 +211,11 @@ def explain(emitter: Emitter, realizer: Realizer, sink: TensorId, numel: int) ->
     for path in realizer.solution.paths(sink):
         count = path.regions.total_elms()
         share = "all elements" if count == numel else f"{count} of {numel} elements"
+        if path.src == sink and sink in emitter.own_layout_names and count == numel:
+            where = ", on the least loaded tiles" if realizer.balance_memory else ""
+            clauses.append(f"{share} in {emitter.own_layout_names[sink]}{where} (nothing "
+                           f"wanted them elsewhere)")
+            continue
         if path.src == sink:
             clauses.append(f"{share} mapped linearly (nothing wanted them elsewhere)")
             continue

@@ -10,7 +10,9 @@ only when some element takes its origin there:
   if read: a reduction lays its result out from its input's tiles, an unmodelled op maps
   its outputs linearly without reading them);
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
-- a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order.
+- a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order;
+  a Sink no path covers at all, whose reader gave it a layout of its own (a lookup's
+  indices: ``Emitter.own_layouts``), that layout, over the least loaded tiles first.
 
 Sinks are realized in dependency order (``unwind.solution.dependency_order``), so every
 origin a sink takes lies in something already realized; each sink's tiles come from its
@@ -20,7 +22,7 @@ root's tiles.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -58,12 +60,15 @@ class _LazyInputs(Sequence):
 class Realizer:
     """Concrete tiles of the unwind tensors a solution needs, memoised."""
 
-    def __init__(self, emitter: Emitter, solution: Solution,
-                 balance_memory: bool = False) -> None:
+    def __init__(self, emitter: Emitter, solution: Solution, balance_memory: bool = False,
+                 ipus: Mapping[tuple[str, str], int] | None = None) -> None:
         self.emitter = emitter
         self.balance_memory = balance_memory
-        #: bytes per tile of the sinks realized so far (kept when ``balance_memory``)
-        self.load = np.zeros(emitter.target.num_tiles, np.int64)
+        #: (graph id, tensor id) -> IPU of each planned tensor not on IPU 0
+        self.ipus = ipus or {}
+        #: bytes per tile of each IPU of the sinks realized so far (kept when
+        #: ``balance_memory``); tile ids name the same tiles of every IPU
+        self.load = np.zeros((emitter.target.num_ipus, emitter.target.num_tiles), np.int64)
         self.graph = emitter.graph
         self.solution = solution
         self.target = emitter.target
@@ -78,13 +83,14 @@ class Realizer:
         order = [t for t in dependency_order(self.graph, self.solution.sink_paths())
                  if self.graph.kind(t) == "sink"]
         if self.balance_memory:
-            # broadcast operands last, so each sees the load of every other layout (a sink
-            # realized early as another's dependency is still counted in the order below)
-            order.sort(key=self._from_broadcast_operand)  # stable: dependency order kept
+            # broadcast operands and sinks laid out by their readers last, so each sees the
+            # load of every other layout (a sink realized early as another's dependency is
+            # still counted in the order below)
+            order.sort(key=self._placed_by_load)  # stable: dependency order kept
         for done, sink in enumerate(order, 1):
             tiles = self.tiles(sink)
             if self.balance_memory:
-                self.load += self._bytes_per_tile(sink, tiles)
+                self.load[self._ipu(sink)] += self._bytes_per_tile(sink, tiles)
             if progress is not None and (done % 64 == 0 or done == len(order)):
                 progress(done, len(order))
         return {sink: self._tiles[sink] for sink in order}
@@ -120,11 +126,9 @@ class Realizer:
                 tiles = self._barrier(tensor)
             elif kind == "sum_like_reduce":
                 full = self.graph.node(tensor).inputs[0]
-                preference = (np.argsort(self.load, kind="stable") if self.balance_memory
-                              else None)  # the least loaded first, ties the lowest id
                 tiles = self.target.broadcast_operand_tiles(
                     self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
-                    preference=preference, any_reader=self.balance_memory)
+                    preference=self._least_loaded_first(), any_reader=self.balance_memory)
             else:
                 tiles = self._from_paths(tensor)
             tiles = np.asarray(tiles).reshape(-1)
@@ -137,9 +141,23 @@ class Realizer:
         self._tiles[tensor] = tiles
         return tiles
 
-    def _from_broadcast_operand(self, sink: TensorId) -> bool:
-        return any(path.src != sink and self.graph.kind(path.src) == "sum_like_reduce"
-                   for path in self.solution.paths(sink))
+    def _placed_by_load(self, sink: TensorId) -> bool:
+        return sink in self.emitter.own_layouts or any(
+            path.src != sink and self.graph.kind(path.src) == "sum_like_reduce"
+            for path in self.solution.paths(sink))
+
+    def _least_loaded_first(self, ipu: int | None = None) -> np.ndarray | None:
+        """The tiles, the least loaded first and ties the lowest id, when balancing memory;
+        else None (each layout's own order). The load of ``ipu``'s tiles, or without one
+        (a broadcast operand, which knows no IPU of its own) of every IPU's added up."""
+        if not self.balance_memory:
+            return None
+        load = self.load.sum(axis=0) if ipu is None else self.load[ipu]
+        return np.argsort(load, kind="stable")
+
+    def _ipu(self, sink: TensorId) -> int:
+        owner = self.emitter.owner(sink)
+        return 0 if owner is None else self.ipus.get((owner.graph.id, owner.id), 0)
 
     def _bytes_per_tile(self, sink: TensorId, tiles: np.ndarray) -> np.ndarray:
         owner = self.emitter.owner(sink)
@@ -188,6 +206,9 @@ class Realizer:
             # mapper's answer is the layout, with no mask and no second array
             self._check_own(tensor)
             self._own[tensor] = numel
+            own_layout = self.emitter.own_layouts.get(tensor)
+            if own_layout is not None:
+                return own_layout(self.target, self._least_loaded_first(self._ipu(tensor)))
             return self._linear(tensor, numel)
         result = _Filling(numel, tile_dtype(self.target.num_tiles))
         own = None
