@@ -89,10 +89,11 @@ class SessionOptions:
     #: Spread small layouts over lightly used tiles when the plan is realized (ours alone;
     #: docs/planner.md, "Tile memory"): the elements of a broadcast operand (a bias, a
     #: norm's scale) read by the same tiles are spread over those tiles in runs, the least
-    #: loaded first, instead of each going to the lowest tile reading it most. Every
+    #: loaded first, instead of each going to the lowest tile reading it most; a lookup's
+    #: indices that nothing else lays out go to the least loaded tiles of their IPU. Every
     #: reader receives an element once, so each op reading it exchanges the same bytes;
     #: the solution's score is unchanged. Off, each element lies on a tile reading it
-    #: most (Poplibs' rule).
+    #: most, and indices from tile 0 (Poplibs' rules).
     balance_tile_memory: bool = True
     #: How the matmuls of a training step's fully connected layers, and its convolution
     #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)
