@@ -8,6 +8,7 @@ from planner_testing import small_target, weight
 from popart_unwind.transforms import plan_ir
 
 from popart_unwind.frontends.builder import Builder
+from popart_unwind.ir import Ir
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import SessionOptions
@@ -96,7 +97,7 @@ def test_gemm_with_transposed_b_and_gather_table():
     assert np.array_equal(tiles_of(ir, "wt").reshape(24, 32), rhs.T)
 
 
-def _lookup(ids_count: int = 12) -> object:
+def _lookup(ids_count: int = 12) -> Ir:
     """ids -> Gather from a (30, 3) table, whose sliceable layout fills the 16 tiles
     unevenly; nothing but the lookup reads the ids."""
     b = Builder()
