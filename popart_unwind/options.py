@@ -98,7 +98,8 @@ class SessionOptions:
     #: How the matmuls of a training step's fully connected layers, and its convolution
     #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)
     #: weighs a joint plan of the layer's passes against separate ones on the passes'
-    #: cycles plus the rearrangements their layouts leave; ``poplibs`` chooses as Poplibs
+    #: cycles plus the rearrangements their layouts leave, never taking one that receives
+    #: more bytes than Poplibs' plans of the layer; ``poplibs`` chooses as Poplibs
     #: does with ``fullyConnectedPass`` (what the PopART baseline does; convolutions
     #: alone); ``alone`` plans every matmul and convolution by itself (Poplibs without the
     #: option).

@@ -91,13 +91,27 @@ def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: 
         for op in ops for own in [pass_dims(cube, op.axes)])
     if not charged:
         return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype))
-    g, m, k, n = cube
-    rearranged = {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}  # dY in, dW out
     rearrangements = tuple(
-        (plan.fc_pass, target.rearrangement_cycles(rearranged[plan.fc_pass], dtype,
-                                                   plan.partition.tiles_used))
-        for plan in plans_tuple if plan.fc_pass in rearranged)
+        (plan.fc_pass, target.rearrangement_cycles(rearranged_elements(cube, plan.fc_pass),
+                                                   dtype, plan.partition.tiles_used))
+        for plan in plans_tuple if rearranged_elements(cube, plan.fc_pass))
     return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype), rearrangements)
+
+
+def rearranged_elements(cube: tuple[int, int, int, int], fc_pass: str) -> int:
+    """Elements Poplibs rearranges for pass ``fc_pass`` of a layer planned separately: the
+    backward pass's input dY [G, M, N] and the weight update's output dW [G, K, N]."""
+    g, m, k, n = cube
+    return {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}.get(fc_pass, 0)
+
+
+def broadcast_elements(plan: MatmulPlan) -> int:
+    """Elements the tiles of ``plan`` receive of its op's two operands when each lies in
+    the plan's own layout: every element of the LHS block goes to the other tiles of its
+    column split, every element of the RHS block to the other tiles of its row split."""
+    g, m, k, n = plan.dims
+    own = plan.own_partition
+    return g * m * k * (own.cols - 1) + g * k * n * (own.rows - 1)
 
 
 def poplibs_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,

@@ -12,7 +12,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.unwind_layouts import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
+from popart_unwind.transforms.unwind_layouts.plan_choice import (
+    choose_plans,
+    estimated_bytes,
+    estimated_cycles,
+)
 from test_conv_layout import (
     blocks_received,
     conv_ir,
@@ -24,6 +28,7 @@ from test_conv_layout import (
 )
 
 from popart_unwind.ir import Ir
+from popart_unwind.machine.fc_plans import joint_plans, separate_plans
 from popart_unwind.machine.interface import (
     REARRANGE_ABOVE_DESTINATIONS,
     MatmulPartition,
@@ -190,3 +195,30 @@ def test_the_updates_of_joint_layers_move_nothing(step, how):
     else:
         assert joint
         assert sum(row.avoidable_bytes for row in updates) == 0
+
+
+def test_a_joint_plan_that_would_exchange_more_than_poplibs_plans_is_not_taken():
+    """A patch embedding whose joint plan takes fewer estimated cycles than the passes
+    planned alone, as Poplibs plans them, but receives more bytes: the choice keeps
+    Poplibs' plans, and the cost model agrees the joint plan exchanges more."""
+    torch.manual_seed(0)
+    ir = Ir.from_torch(torch.nn.Conv2d(4, 16, 4, stride=4), (torch.randn(2, 4, 16, 16),),
+                       training=True)
+    run_pipeline(ir)
+    target = TileTarget(IpuModel(tiles_per_ipu=64, partial_bytes_per_element=2))
+    [layer] = convolution_layers(ir)
+    ops, passes = layer.passes()
+    [joint] = joint_plans(target, layer.cube, "float32", passes,
+                          over=[each.axes for each in passes])
+    separate = separate_plans(target, layer.cube, "float32", passes, charged=False)
+    assert estimated_cycles(target, layer, joint) < estimated_cycles(target, layer, separate)
+    assert estimated_bytes(target, layer, joint) > estimated_bytes(target, layer, separate)
+    chosen = choose_plans(ir, target, REGISTRY, "with_layouts")
+    assert [chosen[op_key(op)] for op in ops] == list(separate.plans)
+    measured = {}
+    for name, option in (("joint", joint), ("separate", separate)):
+        op_plans = {op_key(op): plan for op, plan in zip(ops, option.plans, strict=True)}
+        plan = plan_ir(ir, target, write=False, op_plans=op_plans)
+        mappings = {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors}
+        measured[name] = evaluate(ir, target, mappings, op_plans=plan.op_plans)
+    assert measured["joint"].exchange_bytes > measured["separate"].exchange_bytes

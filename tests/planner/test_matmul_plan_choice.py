@@ -10,14 +10,21 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.unwind_layouts import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans, estimated_cycles
+from popart_unwind.transforms.unwind_layouts.plan_choice import (
+    choose_plans,
+    estimated_bytes,
+    estimated_cycles,
+)
 
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
-from popart_unwind.machine.fc_plans import joint_plans, separate_plans
+from popart_unwind.machine.fc_plans import broadcast_elements, joint_plans, separate_plans
+from popart_unwind.machine.interface import MatmulPlan, plan_operand_readers, plan_operand_tiles
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.linalg import op_key
@@ -189,6 +196,42 @@ def test_the_estimate_charges_separate_plans_for_their_copies():
     assert estimated_cycles(target, layer, separate) == separate.cost.cycles + \
         separate.rearranged("TRAINING_BWD") + target.receive_cycles(w_share) + \
         target.receive_cycles(x_share) + target.exchange_cycles(wu_share)
+
+
+def test_the_byte_estimate_counts_the_copies_the_cycle_estimate_charges():
+    ir = training_step((64, 48))
+    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    [layer] = fully_connected_layers(ir)
+    _, passes = layer.passes()
+    [joint] = joint_plans(target, layer.cube, "float32", passes)
+    separate = separate_plans(target, layer.cube, "float32", passes)
+    assert estimated_bytes(target, layer, joint) == \
+        4 * sum(broadcast_elements(plan) for plan in joint.plans)
+    # separate plans add x and w for their second readers, the gradient for the update
+    # and the output gradient Poplibs rearranges for the backward pass
+    _, m, k, n = layer.cube
+    assert estimated_bytes(target, layer, separate) == 4 * (
+        sum(broadcast_elements(plan) for plan in separate.plans) + m * k + 2 * k * n + m * n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cube=st.tuples(st.integers(1, 3), st.integers(1, 20), st.integers(1, 20),
+                      st.integers(1, 20)),
+       choice=st.integers(0, 2), axes=st.sampled_from(["mkn", "mnk", "kmn", "knm", "nmk",
+                                                       "nkm"]))
+def test_a_plan_broadcasts_its_operands_as_the_cost_model_counts(cube, choice, axes):
+    """``broadcast_elements`` against the cost model: what the plan's tiles receive of
+    each operand laid out where the plan wants it."""
+    target = small_target()
+    partitions = target.matmul_candidates(cube, "float32", ["mkn", "mnk", "kmn"], 3)
+    assume(choice < len(partitions))
+    plan = MatmulPlan(cube, partitions[choice], axes)
+    received = sum(
+        int(plan_operand_readers(target, plan, operand, "float32",
+                                 plan_operand_tiles(target, plan, operand, "float32"))
+            .received_bytes.sum())
+        for operand in ("lhs", "rhs"))
+    assert broadcast_elements(plan) * 4 == received
 
 
 def test_the_baseline_plans_layers_as_poplibs_and_lays_the_weight_out_for_them():

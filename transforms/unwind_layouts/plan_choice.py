@@ -29,6 +29,11 @@ Separate plans are also charged what Poplibs charges them: rearranging the backw
 input (the output gradient) and, unless the update's copy above stands for it, the weight
 update's output (``machine.fc_plans.separate_plans``).
 
+The option taken is the one with the fewest estimated cycles among those whose passes
+receive no more estimated bytes (the same terms, in bytes; partial sums left out, as the
+cost report leaves them out of its exchanged bytes) than the plans Poplibs would choose
+for the layer: a plan never buys cycles with more exchange than Poplibs' plans move.
+
 Beyond that, activations and gradients keep their producers' layouts, which the choice
 does not know (the passes' own cycles assume every operand where the plan wants it).
 Separate plans are assumed to want distinct layouts of every shared tensor (different
@@ -43,7 +48,14 @@ from __future__ import annotations
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
-from popart_unwind.machine.fc_plans import LayerPlans, joint_plans, poplibs_plans, separate_plans
+from popart_unwind.machine.fc_plans import (
+    LayerPlans,
+    broadcast_elements,
+    joint_plans,
+    poplibs_plans,
+    rearranged_elements,
+    separate_plans,
+)
 from popart_unwind.machine.interface import MatmulPlan, TileMachine, cube_tensor
 from popart_unwind.ops.conv_layers import convolution_layers
 from popart_unwind.ops.fully_connected import FullyConnectedLayer, fully_connected_layers
@@ -135,7 +147,12 @@ def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: 
             options = [*joint_plans(target, layer.cube, dtype, passes, over=over),
                        separate_plans(target, layer.cube, dtype, passes,
                                       charged=layer.poplibs_joint)]
-            chosen = min(options, key=lambda option: estimated_cycles(target, layer, option))
+            own = (poplibs_plans(target, layer.cube, dtype, passes) if layer.poplibs_joint
+                   else options[-1])  # Poplibs plans a convolution's passes each alone
+            bound = estimated_bytes(target, layer, own)
+            chosen = min((option for option in options
+                          if estimated_bytes(target, layer, option) <= bound),
+                         key=lambda option: estimated_cycles(target, layer, option))
         for op, plan in zip(ops, chosen.plans, strict=True):
             plans[op_key(op)] = plan
         grouped.append([op_key(op) for op in ops])
@@ -161,6 +178,30 @@ def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
             wu = [plan for plan in option.plans if plan.fc_pass == "TRAINING_WU"]
             cycles += target.exchange_cycles(_share(target, elements[name], dtype, wu))
     return cycles + (0 if updated else option.rearranged("TRAINING_WU"))
+
+
+def estimated_bytes(target: TileMachine, layer: FullyConnectedLayer,
+                    option: LayerPlans) -> int:
+    """The bytes the passes receive, counted as :func:`estimated_cycles` counts their
+    cycles: each pass's operands broadcast from the plan's own layout to the tiles that
+    read them, and, for separate plans, every further reader's copy of a producer-less
+    tensor, the update's copy of the weight gradient and Poplibs' rearrangements. Partial
+    sums are left out, as the cost report leaves them out of its exchanged bytes (it
+    counts them in cycles)."""
+    size = target.dtype_size(layer.fwd.input(0).dtype)
+    received = sum(broadcast_elements(plan) for plan in option.plans)
+    if option.joint:
+        return received * size
+    updated = "rhs" in layer.producerless and _wu_present(option)
+    for name, readers in _readers(layer, option).items():
+        if name in layer.producerless:
+            received += (len(readers) - 1) * layer.tensor_elements(name)
+    if updated:
+        received += layer.tensor_elements("rhs")
+    for fc_pass, _ in option.rearrangements:
+        if fc_pass == "TRAINING_BWD" or not updated:
+            received += rearranged_elements(layer.cube, fc_pass)
+    return received * size
 
 
 def _share(target: TileMachine, elements: int, dtype: str,
