@@ -177,13 +177,18 @@ def test_the_choice_against_every_combination_of_layer_options(widths):
     assert min(totals) <= ours.cycles <= 1.10 * min(totals)
 
 
-def test_the_estimate_charges_separate_plans_for_their_copies():
+def one_layer_options():
+    """A one-layer step on 64 tiles: its target, layer, joint plans and separate plans."""
     ir = training_step((64, 48))
     target = TileTarget(IpuModel(tiles_per_ipu=64))
     [layer] = fully_connected_layers(ir)
     _, passes = layer.passes()
     [joint] = joint_plans(target, layer.cube, "float32", passes)
-    separate = separate_plans(target, layer.cube, "float32", passes)
+    return target, layer, joint, separate_plans(target, layer.cube, "float32", passes)
+
+
+def test_the_estimate_charges_separate_plans_for_their_copies():
+    target, layer, joint, separate = one_layer_options()
     # a joint plan copies nothing; separate ones pay Poplibs' rearrangement of the output
     # gradient for the backward pass, copy x and w for each reader but the first (the
     # planner lays them out for one), and the gradient for the update in a step of its own
@@ -199,12 +204,7 @@ def test_the_estimate_charges_separate_plans_for_their_copies():
 
 
 def test_the_byte_estimate_counts_the_copies_the_cycle_estimate_charges():
-    ir = training_step((64, 48))
-    target = TileTarget(IpuModel(tiles_per_ipu=64))
-    [layer] = fully_connected_layers(ir)
-    _, passes = layer.passes()
-    [joint] = joint_plans(target, layer.cube, "float32", passes)
-    separate = separate_plans(target, layer.cube, "float32", passes)
+    target, layer, joint, separate = one_layer_options()
     assert estimated_bytes(target, layer, joint) == \
         4 * sum(broadcast_elements(plan) for plan in joint.plans)
     # separate plans add x and w for their second readers, the gradient for the update
