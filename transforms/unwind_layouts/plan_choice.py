@@ -167,7 +167,7 @@ def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
     if option.joint:  # one layout of each tensor; Poplibs charges no rearrangement
         return option.cost.cycles
     cycles = option.cost.cycles + option.rearranged("TRAINING_BWD")
-    updated = "rhs" in layer.producerless and _wu_present(option)
+    updated = _updates_weights(layer, option)
     for name, readers in _readers(layer, option).items():
         if name not in layer.producerless:
             continue
@@ -192,7 +192,7 @@ def estimated_bytes(target: TileMachine, layer: FullyConnectedLayer,
     received = sum(broadcast_elements(plan) for plan in option.plans)
     if option.joint:
         return received * size
-    updated = "rhs" in layer.producerless and _wu_present(option)
+    updated = _updates_weights(layer, option)
     for name, readers in _readers(layer, option).items():
         if name in layer.producerless:
             received += (len(readers) - 1) * layer.tensor_elements(name)
@@ -221,5 +221,8 @@ def _readers(layer: FullyConnectedLayer, option: LayerPlans) -> dict[str, list[M
     return found
 
 
-def _wu_present(option: LayerPlans) -> bool:
-    return any(plan.fc_pass == "TRAINING_WU" for plan in option.plans)
+def _updates_weights(layer: FullyConnectedLayer, option: LayerPlans) -> bool:
+    """Whether the step updates producer-less weights with the gradient a weight-update
+    pass of ``option`` computes."""
+    return "rhs" in layer.producerless and any(
+        plan.fc_pass == "TRAINING_WU" for plan in option.plans)
