@@ -58,8 +58,10 @@ def main() -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.baselines import popart_baseline
+    from popart_unwind.cost import evaluate
     from popart_unwind.ops import REGISTRY
-    from popart_unwind.target import IpuModel, TileTarget, evaluate, popart_baseline
+    from popart_unwind.target import IpuModel, TileTarget
 
     ir = models.import_graph(args.model, args.size, args.kind, "torch")
     run_pipeline(ir)
@@ -113,8 +115,8 @@ def print_changed_layouts(ir, target, plans, reports, popart_layout: list[str],
                           like: list[str]) -> None:
     """Our plan with some producer-less tensors laid out otherwise: PopART's layout, or
     the layout our plan gives another tensor; the totals beside ours and PopART's."""
-    from popart_unwind.target import evaluate
-    from popart_unwind.target.cost import computed_layouts
+    from popart_unwind.cost import evaluate
+    from popart_unwind.cost.walk import computed_layouts
 
     graph_id = ir.main_graph.id
     mappings, op_plans = plans["ours"]

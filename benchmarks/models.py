@@ -89,10 +89,12 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.baselines import linear_plan, popart_baseline
+    from popart_unwind.cost import evaluate
     from popart_unwind.ir.tile_mapping import ExpandedLayouts
     from popart_unwind.ops.coverage import ops_without_rule
     from popart_unwind.options import with_options
-    from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
+    from popart_unwind.target import IpuModel, TileTarget
 
     row: dict[str, Any] = {}
     report.put(("stage", "import"))
@@ -170,7 +172,9 @@ def sensitivity(ir: Any, job: dict[str, Any], report: Any) -> list[dict[str, Any
     plans made again on the changed model (plans depend on the figures) and costed there."""
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
-    from popart_unwind.target import IpuModel, TileTarget, evaluate, popart_baseline
+    from popart_unwind.baselines import popart_baseline
+    from popart_unwind.cost import evaluate
+    from popart_unwind.target import IpuModel, TileTarget
 
     found = []
     for parameter in COST_PARAMETERS:

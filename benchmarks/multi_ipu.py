@@ -106,10 +106,11 @@ def run_split(job: dict[str, Any], report: Any) -> None:
     from popart_unwind.transforms import run_pipeline
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
+    from popart_unwind.baselines import popart_baseline
+    from popart_unwind.cost import evaluate
     from popart_unwind.ir import Ir
     from popart_unwind.machine import IpuModel, TileTarget
     from popart_unwind.options import SessionOptions
-    from popart_unwind.target import evaluate, popart_baseline
 
     model, kind, split = job["model"], job["kind"], job["split"]
     _, _, ipus, splits = MODELS[model]

@@ -24,11 +24,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from popart_unwind.cost.walk import CostReport, evaluate
 from popart_unwind.errors import PopartUnwindError
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import with_options
-from popart_unwind.target.cost import CostReport, evaluate
 
 #: The settings tried, each a list of ``--option`` assignments, cheapest first as
 #: measured on the benchmark models (benchmarks/RESULTS.md, memory_transforms).

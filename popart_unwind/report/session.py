@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost.walk import evaluate
 from popart_unwind.errors import PlanError, TransformError, TransformWarning
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ir.tile_mapping import (
@@ -30,7 +31,6 @@ from popart_unwind.ops.ipu_copy import tensor_ipus
 from popart_unwind.options import SessionOptions
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
-from popart_unwind.target.cost import evaluate
 
 #: What ``--baseline`` compares our plan with.
 BASELINE_PLANS = {"popart": ("popart", "linear"), "linear": ("linear",), "none": ()}
@@ -65,7 +65,7 @@ class PlanRun:
     layouts: Mapping[str, Mapping[TensorKey, np.ndarray]]
     #: plan name -> tensor key -> (method, explanation), for the baselines
     methods: dict[str, dict[TensorKey, tuple[str, str]]]
-    #: plan name -> cost report (target.cost.CostReport)
+    #: plan name -> cost report (cost.CostReport)
     costs: dict[str, Any]
     #: op type -> how many ops of the planned IR have no layout rule (barriers)
     ops_without_rule: dict[str, int]
@@ -209,14 +209,14 @@ def _baseline(name: str, ir: Ir, model: IpuModel
     """A baseline's mappings (held as intervals), how it decided each, and its matmul
     plans."""
     if name == "popart":
-        from popart_unwind.target.popart_baseline import popart_baseline
+        from popart_unwind.baselines.popart_baseline import popart_baseline
 
         baseline = popart_baseline(ir, TileTarget(model))
         methods = {(d.graph_id, d.tensor_id): (d.method, d.explanation)
                    for d in baseline.decisions}
         held = ExpandedLayouts.of_arrays(baseline.mappings, model.tiles_per_ipu)
         return held, methods, dict(baseline.op_plans)
-    from popart_unwind.target.linear_plan import linear_plan
+    from popart_unwind.baselines.linear_plan import linear_plan
 
     held = ExpandedLayouts.of_arrays(linear_plan(ir, TileTarget(model)), model.tiles_per_ipu)
     return held, dict.fromkeys(held, ("linear", "linear mapping")), {}

@@ -196,7 +196,7 @@ def _budget(value: int) -> str:
 
 
 def fullest_tile_line(fullest: Any, budget: int, tiles_per_ipu: int | None = None) -> str:
-    """One line on the fullest tile (``target.liveness.FullestTile``): its peak against
+    """One line on the fullest tile (``cost.liveness.FullestTile``): its peak against
     the budget, the op at which it is first reached, what fills it then, and by how much
     it is over the budget when it is. With ``tiles_per_ipu`` (a machine of several IPUs,
     whose tiles the liveness numbers IPU after IPU) the tile is named on its IPU."""

@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import TargetError
 from popart_unwind.ir import Builder
 from popart_unwind.machine import exchange
 from popart_unwind.machine.exchange import broadcast_index_view, most_read_tiles
-from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
+from popart_unwind.target import IpuModel, TileTarget
 
 TILES = 32
 

@@ -7,9 +7,10 @@ from cost_rules import RULES, const, small_target, weight
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.ir import Builder
 from popart_unwind.ir.tile_mapping import tile_array, tile_mapping
-from popart_unwind.target import evaluate, linear_plan, popart_baseline
 
 TILES = 32
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 
+from popart_unwind.cost import evaluate
+from popart_unwind.cost.walk import computed_layouts
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.machine import IpuModel, TileTarget
-from popart_unwind.target import evaluate
-from popart_unwind.target.cost import computed_layouts
 
 
 def test_a_producerless_tensor_laid_out_like_its_partner_removes_the_exchange():

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
 from popart_unwind import transforms
+from popart_unwind.cost import evaluate
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops.ipu_copy import IPU_COPY
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import evaluate
 
 TILES = 16
 WIDTH = 32

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.ir import Builder, OpType
 from popart_unwind.ops import REGISTRY
-from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan, popart_baseline
+from popart_unwind.target import IpuModel, TileTarget
 
 
 def _has_matmul_creator() -> bool:

@@ -9,10 +9,11 @@ from cost_rules import RULES, small_target
 from hypothesis import given, settings
 from test_liveness import BYTES, SHAPE, call_ir, on, random_chains, replay
 
+from popart_unwind.cost import evaluate
+from popart_unwind.cost.liveness import FULLEST_TILE_TOP
 from popart_unwind.ir import Builder
 from popart_unwind.report.summary import fullest_tile_line
-from popart_unwind.target import IpuModel, TileTarget, evaluate
-from popart_unwind.target.liveness import FULLEST_TILE_TOP
+from popart_unwind.target import IpuModel, TileTarget
 
 
 def two_chains_ir():

@@ -1,4 +1,4 @@
-"""Liveness per tile (target/liveness.py through the cost walk), against hand counts and a
+"""Liveness per tile (cost/liveness.py through the cost walk), against hand counts and a
 brute-force oracle that sums, at every schedule step, the bytes of each live tensor's
 memory on each tile."""
 
@@ -12,13 +12,13 @@ from cost_rules import RULES, small_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from popart_unwind.cost import evaluate
+from popart_unwind.cost.liveness import LivenessTracker
+from popart_unwind.cost.walk import _Evaluation, tile_bytes
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType, TensorType
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.ops import REGISTRY
-from popart_unwind.target import evaluate
-from popart_unwind.target.cost import _Evaluation, tile_bytes
-from popart_unwind.target.liveness import LivenessTracker
 
 SHAPE = (4, 8)
 BYTES = 4 * 32  # one float32 tensor of SHAPE

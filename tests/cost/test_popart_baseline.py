@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from cost_rules import RULES, const, small_target, weight
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.ir import Builder
-from popart_unwind.target import evaluate, linear_plan, popart_baseline
 
 TILES = 64
 

@@ -72,12 +72,12 @@ def test_the_score_counts_only_the_bytes_over():
 def test_a_setting_that_fails_is_recorded_and_never_kept():
     from transformer_block import transformer_block_ir
 
+    from popart_unwind.baselines.linear_plan import linear_plan
+    from popart_unwind.cost.walk import evaluate
     from popart_unwind.errors import TransformError
     from popart_unwind.machine import IpuModel, TileTarget
     from popart_unwind.report import memory_search
     from popart_unwind.report.session import transform
-    from popart_unwind.target.cost import evaluate
-    from popart_unwind.target.linear_plan import linear_plan
 
     model = IpuModel(tiles_per_ipu=2, bytes_per_tile=64)
     first_ir = transformer_block_ir()

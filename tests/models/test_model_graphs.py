@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 import make_models
 
 from popart_unwind import transforms
+from popart_unwind.baselines import popart_baseline
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.shape_inference import check_shapes
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import IpuModel, TileTarget, popart_baseline
+from popart_unwind.target import IpuModel, TileTarget
 
 MODELS = make_models.MODEL_NAMES
 #: Embedding lookups each language model's training step differentiates (one ScatterND

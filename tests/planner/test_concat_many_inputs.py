@@ -15,17 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from popart_unwind.baselines import popart_baseline
 from popart_unwind.cli import main
 from popart_unwind.ir import Builder
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.ops import REGISTRY
-from popart_unwind.target import IpuModel, TileTarget, popart_baseline
+from popart_unwind.target import IpuModel, TileTarget
 from popart_unwind.unwind import Graph
 from popart_unwind.unwind.ops import Node, concat_slab, forward_edges, unwind_routes
 
 #: the module (the package exports its function under the same name)
-baseline_module = importlib.import_module("popart_unwind.target.popart_baseline")
+baseline_module = importlib.import_module("popart_unwind.baselines.popart_baseline")
 
 
 def concat_ir(widths: list[int], axis: int):

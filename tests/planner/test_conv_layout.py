@@ -19,18 +19,14 @@ from hypothesis import strategies as st
 from planner_testing import weight
 from popart_unwind.transforms import plan_ir
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.conv import ConvRule, conv_geometry
 from popart_unwind.options import SessionOptions, UnwindValuations
-from popart_unwind.target import (
-    IpuModel,
-    TileTarget,
-    evaluate,
-    linear_plan,
-    popart_baseline,
-)
+from popart_unwind.target import IpuModel, TileTarget
 
 VALUES = UnwindValuations()
 CONV = ConvRule()

@@ -27,6 +27,7 @@ from test_conv_layout import (
     the_op,
 )
 
+from popart_unwind.cost import evaluate
 from popart_unwind.ir import Ir
 from popart_unwind.machine.fc_plans import joint_plans, separate_plans
 from popart_unwind.machine.interface import (
@@ -39,7 +40,7 @@ from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.conv import ConvRule, conv_geometry
 from popart_unwind.ops.conv_layers import convolution_layers
 from popart_unwind.ops.linalg import op_key
-from popart_unwind.target import IpuModel, TileTarget, evaluate
+from popart_unwind.target import IpuModel, TileTarget
 
 torch = pytest.importorskip("torch")
 

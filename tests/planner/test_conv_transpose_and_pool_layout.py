@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from planner_testing import weight
 from test_conv_layout import TARGETS, copy_oracle, part, random_tiles
 
+from popart_unwind.baselines import popart_baseline
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
 from popart_unwind.ops import REGISTRY
@@ -28,7 +29,6 @@ from popart_unwind.ops.conv import (
     transpose_geometry,
 )
 from popart_unwind.ops.coverage import has_layout_rule
-from popart_unwind.target import popart_baseline
 
 TRANSPOSE = ConvTransposeRule()
 POOL = PoolRule()

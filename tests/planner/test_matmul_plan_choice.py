@@ -20,6 +20,8 @@ from popart_unwind.transforms.unwind_layouts.plan_choice import (
     estimated_cycles,
 )
 
+from popart_unwind.baselines import popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
@@ -28,7 +30,6 @@ from popart_unwind.machine.interface import MatmulPlan, plan_operand_readers, pl
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.linalg import op_key
-from popart_unwind.target import evaluate, popart_baseline
 
 LEARNING_RATE = np.float32(0.01)
 

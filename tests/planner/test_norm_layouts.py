@@ -14,13 +14,14 @@ from hypothesis import strategies as st
 from planner_testing import small_target, weight
 from popart_unwind.transforms import plan_ir
 
+from popart_unwind.baselines import linear_plan, popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine.exchange import reduction_groups
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.registry import REGISTRY
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import evaluate, linear_plan, popart_baseline
 
 #: Broadcast operands on the lowest of the tiles reading them most (Poplibs' rule), not
 #: spread by load: the tests below hold the planner to that rule.

@@ -15,6 +15,7 @@ from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
 from test_conv_layout import conv_ir, convolutions, the_op
 from test_matmul_plan_choice import training_step
 
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import TargetError
 from popart_unwind.machine.interface import (
     MatmulPartition,
@@ -25,7 +26,7 @@ from popart_unwind.machine.interface import (
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.conv import ConvRule, conv_geometry
 from popart_unwind.ops.linalg import op_key
-from popart_unwind.target import IpuModel, TileTarget, evaluate
+from popart_unwind.target import IpuModel, TileTarget
 
 TILES = 32
 TARGET = TileTarget(IpuModel(tiles_per_ipu=TILES))

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from planner_testing import small_target, weight
 from popart_unwind.transforms import plan_ir
 
+from popart_unwind.baselines import popart_baseline
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import has_layout_rule
 from popart_unwind.options import UnwindValuations
-from popart_unwind.target import popart_baseline
 
 TILES = 8
 TARGET = small_target(TILES)

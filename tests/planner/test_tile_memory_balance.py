@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from planner_testing import build, programs, small_target, weight
 from popart_unwind.transforms import plan_ir
 
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import TargetError
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.machine.exchange import broadcast_index_view, most_read_tiles
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import evaluate
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

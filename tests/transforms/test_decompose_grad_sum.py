@@ -13,11 +13,13 @@ import pytest
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.registry import pipeline_names
 
+from popart_unwind.baselines import linear_plan
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import TransformWarning
 from popart_unwind.ir import Builder, Ir
 from popart_unwind.ir.serialize import ir_from_json, ir_to_json
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import IpuModel, TileTarget, evaluate, linear_plan
+from popart_unwind.target import IpuModel, TileTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
 from fold_oracle import fold_all

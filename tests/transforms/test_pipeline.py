@@ -13,6 +13,7 @@ from popart_unwind.transforms.infer_pipeline_stages import gradient_chain_ops
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
 from popart_unwind import transforms
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import TransformError
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
@@ -22,7 +23,6 @@ from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
 from popart_unwind.ops.stash import RESTORE, STASH, STASH_SIZE
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import evaluate
 
 WIDTH = 8
 TILES = 16

@@ -13,13 +13,15 @@ import pytest
 from popart_unwind.transforms import plan_ir, run_pipeline
 from popart_unwind.transforms.serialize_matmuls import FACTOR_ATTRIBUTE, MODE_ATTRIBUTE
 
+from popart_unwind.baselines import popart_baseline
+from popart_unwind.cost import evaluate
 from popart_unwind.errors import OptionError, TransformError, TransformWarning
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.ir.serialize import ir_from_json, ir_to_json
 from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.options import SessionOptions
-from popart_unwind.target import IpuModel, TileTarget, evaluate, popart_baseline
+from popart_unwind.target import IpuModel, TileTarget
 
 torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))

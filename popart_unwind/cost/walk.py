@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost.liveness import FullestTile, LivenessTracker
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
@@ -37,7 +38,6 @@ from popart_unwind.ops.layout_rule import (
     planned_shape,
 )
 from popart_unwind.rewrite.constant_pool import is_constant
-from popart_unwind.target.liveness import FullestTile, LivenessTracker
 
 #: (graph id, tensor id) -> each element's tile: a flat array, or Poplar's intervals
 #: (``TileIntervals``), which the walk expands only while an op reads them (our plan of
@@ -105,7 +105,7 @@ class CostReport:
     #: (weighted by executions). The rest moves whatever the plan does, given the layouts
     #: Poplar gives computed tensors.
     avoidable_exchange_bytes: int = 0
-    #: Liveness over the schedule (``target/liveness.py``), per tile: the most bytes live
+    #: Liveness over the schedule (``cost/liveness.py``), per tile: the most bytes live
     #: at once, and the bytes live throughout (producer-less tensors).
     peak_bytes_per_tile: np.ndarray = dataclasses.field(
         default_factory=lambda: np.zeros(0, np.int64))

@@ -1,6 +1,6 @@
 """Liveness per tile: the most bytes each tile holds at once over the schedule.
 
-The cost walk (``target/cost.py``) tells a :class:`LivenessTracker` what each op does to
+The cost walk (``cost/walk.py``) tells a :class:`LivenessTracker` what each op does to
 memory, in schedule order, one graph at a time (callees first):
 
 - a producer-less tensor (weight, optimizer state, constant, input) is live for the whole
@@ -21,7 +21,7 @@ Each tile's peak is taken on its own (the busiest moment of one tile need not be
 so adding a callee's per-tile peak to the caller's live bytes at the call site is exact per
 tile. A view keeps the whole of each buffer it views live, even when it views only a slice
 (Poplar frees a variable's elements separately): an over-estimate there. A result computed
-in place (the cost walk decides: ``target/cost.py``) is held as a view of the input it
+in place (the cost walk decides: ``cost/walk.py``) is held as a view of the input it
 overwrites. docs/ipu-model.md says what else the figure leaves out.
 """
 

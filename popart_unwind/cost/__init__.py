@@ -1,0 +1,8 @@
+"""The cost model: what a plan costs on a tile machine, op by op and tile by tile
+(exchange, compute, partial sums, copies between IPUs, liveness per tile), and the plan's
+score on the planner's own objective. ``evaluate`` walks the IR once and returns a
+``CostReport``."""
+
+from popart_unwind.cost.walk import CostReport, OpCost, computed_layouts, evaluate, tile_bytes
+
+__all__ = ["CostReport", "OpCost", "computed_layouts", "evaluate", "tile_bytes"]
