@@ -15,7 +15,7 @@ Which matmuls, and how: a MatMul carrying PopART's Builder attributes
 ``__serialize_matmul_mode`` and ``__serialize_matmul_factor`` (``Builder::setSerializeMatMul``)
 is serialized as they say ("none" leaves it whole); every other MatMul as
 ``SessionOptions.serialize_matmuls`` says ("<mode>:<factor>", "" for none). In a training
-step, the passes of a fully connected layer (``ops/fully_connected.py``) follow their
+step, the passes of a fully connected layer (``layers/fully_connected.py``) follow their
 forward matmul, as PopART's grad ops follow theirs: all are cut along the same axis of the
 layer's cube of work, which is the rows, columns or contracted axis of each pass in turn.
 The pieces of one layer with the same index form a layer of their own, planned as such
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from popart_unwind.errors import TransformError, TransformWarning
-from popart_unwind.ops.fully_connected import fully_connected_layers
+from popart_unwind.layers import fully_connected_layers
 from popart_unwind.options import SERIALIZE_MODES, parse_serialization
 
 from .base import Transform

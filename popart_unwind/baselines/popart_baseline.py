@@ -37,11 +37,11 @@ from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.layers import choose_plans
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import LayoutRule, planned_shape
-from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 #: Chain ops that keep every input element in the output (so a chain of them covers all).

@@ -1,7 +1,7 @@
 """The tile machine the layout rules are written against, and the IPU Model that implements
 it: ``interface`` states the questions once, ``ipu_model`` holds the figures, ``tile_target``
 answers in per-element tile arrays through the C++ hooks, ``exchange`` counts what tiles
-receive, ``fc_plans`` plans the passes of a fully connected layer as Poplibs does."""
+receive."""
 
 from popart_unwind.machine.exchange import read_need
 from popart_unwind.machine.interface import (

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from machine_oracles import all_partitions, cost_models, cost_oracle, cycles_oracle
 
 from popart_unwind.errors import TargetError
-from popart_unwind.machine import MatmulCost, MatmulPartition, MatmulPlan, TileTarget
-from popart_unwind.machine.fc_plans import (
+from popart_unwind.layers.plan_options import (
     CANONICAL_AXES,
     PassOp,
     joint_plans,
     poplibs_plans,
     separate_plans,
 )
+from popart_unwind.machine import MatmulCost, MatmulPartition, MatmulPlan, TileTarget
 
 sizes = st.integers(1, 7)
 AXES = ("mkn", "mnk", "knm", "kmn", "nmk", "nkm")

@@ -16,14 +16,11 @@ from hypothesis import strategies as st
 
 from popart_unwind import transforms
 from popart_unwind.ir import Builder, Ir, TensorType
+from popart_unwind.layers import FullyConnectedLayer, fully_connected_layers
+from popart_unwind.layers.operand_views import permutation_form
 from popart_unwind.machine.interface import MatmulPartition, MatmulPlan
 from popart_unwind.memory import Chain
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.fully_connected import (
-    FullyConnectedLayer,
-    fully_connected_layers,
-    permutation_form,
-)
 from popart_unwind.options import SessionOptions
 
 

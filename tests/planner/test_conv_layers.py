@@ -16,11 +16,11 @@ from test_conv_layout import im2col_reads  # noqa: E402
 
 from popart_unwind import transforms  # noqa: E402
 from popart_unwind.ir import Ir  # noqa: E402
+from popart_unwind.layers import ConvolutionLayer, convolution_layers  # noqa: E402
+from popart_unwind.layers.operand_views import view_of  # noqa: E402
 from popart_unwind.machine.interface import pass_dims  # noqa: E402
 from popart_unwind.ops import REGISTRY  # noqa: E402
 from popart_unwind.ops.conv import ConvGeometry  # noqa: E402
-from popart_unwind.ops.conv_layers import ConvolutionLayer, convolution_layers  # noqa: E402
-from popart_unwind.ops.fully_connected import view_of  # noqa: E402
 
 
 class Convolutions(torch.nn.Module):
@@ -217,8 +217,8 @@ def test_every_convolution_of_the_tiny_resnet_training_step_is_in_a_layer():
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
     import make_models
-    from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
 
+    from popart_unwind.layers import choose_plans
     from popart_unwind.machine import IpuModel, TileTarget
 
     module, example = make_models.tiny_model("resnet")

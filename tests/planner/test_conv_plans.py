@@ -12,11 +12,6 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.unwind_layouts import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import (
-    choose_plans,
-    estimated_bytes,
-    estimated_cycles,
-)
 from test_conv_layout import (
     blocks_received,
     conv_ir,
@@ -29,7 +24,14 @@ from test_conv_layout import (
 
 from popart_unwind.cost import evaluate
 from popart_unwind.ir import Ir
-from popart_unwind.machine.fc_plans import joint_plans, separate_plans
+from popart_unwind.layers import (
+    choose_plans,
+    convolution_layers,
+    estimated_bytes,
+    estimated_cycles,
+    joint_plans,
+    separate_plans,
+)
 from popart_unwind.machine.interface import (
     REARRANGE_ABOVE_DESTINATIONS,
     MatmulPartition,
@@ -38,7 +40,6 @@ from popart_unwind.machine.interface import (
 )
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.conv import ConvRule, conv_geometry
-from popart_unwind.ops.conv_layers import convolution_layers
 from popart_unwind.ops.linalg import op_key
 from popart_unwind.target import IpuModel, TileTarget
 

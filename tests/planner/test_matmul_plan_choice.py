@@ -14,21 +14,23 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.unwind_layouts import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import (
-    choose_plans,
-    estimated_bytes,
-    estimated_cycles,
-)
 
 from popart_unwind.baselines import popart_baseline
 from popart_unwind.cost import evaluate
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
+from popart_unwind.layers import (
+    broadcast_elements,
+    choose_plans,
+    estimated_bytes,
+    estimated_cycles,
+    fully_connected_layers,
+    joint_plans,
+    separate_plans,
+)
 from popart_unwind.machine import IpuModel, TileTarget
-from popart_unwind.machine.fc_plans import broadcast_elements, joint_plans, separate_plans
 from popart_unwind.machine.interface import MatmulPlan, plan_operand_readers, plan_operand_tiles
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.ops.linalg import op_key
 
 LEARNING_RATE = np.float32(0.01)

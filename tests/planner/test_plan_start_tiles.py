@@ -11,12 +11,13 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from popart_unwind.transforms import plan_ir
-from popart_unwind.transforms.unwind_layouts.plan_choice import choose_plans
+from popart_unwind.transforms.unwind_layouts.start_tiles import planner_plans
 from test_conv_layout import conv_ir, convolutions, the_op
 from test_matmul_plan_choice import training_step
 
 from popart_unwind.cost import evaluate
 from popart_unwind.errors import TargetError
+from popart_unwind.layers import choose_plans
 from popart_unwind.machine.interface import (
     MatmulPartition,
     MatmulPlan,
@@ -91,7 +92,7 @@ def test_a_negative_start_tile_is_refused():
 def test_rotation_starts_each_plan_where_the_last_ended_and_keeps_layers_together():
     ir = training_step((24, 40, 16, 8))
     target = TileTarget(IpuModel(tiles_per_ipu=1024))  # more tiles than any plan uses
-    plans = choose_plans(ir, target, REGISTRY, "with_layouts", rotate=True)
+    plans = planner_plans(ir, target, REGISTRY, "with_layouts", rotate=True)
     unrotated = choose_plans(ir, target, REGISTRY, "with_layouts")
     ops = [op for op in ir.main_graph.schedule() if op.type.name == "MatMul"]
     assert set(plans) == {op_key(op) for op in ops}  # every matmul, planned alone or not
@@ -109,7 +110,7 @@ def test_rotation_starts_each_plan_where_the_last_ended_and_keeps_layers_togethe
         layer_start[layer] = plan.start_tile
         expected = (expected + plan.partition.tiles_used) % target.num_tiles
     assert len({plan.start_tile for plan in plans.values()}) > 1
-    assert plans == choose_plans(ir, target, REGISTRY, "with_layouts", rotate=True)
+    assert plans == planner_plans(ir, target, REGISTRY, "with_layouts", rotate=True)
 
 
 def test_a_rotated_plan_is_costed_as_it_is_laid_out():

@@ -24,8 +24,8 @@ from popart_unwind.transforms.registry import pipeline_names
 from popart_unwind.errors import OptionError, TransformWarning
 from popart_unwind.ir import Ir
 from popart_unwind.ir.serialize import ir_from_json, ir_to_json
+from popart_unwind.layers import fully_connected_layers
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.fully_connected import fully_connected_layers
 from popart_unwind.options import SessionOptions
 
 torch = pytest.importorskip("torch")

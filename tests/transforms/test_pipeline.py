@@ -258,7 +258,7 @@ def test_a_layers_passes_are_found_through_its_stashes(gpt2_pipeline):
     """The weight-gradient matmul reads the activation restored from a stash: the same
     values as the forward matmul's, so the layer's three passes are still one layer
     (planned together, as PopART marks them before pipelining)."""
-    from popart_unwind.ops.fully_connected import fully_connected_layers
+    from popart_unwind.layers import fully_connected_layers
 
     layers = fully_connected_layers(gpt2_pipeline)
     assert layers and all(layer.bwd is not None and layer.wu is not None

@@ -19,7 +19,7 @@ from popart_unwind.errors import OptionError, TransformError, TransformWarning
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir import Ir
 from popart_unwind.ir.serialize import ir_from_json, ir_to_json
-from popart_unwind.ops.fully_connected import fully_connected_layers
+from popart_unwind.layers import fully_connected_layers
 from popart_unwind.options import SessionOptions
 from popart_unwind.target import IpuModel, TileTarget
 

@@ -1,6 +1,6 @@
 """``plan_ir``: the layout planner end to end, and the ``Plan`` it returns.
 
-choose matmul plans (``plan_choice``, ``options.matmul_plans``) ->
+choose matmul plans (``start_tiles``: each layer's as ``options.matmul_plans`` says) ->
 emit (the unwinding problem from the IR) -> solve (``options.unwind_algorithm``) ->
 realize (concrete tiles per sink) -> validate -> write ``tensor.tile_mapping`` (Poplar
 format) on every producer-less tensor and call output, through a rewriter (the
@@ -33,8 +33,8 @@ from popart_unwind.unwind import Graph, Solution, TensorId
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 from .emit import Emitter, Progress, emit_ir
-from .plan_choice import choose_plans
 from .realize import Realizer, validate
+from .start_tiles import planner_plans
 
 UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
 
@@ -138,7 +138,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     options = options if options is not None else ir.options
     began = time.perf_counter()
     timings: dict[str, float] = {}
-    op_plans = dict(op_plans) if op_plans is not None else choose_plans(
+    op_plans = dict(op_plans) if op_plans is not None else planner_plans(
         ir, target, registry, options.matmul_plans,
         rotate=options.rotate_plan_start_tiles)
     target = target.with_plans(op_plans)  # its linear mapper starts at 0: equal Irs, equal plans

@@ -1,7 +1,7 @@
 """Matmul plans chosen with the layouts they imply, before the layouts themselves.
 
-Each fully connected layer of a training step (``ops.fully_connected``) computes one cube
-of work in up to three passes; so does each convolution layer (``ops.conv_layers``), its
+Each fully connected layer of a training step (``layers.fully_connected``) computes one cube
+of work in up to three passes; so does each convolution layer (``layers.convolution``), its
 forward convolution's im2col, with its weight gradient and, when pointwise, its data
 gradient. Poplibs never plans a convolution's passes together, so for convolution layers
 only the planner's choice below weighs a joint plan (costed over the passes the layer
@@ -12,7 +12,7 @@ layer — weights, activations, gradients — is wanted in one layout by every p
 it, and the weight gradient comes out where the weights lie) or each take its own cheapest
 partition (separate plans: fewer cycles for the passes themselves, but every pass wants
 its operands in another layout). Poplibs weighs the two
-on the passes' own cycles (``machine.fc_plans.poplibs_plans``); the planner weighs them on
+on the passes' own cycles (``plan_options.poplibs_plans``); the planner weighs them on
 the passes' cycles plus the copies their layouts leave where the planner decides them:
 
 - a producer-less tensor (the weights, an input) read by several passes is laid out by the
@@ -27,7 +27,7 @@ the passes' cycles plus the copies their layouts leave where the planner decides
 
 Separate plans are also charged what Poplibs charges them: rearranging the backward pass's
 input (the output gradient) and, unless the update's copy above stands for it, the weight
-update's output (``machine.fc_plans.separate_plans``).
+update's output (``plan_options.separate_plans``).
 
 The option taken is the one with the fewest estimated cycles among those whose passes
 receive no more estimated bytes (the same terms, in bytes; partial sums left out, as the
@@ -48,7 +48,9 @@ from __future__ import annotations
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
-from popart_unwind.machine.fc_plans import (
+from popart_unwind.layers.convolution import convolution_layers
+from popart_unwind.layers.fully_connected import FullyConnectedLayer, fully_connected_layers
+from popart_unwind.layers.plan_options import (
     LayerPlans,
     broadcast_elements,
     joint_plans,
@@ -57,35 +59,42 @@ from popart_unwind.machine.fc_plans import (
     separate_plans,
 )
 from popart_unwind.machine.interface import MatmulPlan, TileMachine, cube_tensor
-from popart_unwind.ops.conv_layers import convolution_layers
-from popart_unwind.ops.fully_connected import FullyConnectedLayer, fully_connected_layers
 from popart_unwind.ops.linalg import op_key
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import MATMUL_PLAN_CHOICES
 
 OpPlans = dict[tuple[str, int], MatmulPlan]
+#: The keys of one layer's ops, in the order of its passes.
+LayerKeys = list[tuple[str, int]]
 
 
 def choose_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
-                 how: str = "with_layouts", skip: frozenset[int] = frozenset(),
-                 rotate: bool = False) -> OpPlans:
+                 how: str = "with_layouts", skip: frozenset[int] = frozenset()) -> OpPlans:
     """The plan of every matmul op that is a pass of a fully connected layer and, under
     ``with_layouts``, of every convolution that is a pass of a convolution layer (the
     others are planned alone), chosen as ``how`` says (``MATMUL_PLAN_CHOICES``); the
-    layers whose forward op's id is in ``skip`` are planned alone too. With ``rotate``,
-    every matmul and convolution gets a plan, each starting where the one before it ended
-    (:func:`rotated_start_tiles`)."""
+    layers whose forward op's id is in ``skip`` are planned alone too. Recomputed ops get
+    their originals' plans."""
+    plans, _ = layer_plans(ir, target, registry, how, skip)
+    return with_recomputed(ir, plans)
+
+
+def layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry,
+                how: str = "with_layouts", skip: frozenset[int] = frozenset()
+                ) -> tuple[OpPlans, list[LayerKeys]]:
+    """What :func:`choose_plans` chooses, before recomputed ops are given their originals'
+    plans, and the keys of each layer's ops (so that a caller moving the plans round the
+    tiles can keep a layer's passes together)."""
     if how not in MATMUL_PLAN_CHOICES:
         raise PlanError(f"matmul_plans must be one of {MATMUL_PLAN_CHOICES}, got {how!r}")
     plans: OpPlans = {}
-    layers: list[list[tuple[str, int]]] = []
+    layers: list[LayerKeys] = []
     if how != "alone":
         _choose_layer_plans(ir, target, registry, how, skip, plans, layers)
-    plans = rotated_start_tiles(ir, target, registry, plans, layers) if rotate else plans
-    return _with_recomputed(ir, plans)
+    return plans, layers
 
 
-def _with_recomputed(ir: Ir, plans: OpPlans) -> OpPlans:
+def with_recomputed(ir: Ir, plans: OpPlans) -> OpPlans:
     """``plans``, each recomputed op given its original's plan: Poplibs plans a clone with
     the same parameters and options, so its plan is the original's (from its plan
     cache)."""
@@ -98,39 +107,9 @@ def _with_recomputed(ir: Ir, plans: OpPlans) -> OpPlans:
     return copied
 
 
-def rotated_start_tiles(ir: Ir, target: TileMachine, registry: OpRegistry, plans: OpPlans,
-                        layers: list[list[tuple[str, int]]]) -> OpPlans:
-    """Every planned op's plan (``plans``, else its plan alone), graph by graph in schedule
-    order, starting where the previous plan's tiles ended, as PopART's linear mapper
-    rotates its mappings; the passes of one joint layer (each entry of ``layers`` lists
-    their keys) share the start of the first, so that their layouts still agree.
-    Starting every plan at tile 0, as Poplibs does without dithering, stacks the plans
-    that use few tiles, and what is laid out where they lie, on the lowest tiles."""
-    planned = target.with_plans(plans)
-    shared = {op: index for index, keys in enumerate(layers) for op in keys}
-    starts: dict[int, int] = {}  # layer index -> its start
-    rotated: OpPlans = {}
-    next_start = 0
-    for graph in ir.graphs:
-        for op in graph.schedule():
-            rule = registry.layout_rule(op)
-            if rule.plan_record(op, planned) is None:
-                continue
-            plan = rule.plan(op, planned)
-            layer = shared.get(op_key(op)) if plan.joint else None
-            if layer is not None and layer in starts:
-                rotated[op_key(op)] = plan.starting_at(starts[layer])
-                continue
-            rotated[op_key(op)] = plan.starting_at(next_start)
-            if layer is not None:
-                starts[layer] = next_start
-            next_start = (next_start + plan.partition.tiles_used) % target.num_tiles
-    return rotated
-
-
 def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: str,
                         skip: frozenset[int], plans: OpPlans,
-                        grouped: list[list[tuple[str, int]]]) -> None:
+                        grouped: list[LayerKeys]) -> None:
     """Fill ``plans`` with each layer's chosen plans and ``grouped`` with its ops' keys."""
     layers: list[FullyConnectedLayer] = list(fully_connected_layers(ir, registry))
     if how == "with_layouts":  # Poplibs plans each pass of a convolution alone

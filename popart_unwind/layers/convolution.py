@@ -19,7 +19,7 @@ connected layers only (``createPlan`` in lib/poplin/ConvPlan.cpp: "we only suppo
 plans for fully connected layers for now"). So PopART rearranges the weights for the data
 gradient (ConvFlipWeights) and the update adds a gradient laid out by another plan. The
 planner may plan the passes of such a layer on one partition of the cube instead
-(``transforms/unwind_layouts/plan_choice.py``); a layer found here says which ops can.
+(``layers/plan_choice.py``); a layer found here says which ops can.
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ from popart_unwind.errors import ShapeError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
-from popart_unwind.machine.interface import pass_dims
-from popart_unwind.ops.conv import ConvGeometry, ConvRule, ConvTransposeRule
-from popart_unwind.ops.fully_connected import (
-    FWD_AXES,
-    FullyConnectedLayer,
+from popart_unwind.layers.fully_connected import FWD_AXES, FullyConnectedLayer
+from popart_unwind.layers.operand_views import (
     OperandView,
     equal_constants,
     permutation_form,
     view_of,
 )
+from popart_unwind.machine.interface import pass_dims
+from popart_unwind.ops.conv import ConvGeometry, ConvRule, ConvTransposeRule
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
 from popart_unwind.ops.slicing import slice_plan
 
