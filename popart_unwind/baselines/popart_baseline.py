@@ -36,8 +36,8 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
-from popart_unwind.ir.tensor import Tensor, TensorType
-from popart_unwind.layers import choose_plans
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.layers import choose_plans, tied_embeddings
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.ops import REGISTRY
@@ -113,7 +113,7 @@ def popart_baseline(ir: Ir, target: TileMachine, registry: Any = REGISTRY, *,
     is not changed. ``unwind_elementwise=False`` passes through view ops only;
     ``tied_gather=True`` applies PopART's TiedGatherPattern (see :func:`tied_gathers`);
     ``fully_connected_pass=False`` plans every matmul alone."""
-    tied = _tied_matches(ir) if tied_gather else {}
+    tied = tied_embeddings(ir, registry) if tied_gather else {}
     op_plans = choose_plans(ir, target, registry, "poplibs" if fully_connected_pass else "alone",
                             skip=frozenset(tied.values()))
     target = target.with_plans(op_plans)
@@ -373,90 +373,10 @@ class _GlobalSchedule(Interpreter):
 
 
 # -- PopART's TiedGatherPattern (willow/src/patterns/tiedgatherpattern.cpp) ------------------
-def tied_gathers(ir: Ir) -> frozenset[int]:
+def tied_gathers(ir: Ir, registry: Any = REGISTRY) -> frozenset[int]:
     """Ids of the Gathers PopART's TiedGatherPattern would turn into TiedGathers
-    (:func:`_tied_matches`)."""
-    return frozenset(_tied_matches(ir))
-
-
-def _tied_matches(ir: Ir) -> dict[int, int]:
-    """The Gathers PopART's TiedGatherPattern would turn into TiedGathers, each with the
-    MatMul it matched: gather op id -> matmul op id.
-
-    PopART's match: a Gather on axis 0 whose table, followed back through single-input ops,
-    is a variable or constant that a MatMul also consumes (reached forward through ops with
-    one input and one output), where exactly one of the two uses passes through a Transpose
-    (the MatMul's right-hand operand also through one Reshape) — an embedding tied to an LM
-    head. PopART matches before it builds the backward pass, so it sees only forward
-    matmuls, and takes the first one found breadth first. Our graphs may hold a whole
-    training step, whose backward matmuls also read the table; so here every MatMul reached
-    is tried, in breadth-first order, and the first for which the Transpose condition holds
-    is the match. (PopART applies the pattern in training only with gradient accumulation;
-    that is the caller's choice of ``tied_gather``.)
-    """
-    found: dict[int, int] = {}
-    for graph in ir.graphs:
-        for op in graph.ops:
-            if op.type.name != "Gather" or not op.has_input(0) or not op.has_input(1):
-                continue
-            data = op.input(0)
-            rank = len(data.shape or ())
-            axis = int(op.attributes.get("axis", 0))
-            if not rank or (axis + rank if axis < 0 else axis) != 0:
-                continue
-            variable = _root_variable(data)
-            if variable is None:
-                continue
-            gathered_transposed = _by_transpose(data)
-            for matmul in _matmuls_from(variable):
-                rhs = matmul.input(1)
-                if rhs.producer is not None and rhs.producer.type.name == "Reshape":
-                    rhs = rhs.producer.input(0)
-                # PopART reads a Gemm as MatMul(A', B'), B' a new Transpose when transB
-                transposed = _by_transpose(rhs) or (
-                    matmul.type.name == "Gemm" and bool(matmul.attributes.get("transB", 0)))
-                if transposed != gathered_transposed:
-                    found[op.id] = matmul.id
-                    break
-    return found
-
-
-def _by_transpose(tensor: Tensor) -> bool:
-    return tensor.producer is not None and tensor.producer.type.name == "Transpose"
-
-
-def _root_variable(tensor: Tensor) -> Tensor | None:
-    """The producer-less tensor ``tensor`` comes from through single-input ops, if any
-    (PopART's ``tgutil::getVariable``: a Variable or Const tensor)."""
-    while tensor.producer is not None:
-        inputs = list(tensor.producer.input_map().values())
-        if len(inputs) != 1:
-            return None
-        tensor = inputs[0]
-    return tensor if tensor.tensor_type in (TensorType.VARIABLE, TensorType.CONST) else None
-
-
-def _matmuls_from(variable: Tensor) -> list[Op]:
-    """MatMuls (and Gemms, which PopART turns into MatMuls when it reads ONNX) reading
-    ``variable``, breadth first through ops with one input and one output (PopART's
-    ``tgutil::searchConsumersFor``), in the order found."""
-    matmuls: dict[int, Op] = {}
-    frontier, seen = [variable], {(variable.graph.id, variable.id)}
-    while frontier:
-        following = []
-        for tensor in frontier:
-            for op in tensor.consumers:
-                if op.type.name in ("MatMul", "Gemm") and op.has_input(1):
-                    matmuls.setdefault(op.id, op)
-                    continue
-                if len(op.input_map()) != 1 or len(op.output_map()) != 1:
-                    continue
-                output = op.output(next(iter(op.output_map())))
-                if (output.graph.id, output.id) not in seen:
-                    seen.add((output.graph.id, output.id))
-                    following.append(output)
-        frontier = following
-    return list(matmuls.values())
+    (``layers.tied_embeddings``)."""
+    return frozenset(tied_embeddings(ir, registry))
 
 
 def _tied_gather_tiles(op: Op, target: TileMachine) -> np.ndarray | None:

@@ -41,7 +41,7 @@ from popart_unwind.layers.operand_views import (
 from popart_unwind.machine.interface import pass_dims
 from popart_unwind.ops.conv import ConvGeometry, ConvRule, ConvTransposeRule
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
-from popart_unwind.ops.slicing import slice_plan
+from popart_unwind.ops.slicing import is_slice, slice_plan
 
 #: The cube axes of the data gradient and of the weight gradient.
 BWD_AXES, WU_AXES = "mnk", "kmn"
@@ -135,7 +135,7 @@ def _uncropped(op: Op, forward: ConvGeometry, registry: OpRegistry) -> OperandVi
     field, and the crop keeps every position the forward convolution reads (its last
     window ends inside the cropped field), so every element read is where it was."""
     crop = op.input(0).producer
-    if crop is None or crop.type.name != "Slice" or crop.input(0).shape is None:
+    if crop is None or not is_slice(crop) or crop.input(0).shape is None:
         return None
     source = tuple(crop.input(0).shape)
     try:

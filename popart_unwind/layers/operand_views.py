@@ -18,7 +18,7 @@ import numpy as np
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.memory import Chain
 from popart_unwind.ops.registry import OpRegistry
-from popart_unwind.ops.stash import RESTORE, STASH
+from popart_unwind.ops.stash import is_restore, is_stash
 from popart_unwind.ops.views import ViewRule
 
 #: Chain ops of a view that neither drops nor repeats elements.
@@ -88,10 +88,10 @@ def restored_original(tensor: Tensor) -> Tensor | None:
     """The tensor whose stashed value ``tensor`` restores (a Restore reading a Stash), or
     None."""
     op = tensor.producer
-    if op is None or op.type.name != RESTORE or op.input(0).producer is None:
+    if op is None or not is_restore(op) or op.input(0).producer is None:
         return None
     stash = op.input(0).producer
-    return stash.input(0) if stash.type.name == STASH else None
+    return stash.input(0) if is_stash(stash) else None
 
 
 def permutation_form(chain: Chain) -> tuple | None:

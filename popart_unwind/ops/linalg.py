@@ -283,6 +283,17 @@ def created_agreement(op: Op, input_tiles: InputTiles, target: TileMachine, valu
     return score, bound
 
 
+def is_matmul_or_gemm(op: Op) -> bool:
+    """Whether ``op`` is a MatMul or a Gemm, the ops PopART reads as MatMuls (it turns a
+    Gemm into one when it reads ONNX)."""
+    return op.is_type("MatMul") or op.is_type("Gemm")
+
+
+def is_gemm_with_transposed_rhs(op: Op) -> bool:
+    """Whether ``op`` is a Gemm reading its right-hand operand transposed (``transB``)."""
+    return op.is_type("Gemm") and bool(op.attributes.get("transB", 0))
+
+
 def op_key(op: Op) -> tuple[str, int]:
     """How plans name an op: (graph id, op id)."""
     return (op.graph.id, op.id)

@@ -161,6 +161,11 @@ def _fold_split(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | Non
 
 
 
+def is_slice(op: Op) -> bool:
+    """Whether ``op`` is a Slice."""
+    return op.is_type("Slice")
+
+
 # -- layouts ----------------------------------------------------------------------------
 class SliceRule(ViewRule):
     """A box of the input, every |step|-th element, reversed on axes with negative steps."""

@@ -41,6 +41,16 @@ RESTORE = "Restore"
 STASH_SIZE = "stashSize"
 
 
+def is_stash(op: Op) -> bool:
+    """Whether ``op`` writes a tensor into a stash (a Stash)."""
+    return op.is_type(STASH)
+
+
+def is_restore(op: Op) -> bool:
+    """Whether ``op`` reads a value back from a stash (a Restore)."""
+    return op.is_type(RESTORE)
+
+
 def stash_size(op: Op) -> int:
     """The number of slots of ``op``'s stash (a Stash or a Restore)."""
     size = int(op.attributes.get(STASH_SIZE, 0))

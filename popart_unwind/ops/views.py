@@ -208,7 +208,17 @@ def _compose_reshapes(op: Op, rewriter: Rewriter) -> bool:
     return True
 
 
+def is_reshape(op: Op) -> bool:
+    """Whether ``op`` is a Reshape (so that callers outside the family need not name it)."""
+    return op.is_type("Reshape")
+
+
 # -- Transpose ------------------------------------------------------------------------------
+def is_transpose(op: Op) -> bool:
+    """Whether ``op`` is a Transpose."""
+    return op.is_type("Transpose")
+
+
 def transpose_perm(op: Op, rank: int) -> list[int]:
     perm = op.attributes.get("perm")
     perm = list(range(rank))[::-1] if perm is None else ints(perm)
