@@ -8,6 +8,7 @@ from cost_rules import RULES, const, small_target, weight
 from popart_unwind.baselines import linear_plan, popart_baseline
 from popart_unwind.cost import evaluate
 from popart_unwind.ir import Builder
+from popart_unwind.layers import tied_embeddings
 
 TILES = 64
 
@@ -294,6 +295,15 @@ def test_a_tied_embedding_is_laid_out_for_the_gather_as_popart_does_by_default()
         assert decision.method.startswith("created by Gather")
         assert "'embedding'" in decision.method
         assert np.array_equal(decision.tiles, target.sliceable_tiles(40, 24, "float32"))
+
+
+def test_a_tied_embedding_is_paired_with_its_forward_head():
+    # the input-gradient matmul reads the table untransposed, as the Gather does: no match
+    for backward in (False, True):
+        ir = tied_lm_head(backward)
+        ops = {op.name: op.id for op in ir.main_graph.ops}
+        assert tied_embeddings(ir) == {ops["embedding"]: ops["lm_head"]}
+    assert tied_embeddings(tied_lm_head(transposed=False)) == {}
 
 
 def test_the_tied_gather_pattern_lets_the_lm_head_lay_the_table_out():
