@@ -31,9 +31,7 @@ def rotated_start_tiles(ir: Ir, target: TileMachine, registry: OpRegistry, plans
     """Every planned op's plan (``plans``, else its plan alone), graph by graph in schedule
     order, starting where the previous plan's tiles ended, as PopART's linear mapper
     rotates its mappings; the passes of one joint layer (each entry of ``layers`` lists
-    their keys) share the start of the first, so that their layouts still agree.
-    Starting every plan at tile 0, as Poplibs does without dithering, stacks the plans
-    that use few tiles, and what is laid out where they lie, on the lowest tiles."""
+    their keys) share the start of the first, so that their layouts still agree."""
     planned = target.with_plans(plans)
     shared = {op: index for index, keys in enumerate(layers) for op in keys}
     starts: dict[int, int] = {}  # layer index -> its start
