@@ -864,11 +864,12 @@ register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRu
 register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements,
                layout=GatherElementsRule()))
 register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
-register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd, layout=SCATTER))
+register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd,
+               keeps_input_layout=True, layout=SCATTER))
 register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
-               layout=SCATTER))
+               keeps_input_layout=True, layout=SCATTER))
 register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
-               layout=SCATTER))
+               keeps_input_layout=True, layout=SCATTER))
 register(OpDef("Tile", infer=_infer_tile, fold=_fold_tile))
 register(OpDef("Pad", infer=_infer_pad, fold=_fold_pad))
 register(OpDef("Trilu", infer=_infer_trilu, fold=_fold_trilu))
