@@ -11,6 +11,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     indexing,
     ipu_copy,
     linalg,
+    pools,
     reduce,
     slicing,
     stash,
