@@ -52,6 +52,7 @@ from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE, OpDef, register
 from popart_unwind.ops.windows import (
     ConvGeometry,
     exactly,
+    shape_window,
     spatial_dims,
     spatial_input,
     window_attribute,
@@ -394,12 +395,8 @@ def _infer_conv_transpose(op: Op) -> list:
         spatial = list(op.attributes["output_shape"])[-n:]
     else:
         kernel = window_attribute(op, "kernel_shape", w[2:], n)
-        strides = window_attribute(op, "strides", [1] * n, n)
-        dilations = window_attribute(op, "dilations", [1] * n, n)
+        strides, dilations, auto_pad, pads = shape_window(op, n)
         extra = window_attribute(op, "output_padding", [0] * n, n)
-        auto_pad = op.attributes.get("auto_pad", "NOTSET")
-        pads = (window_attribute(op, "pads", [0] * 2 * n, 2 * n) if auto_pad == "NOTSET"
-                else [0] * 2 * n)
         spatial = []
         for axis in range(n):
             if auto_pad in ("SAME_UPPER", "SAME_LOWER"):

@@ -120,25 +120,25 @@ class OpRegistry:
         opdef = self.lookup(op)
         return True if opdef is None else opdef.has_side_effects(op)
 
-    def draws_random(self, op: Op) -> bool:
+    def _flag(self, op: Op, name: str) -> bool:
+        """OpDef flag ``name`` of ``op``'s type; False for an opaque op."""
         opdef = self.lookup(op)
-        return opdef is not None and opdef.random
+        return opdef is not None and bool(getattr(opdef, name))
+
+    def draws_random(self, op: Op) -> bool:
+        return self._flag(op, "random")
 
     def is_norm(self, op: Op) -> bool:
-        opdef = self.lookup(op)
-        return opdef is not None and opdef.norm
+        return self._flag(op, "norm")
 
     def reduces_input(self, op: Op) -> bool:
-        opdef = self.lookup(op)
-        return opdef is not None and opdef.reduces_input
+        return self._flag(op, "reduces_input")
 
     def keeps_input_layout(self, op: Op) -> bool:
-        opdef = self.lookup(op)
-        return opdef is not None and opdef.keeps_input_layout
+        return self._flag(op, "keeps_input_layout")
 
     def broadcasts_input(self, op: Op) -> bool:
-        opdef = self.lookup(op)
-        return opdef is not None and opdef.broadcasts_input
+        return self._flag(op, "broadcasts_input")
 
     def outline_value(self, op: Op) -> float:
         opdef = self.lookup(op)

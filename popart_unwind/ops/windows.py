@@ -32,15 +32,23 @@ def window_attribute(op: Op, name: str, default: Sequence[int], count: int) -> l
     return values
 
 
-def spatial_dims(op: Op, x: tuple[int, ...], kernel: Sequence[int], ceil_mode: bool = False
-                 ) -> list[int]:
-    """Output sizes of a sliding window over the spatial axes (ONNX conv/pool rule)."""
-    n = len(kernel)
+def shape_window(op: Op, n: int) -> tuple[list[int], list[int], str, list[int]]:
+    """Strides, dilations, ``auto_pad`` and pads (lower then upper; zeros unless
+    ``auto_pad`` is NOTSET) of a window over ``n`` spatial axes, as the shape rules read
+    them."""
     strides = window_attribute(op, "strides", [1] * n, n)
     dilations = window_attribute(op, "dilations", [1] * n, n)
     auto_pad = op.attributes.get("auto_pad", "NOTSET")
     pads = (window_attribute(op, "pads", [0] * 2 * n, 2 * n) if auto_pad == "NOTSET"
             else [0] * 2 * n)
+    return strides, dilations, auto_pad, pads
+
+
+def spatial_dims(op: Op, x: tuple[int, ...], kernel: Sequence[int], ceil_mode: bool = False
+                 ) -> list[int]:
+    """Output sizes of a sliding window over the spatial axes (ONNX conv/pool rule)."""
+    n = len(kernel)
+    strides, dilations, auto_pad, pads = shape_window(op, n)
     out = []
     for axis, (size, k, s, d) in enumerate(zip(x[2:], kernel, strides, dilations, strict=True)):
         if s < 1 or d < 1:
