@@ -67,3 +67,9 @@ def operands_constant(op: Op, constants: Sequence[np.ndarray | None]) -> bool:
 def ints(values: Sequence[int] | np.ndarray) -> list[int]:
     """An attribute's or a constant's values as a flat list of Python ints."""
     return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def small_constants(*arrays: np.ndarray | None) -> bool:
+    """Every array is a known constant within ``FOLD_MAX_ELEMENTS``: a fold that computes
+    may go ahead."""
+    return all(a is not None and a.size <= FOLD_MAX_ELEMENTS for a in arrays)

@@ -41,8 +41,14 @@ from popart_unwind.ops.layout_rule import (
     flat_tiles,
     known_shape,
 )
-from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
-from popart_unwind.ops.views import RESHAPE_LIKE
+from popart_unwind.ops.registry import (
+    REGISTRY,
+    Constants,
+    FoldResult,
+    InferredOutputs,
+    OpDef,
+    register,
+)
 from popart_unwind.shapes import broadcast_shapes
 
 #: A numpy kernel: (op, input values) -> result, or None where folding would be wrong.
@@ -263,22 +269,12 @@ def _fold_rule(kernel: Kernel):
 
 # -- layouts ----------------------------------------------------------------------------
 def _expanded(tensor: Tensor) -> bool:
-    """Whether ``tensor`` is an Expand of a tensor with fewer elements."""
+    """Whether ``tensor`` broadcasts (an Expand, say) a tensor with fewer elements."""
     producer = tensor.producer
-    return (producer is not None and producer.type.name == "Expand" and producer.has_input(0)
+    return (producer is not None and REGISTRY.broadcasts_input(producer)
+            and producer.has_input(0)
             and producer.input(0).shape is not None and tensor.shape is not None
             and prod(producer.input(0).shape) < prod(tensor.shape))
-
-
-#: Ops that reduce or normalise what they read.
-NORMALISING = frozenset({"LayerNormalization", "Softmax", "LogSoftmax", "BatchNormalization",
-                         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
-                         "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare"})
-
-
-#: Ops whose result is laid out as their first input: views of it, a scatter into it.
-_LAID_OUT_AS_FIRST_INPUT = frozenset({*RESHAPE_LIKE, "Identity",
-                                      "ScatterElements", "ScatterND", "Scatter"})
 
 
 def _laid_out_on_its_own(tensor: Tensor) -> bool:
@@ -286,7 +282,7 @@ def _laid_out_on_its_own(tensor: Tensor) -> bool:
     or a scatter into one (the zeros a pooling's gradient is scattered into)."""
     while tensor.producer is not None:
         producer = tensor.producer
-        if producer.type.name not in _LAID_OUT_AS_FIRST_INPUT or not producer.has_input(0):
+        if not REGISTRY.keeps_input_layout(producer) or not producer.has_input(0):
             return False
         tensor = producer.input(0)
     return True
@@ -294,8 +290,7 @@ def _laid_out_on_its_own(tensor: Tensor) -> bool:
 
 def _normalised_next(op: Op) -> bool:
     """Whether a norm, softmax or reduction reads the op's result."""
-    return op.has_output(0) and any(c.type.name in NORMALISING
-                                    for c in op.output(0).consumers)
+    return op.has_output(0) and any(REGISTRY.reduces_input(c) for c in op.output(0).consumers)
 
 
 def operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,

@@ -1,9 +1,6 @@
-"""Op family: indexing and data movement by index (Gather*, Scatter*, Tile, Pad, Trilu,
-CumSum, OneHot, TopK, NonZero, Resize, Upsample), with ONNX semantics.
-
-Where a shape depends on an input's values (Tile's repeats, Pad's pads, TopK's k), the rule
-needs that input to be a constant and otherwise cannot decide; NonZero's output length
-depends on data, so it is known only for a constant input.
+"""Op family: indexing — data read or written at given indices (Gather, GatherElements,
+GatherND, ScatterND, ScatterElements, Scatter), with ONNX semantics. (Ops that resize a
+tensor are ``ops/resizing.py``; ops defined by element positions, ``ops/positional.py``.)
 
 Layouts: Gather on axis 0 is an embedding lookup (popops' multiSlice over a sliceable
 table): the table is tied to a Source carrying popops' createSliceableTensor layout, and the
@@ -12,7 +9,7 @@ highest creator priority. ScatterND, ScatterElements and Scatter update their da
 place (Poplibs' multiUpdate / multiUpdateAdd): output and data share one layout and each
 update element goes to its destination's tile. GatherElements is computed where its indices
 lie. Indices unknown at plan time are assumed to spread uniformly (docs/ipu-model.md,
-"Scatters and GatherElements"). The other ops are barriers.
+"Scatters and GatherElements"). GatherND is a barrier.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.errors import ShapeError
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import most_read_tiles, read_need
@@ -32,8 +29,8 @@ from popart_unwind.ops.common import (
     FOLD_MAX_ELEMENTS,
     constant_value,
     input_shape,
-    ints,
     normalize_axis,
+    small_constants,
 )
 from popart_unwind.ops.layout_rule import (
     InputTiles,
@@ -46,16 +43,6 @@ from popart_unwind.ops.layout_rule import (
 from popart_unwind.ops.registry import OpDef, register
 
 _INDEX_DTYPES = ("int32", "int64")
-
-
-def _value(op: Op, index: int, what: str) -> np.ndarray:
-    """Input ``index``'s constant value; ShapeUndecided if it is computed at run time."""
-    if not op.has_input(index):
-        raise ShapeError(f"op {op.debug_name()} needs input {index} ({what})")
-    value = constant_value(op.input(index))
-    if value is None:
-        raise ShapeUndecided(f"op {op.debug_name()}: {what} is not a constant")
-    return np.asarray(value)
 
 
 def _index_input(op: Op, index: int) -> tuple[int, ...]:
@@ -72,10 +59,6 @@ def _in_range(indices: np.ndarray, size: int) -> np.ndarray | None:
     return np.where(indices < 0, indices + size, indices)
 
 
-def _small(*arrays) -> bool:
-    return all(a is not None and a.size <= FOLD_MAX_ELEMENTS for a in arrays)
-
-
 # -- Gather family ------------------------------------------------------------------------
 def _infer_gather(op: Op) -> list:
     data, indices = input_shape(op, 0), _index_input(op, 1)
@@ -87,7 +70,7 @@ def _infer_gather(op: Op) -> list:
 
 def _fold_gather(op: Op, constants) -> list | None:
     data, indices = constants[0], constants[1]
-    if not _small(data, indices) or data.ndim == 0:
+    if not small_constants(data, indices) or data.ndim == 0:
         return None
     axis = normalize_axis(op, op.attributes.get("axis", 0), data.ndim)
     checked = _in_range(indices, data.shape[axis])
@@ -118,7 +101,7 @@ def _element_index(op: Op, data: np.ndarray, indices: np.ndarray) -> tuple | Non
 
 def _fold_gather_elements(op: Op, constants) -> list | None:
     data, indices = constants[0], constants[1]
-    if not _small(data, indices) or data.ndim == 0:
+    if not small_constants(data, indices) or data.ndim == 0:
         return None
     where = _element_index(op, data, indices)
     return None if where is None else [data[where]]
@@ -150,10 +133,13 @@ def _nd_where(data: np.ndarray, indices: np.ndarray) -> tuple | None:
 
 def _fold_gather_nd(op: Op, constants) -> list | None:
     data, indices = constants[0], constants[1]
-    if not _small(data, indices) or op.attributes.get("batch_dims", 0):
+    if not small_constants(data, indices) or op.attributes.get("batch_dims", 0):
         return None
     where = _nd_where(data, indices)
     return None if where is None else [data[where]]
+
+
+register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
 
 
 # -- Scatter family -----------------------------------------------------------------------
@@ -199,7 +185,7 @@ def _scatter(op: Op, data: np.ndarray, where: tuple, updates: np.ndarray) -> lis
 
 def _fold_scatter_nd(op: Op, constants) -> list | None:
     data, indices, updates = constants[0], constants[1], constants[2]
-    if not _small(data, indices, updates):
+    if not small_constants(data, indices, updates):
         return None
     where = _nd_where(data, indices)
     return None if where is None else _scatter(op, data, where, updates)
@@ -217,220 +203,10 @@ def _infer_scatter_elements(op: Op) -> list:
 
 def _fold_scatter_elements(op: Op, constants) -> list | None:
     data, indices, updates = constants[0], constants[1], constants[2]
-    if not _small(data, indices, updates) or data.ndim == 0:
+    if not small_constants(data, indices, updates) or data.ndim == 0:
         return None
     where = _element_index(op, data, indices)
     return None if where is None else _scatter(op, data, where, updates)
-
-
-# -- Tile, Pad, Trilu, CumSum ---------------------------------------------------------------
-def _infer_tile(op: Op) -> list:
-    shape = input_shape(op, 0)
-    repeats = ints(_value(op, 1, "repeats"))
-    if len(repeats) != len(shape) or min(repeats, default=0) < 0:
-        raise ShapeError(f"op {op.debug_name()}: repeats {repeats} must be {len(shape)} "
-                         f"non-negative counts")
-    return [(op.input(0).dtype, tuple(d * r for d, r in zip(shape, repeats, strict=True)))]
-
-
-def _fold_tile(op: Op, constants) -> list | None:
-    x, repeats = constants[0], constants[1]
-    if x is None or repeats is None or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
-        return None
-    return [np.tile(x, ints(repeats))]
-
-
-def _pads(op: Op, rank: int) -> list[int]:
-    """Begin pads of every axis, then end pads (axes not named by ``axes`` get 0)."""
-    if op.type.version < 11:
-        pads = list(op.attributes.get("pads", []))
-        axes = list(range(rank))
-    else:
-        pads = ints(_value(op, 1, "pads"))
-        axes = (list(range(rank)) if not op.has_input(3)
-                else [normalize_axis(op, a, rank) for a in ints(_value(op, 3, "axes"))])
-    if len(pads) != 2 * len(axes):
-        raise ShapeError(f"op {op.debug_name()}: {len(pads)} pads for {len(axes)} axes")
-    full = [0] * (2 * rank)
-    for position, axis in enumerate(axes):
-        full[axis], full[axis + rank] = pads[position], pads[position + len(axes)]
-    return full
-
-
-def _infer_pad(op: Op) -> list:
-    shape = input_shape(op, 0)
-    pads = _pads(op, len(shape))
-    out = tuple(d + pads[i] + pads[i + len(shape)] for i, d in enumerate(shape))
-    if min(out, default=0) < 0:
-        raise ShapeError(f"op {op.debug_name()}: pads {pads} crop {shape} below zero")
-    return [(op.input(0).dtype, out)]
-
-
-def _fold_pad(op: Op, constants) -> list | None:
-    x = constants[0]
-    if not _small(x) or math.prod(op.output(0).shape or (0,)) > FOLD_MAX_ELEMENTS:
-        return None
-    try:
-        pads = _pads(op, x.ndim)
-    except ShapeError:
-        return None
-    mode = op.attributes.get("mode", "constant")
-    if min(pads, default=0) < 0 or mode not in ("constant", "reflect", "edge", "wrap"):
-        return None
-    widths = [(pads[i], pads[i + x.ndim]) for i in range(x.ndim)]
-    if mode != "constant":
-        return [np.pad(x, widths, mode=mode)]
-    if op.type.version < 11:
-        value = op.attributes.get("value", 0.0)
-    elif op.has_input(2):
-        if constants[2] is None:
-            return None
-        value = np.asarray(constants[2]).reshape(-1)[0]
-    else:
-        value = 0
-    return [np.pad(x, widths, mode="constant", constant_values=value).astype(x.dtype)]
-
-
-def _infer_trilu(op: Op) -> list:
-    shape = input_shape(op, 0)
-    if len(shape) < 2:
-        raise ShapeError(f"op {op.debug_name()}: Trilu needs rank >= 2, got {shape}")
-    return [(op.input(0).dtype, shape)]
-
-
-def _fold_trilu(op: Op, constants) -> list | None:
-    x = constants[0]
-    k = 0
-    if op.has_input(1):
-        if constants[1] is None:
-            return None
-        k = ints(constants[1])[0]
-    if not _small(x):
-        return None
-    return [np.triu(x, k) if op.attributes.get("upper", 1) else np.tril(x, k)]
-
-
-def _infer_cumsum(op: Op) -> list:
-    shape = input_shape(op, 0)
-    axis = constant_value(op.input(1))
-    if axis is not None:
-        normalize_axis(op, ints(axis)[0], max(len(shape), 1))
-    return [(op.input(0).dtype, shape)]
-
-
-def _fold_cumsum(op: Op, constants) -> list | None:
-    x, axis = constants[0], constants[1]
-    if not _small(x) or axis is None or x.ndim == 0:
-        return None
-    axis = normalize_axis(op, ints(axis)[0], x.ndim)
-    reverse = op.attributes.get("reverse", 0)
-    work = np.flip(x, axis) if reverse else x
-    total = np.cumsum(work, axis=axis, dtype=x.dtype)
-    if op.attributes.get("exclusive", 0):
-        head = np.zeros_like(np.take(total, [0], axis=axis))
-        total = np.concatenate([head, np.take(total, range(x.shape[axis] - 1), axis=axis)],
-                               axis=axis)
-    return [np.flip(total, axis) if reverse else total]
-
-
-# -- OneHot, TopK, NonZero --------------------------------------------------------------------
-def _infer_one_hot(op: Op) -> list:
-    indices = input_shape(op, 0)
-    if input_shape(op, 2) != (2,):
-        raise ShapeError(f"op {op.debug_name()}: values must hold 2 elements (off, on), got "
-                         f"shape {input_shape(op, 2)}")
-    depth = np.asarray(_value(op, 1, "depth")).reshape(-1)
-    if depth.size != 1 or depth[0] < 1:
-        raise ShapeError(f"op {op.debug_name()}: depth must be one positive number")
-    axis = normalize_axis(op, op.attributes.get("axis", -1), len(indices) + 1)
-    shape = (*indices[:axis], int(depth[0]), *indices[axis:])
-    return [(op.input(2).dtype, shape)]
-
-
-def _infer_top_k(op: Op) -> list:
-    shape = input_shape(op, 0)
-    if op.type.version < 10:
-        k = op.attributes.get("k")
-        if k is None:
-            raise ShapeError(f"op {op.debug_name()}: attribute k is required")
-    else:
-        values = ints(_value(op, 1, "K"))
-        if len(values) != 1:
-            raise ShapeError(f"op {op.debug_name()}: K must hold one number, got {values}")
-        k = values[0]
-    axis = normalize_axis(op, op.attributes.get("axis", -1), max(len(shape), 1))
-    if not 0 <= k <= shape[axis]:
-        raise ShapeError(f"op {op.debug_name()}: k = {k} for an axis of size {shape[axis]}")
-    out = (*shape[:axis], k, *shape[axis + 1:])
-    return [(op.input(0).dtype, out), ("int64", out)]
-
-
-def _infer_non_zero(op: Op) -> list:
-    shape = input_shape(op, 0)
-    data = constant_value(op.input(0))
-    if data is None:
-        return [("int64", None)]  # the count depends on data: keep a seeded shape
-    return [("int64", (len(shape), int(np.count_nonzero(data))))]
-
-
-def _fold_non_zero(op: Op, constants) -> list | None:
-    x = constants[0]
-    if not _small(x):
-        return None
-    return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
-
-
-# -- Resize, Upsample ---------------------------------------------------------------------------
-def _scaled(op: Op, shape: tuple[int, ...], scales: list[float]) -> tuple[int, ...]:
-    if len(scales) != len(shape):
-        raise ShapeError(f"op {op.debug_name()}: {len(scales)} scales for rank {len(shape)}")
-    return tuple(math.floor(d * s) for d, s in zip(shape, scales, strict=True))
-
-
-def _resize_sizes(op: Op, shape: tuple[int, ...], sizes: list[int]) -> tuple[int, ...]:
-    rank = len(shape)
-    axes = [normalize_axis(op, a, rank) for a in op.attributes.get("axes", range(rank))]
-    if len(sizes) != len(axes):
-        raise ShapeError(f"op {op.debug_name()}: {len(sizes)} sizes for {len(axes)} axes")
-    out = list(shape)
-    policy = op.attributes.get("keep_aspect_ratio_policy", "stretch")
-    if policy == "stretch":
-        for axis, size in zip(axes, sizes, strict=True):
-            out[axis] = size
-        return tuple(out)
-    ratios = [size / shape[axis] for axis, size in zip(axes, sizes, strict=True)]
-    scale = min(ratios) if policy == "not_larger" else max(ratios)
-    for axis in axes:
-        out[axis] = math.floor(scale * shape[axis] + 0.5)
-    return tuple(out)
-
-
-def _infer_resize(op: Op) -> list:
-    shape = input_shape(op, 0)
-    if op.attributes.get("coordinate_transformation_mode") == "tf_crop_and_resize":
-        raise ShapeUndecided(f"op {op.debug_name()}: tf_crop_and_resize sizes need the roi")
-    if op.type.version < 11:
-        return [(op.input(0).dtype, _scaled(op, shape, list(_value(op, 1, "scales"))))]
-    if op.has_input(3):
-        return [(op.input(0).dtype, _resize_sizes(op, shape, ints(_value(op, 3, "sizes"))))]
-    scales = [float(s) for s in _value(op, 2, "scales").reshape(-1)]
-    rank = len(shape)
-    axes = [normalize_axis(op, a, rank) for a in op.attributes.get("axes", range(rank))]
-    if len(scales) != len(axes):
-        raise ShapeError(f"op {op.debug_name()}: {len(scales)} scales for {len(axes)} axes")
-    full = [1.0] * rank
-    for axis, scale in zip(axes, scales, strict=True):
-        full[axis] = scale
-    return [(op.input(0).dtype, _scaled(op, shape, full))]
-
-
-def _infer_upsample(op: Op) -> list:
-    shape = input_shape(op, 0)
-    if op.type.version < 9:
-        scales = list(op.attributes.get("scales", []))
-    else:
-        scales = [float(s) for s in _value(op, 1, "scales").reshape(-1)]
-    return [(op.input(0).dtype, _scaled(op, shape, scales))]
 
 
 # -- layouts ----------------------------------------------------------------------------
@@ -545,6 +321,9 @@ class GatherRule(LayoutRule):
         others (``GatherOpx`` sets the largest priority), so a weight shared by an
         embedding and a matmul (a tied LM head) is laid out for the gather."""
         return 1 if in_index in (0, 1) and self.table_dims(op) is not None else None
+
+
+register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule()))
 
 
 def _spread(count: int, size: int) -> np.ndarray:
@@ -803,6 +582,15 @@ class ScatterRule(_LaidOutLikeInput):
         return _sliceable_along(target, shape, self._sliced_axis(op), tensor.dtype)
 
 
+SCATTER = ScatterRule()
+register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd,
+               keeps_input_layout=True, layout=SCATTER))
+register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
+               keeps_input_layout=True, layout=SCATTER))
+register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
+               keeps_input_layout=True, layout=SCATTER))
+
+
 class GatherElementsRule(_LaidOutLikeInput):
     """GatherElements: ``out[i][j] = data[index[i][j]][j]`` along ``axis``. The output has
     the indices' shape and is computed where they lie (elementwise partners: a SumLike of
@@ -857,24 +645,5 @@ class GatherElementsRule(_LaidOutLikeInput):
         return super().least_received(op, input_tiles, output_tiles, planned, target)
 
 
-SCATTER = ScatterRule()
-
-
-register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule()))
 register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements,
                layout=GatherElementsRule()))
-register(OpDef("GatherND", infer=_infer_gather_nd, fold=_fold_gather_nd))
-register(OpDef("ScatterND", infer=_infer_scatter_nd, fold=_fold_scatter_nd, layout=SCATTER))
-register(OpDef("ScatterElements", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
-               layout=SCATTER))
-register(OpDef("Scatter", infer=_infer_scatter_elements, fold=_fold_scatter_elements,
-               layout=SCATTER))
-register(OpDef("Tile", infer=_infer_tile, fold=_fold_tile))
-register(OpDef("Pad", infer=_infer_pad, fold=_fold_pad))
-register(OpDef("Trilu", infer=_infer_trilu, fold=_fold_trilu))
-register(OpDef("CumSum", infer=_infer_cumsum, fold=_fold_cumsum))
-register(OpDef("OneHot", infer=_infer_one_hot))
-register(OpDef("TopK", infer=_infer_top_k))
-register(OpDef("NonZero", infer=_infer_non_zero, fold=_fold_non_zero))
-register(OpDef("Resize", infer=_infer_resize))
-register(OpDef("Upsample", infer=_infer_upsample))

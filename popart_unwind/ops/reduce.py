@@ -275,8 +275,12 @@ def _arg_axes(op: Op, rank: int) -> tuple[int, ...]:
 REDUCTION = ReductionRule(reduced_axes)
 ARG_REDUCTION = ReductionRule(_arg_axes)
 
+#: Every reduction but ReduceLogSum counts as reducing what it reads
+#: (``OpDef.reduces_input``), as the elementwise layouts have always been chosen.
+_NOT_REDUCING_INPUT = frozenset({"ReduceLogSum"})
 for _name in REDUCTIONS:
-    register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce, layout=REDUCTION))
+    register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce, layout=REDUCTION,
+                   reduces_input=_name not in _NOT_REDUCING_INPUT))
 register(OpDef("ArgMax", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
 register(OpDef("ArgMin", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
 
@@ -462,8 +466,10 @@ class LayerNormRule(ElementwiseRule):
 SOFTMAX = SoftmaxRule()
 LAYER_NORM = LayerNormRule()
 
-register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
-register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX))
+register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
+               reduces_input=True))
+register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
+               reduces_input=True))
 def _fold_layer_norm(op: Op, constants) -> list | None:
     """ONNX's LayerNormalization on constants: the normalised result, the mean and the
     inverse standard deviation over the axes from ``axis`` on, in the stash type."""
@@ -487,7 +493,7 @@ def _fold_layer_norm(op: Op, constants) -> list | None:
 
 
 register(OpDef("LayerNormalization", infer=_infer_layer_norm, fold=_fold_layer_norm,
-               norm=True, layout=LAYER_NORM))
+               norm=True, reduces_input=True, layout=LAYER_NORM))
 class BatchNormRule(LayoutRule):
     """BatchNormalization: Y is laid out like X; scale, B, mean and var hold one value per
     channel (axis 1) and are read like a convolution's bias: in the unwinding problem each
@@ -629,7 +635,7 @@ def _fold_batch_norm(op: Op, constants) -> list | None:
 
 BATCH_NORM = BatchNormRule()
 register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
-               norm=True, layout=BATCH_NORM))
+               norm=True, reduces_input=True, layout=BATCH_NORM))
 
 
 # -- NegativeLogLikelihoodLoss ------------------------------------------------------------

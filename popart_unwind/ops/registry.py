@@ -65,6 +65,16 @@ class OpDef:
     #: Normalises its input (PopART's ``Op::isNorm``): what ``recompute=norm_only``
     #: recomputes, its result being large and cheap to compute again.
     norm: bool = False
+    #: Reduces or normalises what it reads (a reduction, a softmax, a norm): an elementwise
+    #: op whose result it reads leaves its producer-less operands untied
+    #: (``ElementwiseRule``), so the statistics do not crowd a computed operand's tiles.
+    reduces_input: bool = False
+    #: Its result is laid out as its first input (a reshape-like view of it, a scatter into
+    #: it), so a producer-less tensor's layout reaches through it.
+    keeps_input_layout: bool = False
+    #: Repeats a smaller input's elements to a larger shape (numpy broadcasting): whatever
+    #: reads its result reads a broadcast operand.
+    broadcasts_input: bool = False
     #: What outlining one such op saves (PopART's ``Op::getSubgraphValue``): a sequence
     #: of ops is outlined when its values add up to ``SessionOptions.outline_threshold``.
     outline_value: float = LOW_OUTLINE_VALUE
@@ -110,13 +120,25 @@ class OpRegistry:
         opdef = self.lookup(op)
         return True if opdef is None else opdef.has_side_effects(op)
 
-    def draws_random(self, op: Op) -> bool:
+    def _flag(self, op: Op, name: str) -> bool:
+        """OpDef flag ``name`` of ``op``'s type; False for an opaque op."""
         opdef = self.lookup(op)
-        return opdef is not None and opdef.random
+        return opdef is not None and bool(getattr(opdef, name))
+
+    def draws_random(self, op: Op) -> bool:
+        return self._flag(op, "random")
 
     def is_norm(self, op: Op) -> bool:
-        opdef = self.lookup(op)
-        return opdef is not None and opdef.norm
+        return self._flag(op, "norm")
+
+    def reduces_input(self, op: Op) -> bool:
+        return self._flag(op, "reduces_input")
+
+    def keeps_input_layout(self, op: Op) -> bool:
+        return self._flag(op, "keeps_input_layout")
+
+    def broadcasts_input(self, op: Op) -> bool:
+        return self._flag(op, "broadcasts_input")
 
     def outline_value(self, op: Op) -> float:
         opdef = self.lookup(op)

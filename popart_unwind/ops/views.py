@@ -430,15 +430,16 @@ class ExpandRule(ViewRule):
 
 _reshape_patterns = (_compose_reshapes,)
 register(OpDef("Reshape", infer=_infer_reshape, fold=_fold_reshape_like(_infer_reshape),
-               patterns=_reshape_patterns, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
 register(OpDef("Flatten", infer=_infer_flatten, fold=_fold_reshape_like(_infer_flatten),
-               patterns=_reshape_patterns, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
 register(OpDef("Squeeze", infer=_infer_squeeze, fold=_fold_reshape_like(_infer_squeeze),
-               patterns=_reshape_patterns, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
 register(OpDef("Unsqueeze", infer=_infer_unsqueeze, fold=_fold_reshape_like(_infer_unsqueeze),
-               patterns=_reshape_patterns, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
 register(OpDef("Transpose", infer=_infer_transpose, fold=_fold_transpose,
                patterns=(_compose_transposes,), layout=TransposeRule()))
 register(OpDef("Identity", infer=_infer_identity, fold=_fold_identity,
-               layout=IdentityRule()))
-register(OpDef("Expand", infer=_infer_expand, fold=_fold_expand, layout=ExpandRule()))
+               keeps_input_layout=True, layout=IdentityRule()))
+register(OpDef("Expand", infer=_infer_expand, fold=_fold_expand, broadcasts_input=True,
+               layout=ExpandRule()))

@@ -22,13 +22,9 @@ from popart_unwind.baselines import popart_baseline
 from popart_unwind.frontends.builder import Builder
 from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.conv import (
-    ConvTransposeRule,
-    PoolRule,
-    pool_geometry,
-    transpose_geometry,
-)
+from popart_unwind.ops.conv import ConvTransposeRule, transpose_geometry
 from popart_unwind.ops.coverage import has_layout_rule
+from popart_unwind.ops.pools import PoolRule, pool_geometry
 
 TRANSPOSE = ConvTransposeRule()
 POOL = PoolRule()
