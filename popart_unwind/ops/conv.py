@@ -176,7 +176,7 @@ class ConvRule(LayoutRule):
     output laid out by the convolution's plan, a bias added per output channel.
 
     The plan is the im2col matmul's: the one chosen for the op (``target.chosen_plan``:
-    a pass of a convolution layer sharing its cube, ``ops.conv_layers``) or, by default,
+    a pass of a convolution layer sharing its cube, ``layers.convolution``) or, by default,
     its cheapest partition alone. Every layout and read below follows it."""
 
     kind = "conv"
