@@ -4,7 +4,7 @@ and ValuedPairs.
 Tensors are created in order and named by :class:`TensorId`; every op checks its inputs
 and raises :class:`GraphError` naming the op and the shapes when they do not fit. The
 objective is the sum, over ValuedPairs (a, b, v), of v for each flat index where a and b have
-the same mapping (see ``objective.py``).
+the same mapping (``solution.elementwise_score``; docs/unwind.md).
 """
 
 from __future__ import annotations
