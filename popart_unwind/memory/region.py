@@ -43,6 +43,7 @@ class _Shaped:
 
     __slots__ = ()
     _shape: tuple[int, ...]
+    _hash: int | None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -51,6 +52,19 @@ class _Shaped:
     @property
     def rank(self) -> int:
         return len(self._shape)
+
+    # Equality is of element sets, whichever class holds them: one definition, so that a
+    # Region and the DisjointRegions equal to it hash alike.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (Region, DisjointRegions)):
+            return NotImplemented
+        return self._shape == other.shape and self.equivalent(other)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
+            object.__setattr__(self, "_hash", h)
+        return self._hash
 
     # Regions and their disjoint unions check the arguments of re-indexing ops alike.
     def _check_sample_region(self, where: object) -> None:
@@ -285,19 +299,6 @@ class Region(_Shaped):
             else [sb.ons(d, n) for d, n in zip(self._dims, self._shape, strict=True)]
         )
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Region):
-            return self._shape == other._shape and self.equivalent(other)
-        if isinstance(other, DisjointRegions):
-            return self._shape == other.shape and self.equivalent(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
-            object.__setattr__(self, "_hash", h)
-        return self._hash
-
     def __repr__(self) -> str:
         if self._empty and all(d == sb.EMPTY for d in self._dims):
             return f"Region.empty({self._shape})"
@@ -445,17 +446,6 @@ class DisjointRegions(_Shaped):
             np.unique(np.concatenate([sb.ons(r.setts[k], n) for r in self._regions]))
             for k, n in enumerate(self._shape)
         ]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (Region, DisjointRegions)):
-            return NotImplemented
-        return self._shape == other.shape and self.equivalent(other)
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
-            object.__setattr__(self, "_hash", h)
-        return self._hash
 
     def __len__(self) -> int:
         return len(self._regions)
