@@ -27,12 +27,12 @@ import os
 import platform
 import time
 
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 
 
-def build(blocks: int, variant: int, scale: int) -> Graph:
+def build(blocks: int, variant: int, scale: int) -> UnwindGraph:
     rows, cols = 8 * scale, 16 * scale
-    g = Graph()
+    g = UnwindGraph()
     previous = g.sink((rows, cols), "a0")
     g.valued_pair(previous, g.source((rows, cols)), 1.0)
     for _ in range(blocks):
@@ -94,7 +94,7 @@ def main() -> None:
 
 
 def report(
-    graph: Graph, variant: int, scale: int, blocks: int, solver: str, engine: str
+    graph: UnwindGraph, variant: int, scale: int, blocks: int, solver: str, engine: str
 ) -> float:
     """Solve, print one row, return the solve time."""
     options = {"engine": engine} if engine else {}

@@ -36,7 +36,7 @@ class ShapeUndecided(ShapeError):
 
 
 class GraphError(PopartUnwindError, ValueError):
-    """An unwinding Graph was used inconsistently (bad shapes, ids, permutations, ...)."""
+    """An UnwindGraph was used inconsistently (bad shapes, ids, permutations, ...)."""
 
 
 class SolverError(PopartUnwindError, RuntimeError):

@@ -136,28 +136,23 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     ``off``, then Pipeline when ``enable_pipelining`` is set or else MergeCopies
     (PopART's order), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
     transform is registered."""
-    pipeline = list(options.pipeline)
-    if options.decompose_grad_sum and DECOMPOSE_GRAD_SUM not in pipeline:
-        pipeline.append(DECOMPOSE_GRAD_SUM)
-    if options.recompute != "none" and EXPLICIT_RECOMPUTE not in pipeline:
-        pipeline.append(EXPLICIT_RECOMPUTE)
-    if options.enable_outlining and SUBGRAPH_OUTLINE not in pipeline:
-        pipeline.append(SUBGRAPH_OUTLINE)
     split = SPLIT_BY_MEMORY if options.auto_split == "memory" else AUTO_VIRTUAL_GRAPH
-    if options.virtual_graph_mode == "auto" and split not in pipeline:
-        pipeline.append(split)
-    if options.enable_pipelining and INFER_PIPELINE_STAGES not in pipeline:
-        pipeline.append(INFER_PIPELINE_STAGES)
-    if options.virtual_graph_mode != "off" and INTER_IPU_COPY not in pipeline:
-        pipeline.append(INTER_IPU_COPY)
-    if options.enable_pipelining and PIPELINE not in pipeline:
-        pipeline.append(PIPELINE)
-    merges = options.virtual_graph_mode != "off" and not options.enable_pipelining
-    if merges and MERGE_COPIES not in pipeline:
-        pipeline.append(MERGE_COPIES)
-    if options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS \
-            and UNWIND_LAYOUTS not in pipeline:
-        pipeline.append(UNWIND_LAYOUTS)
+    multi_ipu = options.virtual_graph_mode != "off"
+    asked_for = (  # (whether the options ask for it, transform), in the order they run
+        (options.decompose_grad_sum, DECOMPOSE_GRAD_SUM),
+        (options.recompute != "none", EXPLICIT_RECOMPUTE),
+        (options.enable_outlining, SUBGRAPH_OUTLINE),
+        (options.virtual_graph_mode == "auto", split),
+        (options.enable_pipelining, INFER_PIPELINE_STAGES),
+        (multi_ipu, INTER_IPU_COPY),
+        (options.enable_pipelining, PIPELINE),
+        (multi_ipu and not options.enable_pipelining, MERGE_COPIES),
+        (options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS, UNWIND_LAYOUTS),
+    )
+    pipeline = list(options.pipeline)
+    for asked, name in asked_for:
+        if asked and name not in pipeline:
+            pipeline.append(name)
     return pipeline
 
 

@@ -18,10 +18,6 @@ RESERVED_PREFIXES = (CONSTANT_PREFIX, FOLDED_PREFIX, GRADIENT_PREFIX, UPDATED_PR
                      TRANSFORM_PREFIX)
 
 
-def has_reserved_prefix(tensor_id: str) -> bool:
-    return tensor_id.startswith(RESERVED_PREFIXES)
-
-
 def reserved_id(graph, prefix: str, stem: str) -> str:
     """A fresh id ``prefix + stem`` in ``graph`` (suffixed if taken)."""
     if prefix not in RESERVED_PREFIXES:

@@ -66,9 +66,6 @@ class Tensor:
         """How many op inputs read this tensor (an op reading it twice counts twice)."""
         return sum(count for _, count in self._consumers.values())
 
-    def has_producer(self) -> bool:
-        return self.producer is not None
-
     def is_graph_input(self) -> bool:
         return self.id in self.graph.input_ids
 

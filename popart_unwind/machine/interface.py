@@ -139,11 +139,6 @@ class MatmulPlan:
         return MatmulPartition(self.partition.groups,
                                *(self.partition.split(axis) for axis in self.axes))
 
-    @property
-    def pass_axes(self) -> tuple[int, int, int]:
-        """``axes`` as cube axis indices (0: m, 1: k, 2: n), the C++ hooks' form."""
-        return tuple("mkn".index(axis) for axis in self.axes)  # type: ignore[return-value]
-
     def cube_tensor(self, operand: str) -> tuple[str, bool]:
         """Which cube tensor the op's ``operand`` is (:func:`cube_tensor`)."""
         return cube_tensor(self.axes, operand)

@@ -43,6 +43,7 @@ class _Shaped:
 
     __slots__ = ()
     _shape: tuple[int, ...]
+    _hash: int | None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -51,6 +52,41 @@ class _Shaped:
     @property
     def rank(self) -> int:
         return len(self._shape)
+
+    # Equality is of element sets, whichever class holds them: one definition, so that a
+    # Region and the DisjointRegions equal to it hash alike.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (Region, DisjointRegions)):
+            return NotImplemented
+        return self._shape == other.shape and self.equivalent(other)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
+            object.__setattr__(self, "_hash", h)
+        return self._hash
+
+    # Regions and their disjoint unions check the arguments of re-indexing ops alike.
+    def _check_sample_region(self, where: object) -> None:
+        if not isinstance(where, Region):
+            raise RegionError(f"sett_sample: expected a Region, got {where!r}")
+        ops.check_same_shape(self._shape, where.shape, "sett_sample")
+
+    def _check_scaffold(self, scaffold: object) -> None:
+        if not isinstance(scaffold, Region):
+            raise RegionError(f"sett_fill_into: expected a Region, got {scaffold!r}")
+        if self._shape != scaffold.nelms():
+            raise RegionError(
+                f"sett_fill_into: shape {self._shape} differs from the on counts "
+                f"{scaffold.nelms()} of the scaffold of shape {scaffold.shape}"
+            )
+
+    def _reshape_target(self, shape: Iterable[int]) -> Shape:
+        """``shape`` checked as a reshape of this set's shape (the same element count)."""
+        shape = ops.check_shape(shape, "reshape target shape")
+        if math.prod(shape) != math.prod(self._shape):
+            raise RegionError(f"reshape: cannot reshape {self._shape} to {shape}")
+        return shape
 
 
 class Region(_Shaped):
@@ -201,9 +237,7 @@ class Region(_Shaped):
     # --- re-indexing --------------------------------------------------------------------
     def sett_sample(self, where: Region) -> Region:
         """Elements in ``where``, renumbered by rank inside ``where`` (shape where.nelms())."""
-        if not isinstance(where, Region):
-            raise RegionError(f"sett_sample: expected a Region, got {where!r}")
-        ops.check_same_shape(self._shape, where.shape, "sett_sample")
+        self._check_sample_region(where)
         dims = tuple(
             sb.sample(a, w, n) for a, w, n in zip(self._dims, where._dims, self._shape, strict=True)
         )
@@ -211,13 +245,7 @@ class Region(_Shaped):
 
     def sett_fill_into(self, scaffold: Region) -> Region:
         """Inverse of sett_sample: place elements on the scaffold's on positions."""
-        if not isinstance(scaffold, Region):
-            raise RegionError(f"sett_fill_into: expected a Region, got {scaffold!r}")
-        if self._shape != scaffold.nelms():
-            raise RegionError(
-                f"sett_fill_into: shape {self._shape} differs from the on counts "
-                f"{scaffold.nelms()} of the scaffold of shape {scaffold.shape}"
-            )
+        self._check_scaffold(scaffold)
         dims = tuple(
             sb.fill_into(a, s, n)
             for a, s, n in zip(self._dims, scaffold._dims, scaffold.shape, strict=True)
@@ -226,9 +254,7 @@ class Region(_Shaped):
 
     def reshape(self, shape: Iterable[int]) -> DisjointRegions:
         """Same row-major flat set viewed in ``shape`` (it may shatter into several regions)."""
-        shape = ops.check_shape(shape, "reshape target shape")
-        if math.prod(shape) != math.prod(self._shape):
-            raise RegionError(f"reshape: cannot reshape {self._shape} to {shape}")
+        shape = self._reshape_target(shape)
         if self._empty:
             return DisjointRegions(shape)
         return DisjointRegions._from_dims(shape, reshape_dims(self._shape, self._dims, shape))
@@ -272,19 +298,6 @@ class Region(_Shaped):
             if self._empty
             else [sb.ons(d, n) for d, n in zip(self._dims, self._shape, strict=True)]
         )
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Region):
-            return self._shape == other._shape and self.equivalent(other)
-        if isinstance(other, DisjointRegions):
-            return self._shape == other.shape and self.equivalent(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
-            object.__setattr__(self, "_hash", h)
-        return self._hash
 
     def __repr__(self) -> str:
         if self._empty and all(d == sb.EMPTY for d in self._dims):
@@ -393,25 +406,15 @@ class DisjointRegions(_Shaped):
 
     # --- re-indexing --------------------------------------------------------------------
     def sett_sample(self, where: Region) -> DisjointRegions:
-        if not isinstance(where, Region):
-            raise RegionError(f"sett_sample: expected a Region, got {where!r}")
-        ops.check_same_shape(self._shape, where.shape, "sett_sample")
+        self._check_sample_region(where)
         return self._map(lambda r: r.sett_sample(where), where.nelms())
 
     def sett_fill_into(self, scaffold: Region) -> DisjointRegions:
-        if not isinstance(scaffold, Region):
-            raise RegionError(f"sett_fill_into: expected a Region, got {scaffold!r}")
-        if self._shape != scaffold.nelms():
-            raise RegionError(
-                f"sett_fill_into: shape {self._shape} differs from the on counts "
-                f"{scaffold.nelms()} of the scaffold of shape {scaffold.shape}"
-            )
+        self._check_scaffold(scaffold)
         return self._map(lambda r: r.sett_fill_into(scaffold), scaffold.shape)
 
     def reshape(self, shape: Iterable[int]) -> DisjointRegions:
-        shape = ops.check_shape(shape, "reshape target shape")
-        if math.prod(shape) != math.prod(self._shape):
-            raise RegionError(f"reshape: cannot reshape {self._shape} to {shape}")
+        shape = self._reshape_target(shape)
         return self._map(lambda r: r.reshape(shape), shape)
 
     def dim_shuffle(self, perm: Sequence[int]) -> DisjointRegions:
@@ -443,17 +446,6 @@ class DisjointRegions(_Shaped):
             np.unique(np.concatenate([sb.ons(r.setts[k], n) for r in self._regions]))
             for k, n in enumerate(self._shape)
         ]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (Region, DisjointRegions)):
-            return NotImplemented
-        return self._shape == other.shape and self.equivalent(other)
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            h = ops.set_hash(self._shape, self.total_elms(), self._projections())
-            object.__setattr__(self, "_hash", h)
-        return self._hash
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -23,8 +23,6 @@ from matplotlib.ticker import MaxNLocator
 
 from popart_unwind.report.summary import PLAN_TITLES
 
-MAX_ELEMENT_BINS = 160
-MAX_TILE_BINS = 96
 DPI = 100
 RC = {"font.size": 8.0, "axes.titlesize": 8.5, "axes.labelsize": 8.0}
 PLAN_COLOURS = {"ours": "#1f77b4", "popart": "#d62728", "linear": "#7f7f7f"}

@@ -15,6 +15,7 @@ import itertools
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Self
 
 from popart_unwind.errors import ShapeError
 
@@ -71,15 +72,21 @@ class Dim:
 
 
 @dataclass(frozen=True)
-class DimVar:
-    """An unknown axis size. The name is only for printing (einsum labels keep theirs)."""
+class _Variable:
+    """What both kinds of variable are: a process-wide id (their identity) and a name that is
+    only for printing."""
 
     id: int
     name: str | None = field(default=None, compare=False)
 
     @classmethod
-    def fresh(cls, name: str | None = None) -> DimVar:
+    def fresh(cls, name: str | None = None) -> Self:
         return cls(fresh_id(), name)
+
+
+@dataclass(frozen=True)
+class DimVar(_Variable):
+    """An unknown axis size. The name is only for printing (einsum labels keep theirs)."""
 
     def __str__(self) -> str:
         return self.name if self.name else f"${self.id}"
@@ -89,16 +96,9 @@ DimLike = Dim | DimVar
 
 
 @dataclass(frozen=True)
-class RowVar:
+class RowVar(_Variable):
     """Unknown axes of a row, between its beginning and end axes. Printed ``...``, or
     ``..name..`` when named."""
-
-    id: int
-    name: str | None = field(default=None, compare=False)
-
-    @classmethod
-    def fresh(cls, name: str | None = None) -> RowVar:
-        return cls(fresh_id(), name)
 
     def __str__(self) -> str:
         return f"..{self.name}.." if self.name else "..."

@@ -13,7 +13,7 @@ an element-level local search (``polish.py``) then improves it further, never wo
 
 from __future__ import annotations
 
-from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.graph import UnwindGraph
 from popart_unwind.unwind.greedy0 import GreedyRunner, greedy_runner
 from popart_unwind.unwind.polish import polish
 from popart_unwind.unwind.solution import Solution
@@ -39,7 +39,7 @@ def deferral_rounds(
 
 
 def solve_deferral(
-    graph: Graph, max_rounds: int = 8, polish_up_to: int = 20_000, engine: str = "native"
+    graph: UnwindGraph, max_rounds: int = 8, polish_up_to: int = 20_000, engine: str = "native"
 ) -> Solution:
     best, rounds, deferred, late = deferral_rounds(greedy_runner(graph, engine), max_rounds)
     found = best.relabelled(

@@ -46,7 +46,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.path import Path as MplPath
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.solution import Solution
 
 __all__ = ["cell_colours", "draw", "grid_shape", "is_strip"]
@@ -146,7 +146,7 @@ def cell_colours(solution: Solution, tensor: TensorId) -> np.ndarray:
     return _Styles.of(solution).colours(layout).reshape(*grid_shape(layout.shape), 4)
 
 
-def _known(graph: Graph, tensors: Iterable[object]) -> list[TensorId]:
+def _known(graph: UnwindGraph, tensors: Iterable[object]) -> list[TensorId]:
     """``tensors`` in creation order without repeats, after checking each is in ``graph``."""
     known = set(graph.tensors())
     chosen = []
@@ -210,7 +210,7 @@ class _Layout:
     height: float
 
 
-def _pair_edge(graph: Graph, a: TensorId, b: TensorId) -> tuple[TensorId, TensorId] | None:
+def _pair_edge(graph: UnwindGraph, a: TensorId, b: TensorId) -> tuple[TensorId, TensorId] | None:
     """Which way a ValuedPair pushes columns: a producer-less tensor goes right of what it
     is tied to (of the later-created one, if both are producer-less)."""
     free_a, free_b = not graph.node(a).inputs, not graph.node(b).inputs
@@ -254,7 +254,7 @@ def _longest_paths(after: dict[TensorId, list[TensorId]]) -> dict[TensorId, int]
     return depth
 
 
-def _columns(graph: Graph, drawn: list[TensorId]) -> dict[TensorId, int]:
+def _columns(graph: UnwindGraph, drawn: list[TensorId]) -> dict[TensorId, int]:
     """Column of each drawn tensor: its depth along ops and pair edges, empty columns removed.
 
     Pair edges from op outputs come first and *anchor* their producer-less partners; edges
@@ -294,7 +294,7 @@ def _row_offsets(shape: tuple[int, ...]) -> np.ndarray:
     return np.arange(rows) + BLOCK_GAP * np.cumsum(changed)
 
 
-def _label(graph: Graph, tensor: TensorId) -> tuple[str, str]:
+def _label(graph: UnwindGraph, tensor: TensorId) -> tuple[str, str]:
     """Two label lines: the tensor's id, then its kind (a view's ops) and shape."""
     node = graph.node(tensor)
     kind = node.kind
@@ -306,7 +306,7 @@ def _label(graph: Graph, tensor: TensorId) -> tuple[str, str]:
     return repr(tensor), f"{kind} {dims}{strip}"
 
 
-def _tensor_box(graph: Graph, tensor: TensorId, column: int) -> _Box:
+def _tensor_box(graph: UnwindGraph, tensor: TensorId, column: int) -> _Box:
     shape = graph.shape(tensor)
     if is_strip(shape):
         width, height = STRIP_SIZE
@@ -326,7 +326,7 @@ def _route(a: _Box, b: _Box, value: float | None, number: int) -> _Link:
     return _Link((a, *way, b), value)
 
 
-def _place(graph: Graph, drawn: list[TensorId], pairs: dict) -> _Layout:
+def _place(graph: UnwindGraph, drawn: list[TensorId], pairs: dict) -> _Layout:
     """Columns by depth, links routed through waypoints, and each column ordered by a few
     sweeps that move every box towards its neighbours in other columns."""
     column = _columns(graph, drawn)
@@ -390,7 +390,8 @@ def _barycentre(box: _Box, near: dict[_Box, list[_Box]]) -> float:
 
 
 # ----- drawing -------------------------------------------------------------------------------
-def _draw_tensor(ax: Axes, graph: Graph, box: _Box, layout: np.ndarray, styles: _Styles) -> None:
+def _draw_tensor(ax: Axes, graph: UnwindGraph, box: _Box, layout: np.ndarray,
+                 styles: _Styles) -> None:
     colours = styles.colours(layout)
     if is_strip(layout.shape):
         ax.imshow(
@@ -522,7 +523,7 @@ def _draw_pair(ax: Axes, link: _Link, colour: str, solution: Solution) -> None:
     )
 
 
-def _pairs(graph: Graph, drawn: set[TensorId]) -> dict[tuple[TensorId, TensorId], float]:
+def _pairs(graph: UnwindGraph, drawn: set[TensorId]) -> dict[tuple[TensorId, TensorId], float]:
     """ValuedPairs between drawn tensors, repeats (either way round) added up."""
     total: dict[tuple[TensorId, TensorId], float] = {}
     for pair in graph.valued_pairs():

@@ -50,7 +50,7 @@ from popart_unwind.unwind.exact_problem import (
     candidate_labels,
     objective_terms,
 )
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.greedy0 import solve_greedy0
 from popart_unwind.unwind.ops import FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import Path, Solution, sink_ancestors
@@ -66,7 +66,7 @@ _STOPPED = {
 
 
 def solve_exact(
-    graph: Graph,
+    graph: UnwindGraph,
     time_limit: float = 60.0,
     max_sink_elements: int = 1_000_000,
     start: Solution | None = None,
@@ -192,7 +192,7 @@ class LabelProgram:
     """The integer program of the module docstring for one graph."""
 
     def __init__(
-        self, graph: Graph, origins: Origins, terms: Terms, candidates: Candidates
+        self, graph: UnwindGraph, origins: Origins, terms: Terms, candidates: Candidates
     ) -> None:
         self.origins = origins
         self.terms = terms
@@ -245,7 +245,7 @@ class LabelProgram:
                 for s in (s1, s2):
                     program.row([(col, 1.0), (self.x[(s, label)], -1.0)], -math.inf, 0.0)
 
-    def _order(self, graph: Graph) -> None:
+    def _order(self, graph: UnwindGraph) -> None:
         """y for each (sink, label tensor) used whose tensor depends on sinks, and order
         values that forbid cycles."""
         origins, program = self.origins, self.program
@@ -379,7 +379,7 @@ def _ranks(edges: dict[TensorId, set[TensorId]]) -> dict[TensorId, int] | None:
 
 
 def _start_labels(
-    graph: Graph, origins: Origins, candidates: Candidates, start: Solution | None
+    graph: UnwindGraph, origins: Origins, candidates: Candidates, start: Solution | None
 ) -> dict[int, int]:
     """``start``'s labels (Greedy0's when None) moved onto the candidates (no loss), or
     every element's own when Greedy0 fails."""
@@ -394,7 +394,7 @@ def _start_labels(
 
 
 def _onto_candidates(
-    graph: Graph, origins: Origins, candidates: Candidates, found: dict[int, int]
+    graph: UnwindGraph, origins: Origins, candidates: Candidates, found: dict[int, int]
 ) -> dict[int, int]:
     """Move each group of a component sharing a label that some member is not offered to
     an offered label of the same standing (see ``candidate_labels``): a free root when the
@@ -428,7 +428,7 @@ def _onto_candidates(
     return moved
 
 
-def paths_for_labels(graph: Graph, label: Mapping[int, int]) -> list[Path]:
+def paths_for_labels(graph: UnwindGraph, label: Mapping[int, int]) -> list[Path]:
     """Sink paths giving sink origin ``s`` the origin ``label[s]`` (others keep their own).
 
     A label that is another sink element's own origin is read from that sink, so it is
@@ -474,7 +474,7 @@ def _rising_runs(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     return runs
 
 
-def _path(graph: Graph, src: TensorId, sink: TensorId, run: list[tuple[int, int]]) -> Path:
+def _path(graph: UnwindGraph, src: TensorId, sink: TensorId, run: list[tuple[int, int]]) -> Path:
     src_count, sink_count = graph.numel(src), graph.numel(sink)
     taken = np.asarray([j for _, j in run], dtype=np.int64)
     placed = np.asarray([i for i, _ in run], dtype=np.int64)

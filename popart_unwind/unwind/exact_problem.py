@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import compute_layouts, origin_blocks, sink_ancestors
 
@@ -35,7 +35,7 @@ from popart_unwind.unwind.solution import compute_layouts, origin_blocks, sink_a
 class Origins:
     """The blocks of origin ids owned by roots and sinks (see ``origin_blocks``)."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: UnwindGraph) -> None:
         blocks = origin_blocks(graph)
         self.tensors: list[TensorId] = sorted(blocks, key=lambda t: blocks[t])
         self.starts: list[int] = [blocks[t] for t in self.tensors]
@@ -87,7 +87,7 @@ class Terms:
         return math.fsum([self.constant, *gains])
 
 
-def objective_terms(graph: Graph, origins: Origins) -> Terms:
+def objective_terms(graph: UnwindGraph, origins: Origins) -> Terms:
     """Split every ValuedPair index by the kinds of its two base origins."""
     base = compute_layouts(graph, [])
     constant: list[float] = []
@@ -172,7 +172,7 @@ class Candidates:
         return resolved
 
 
-def candidate_labels(graph: Graph, origins: Origins, terms: Terms) -> Candidates:
+def candidate_labels(graph: UnwindGraph, origins: Origins, terms: Terms) -> Candidates:
     """The labels offered to each active sink element; every optimum survives.
 
     A component C is a connected set of sink elements under sink-with-sink terms. Its

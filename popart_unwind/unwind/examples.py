@@ -1,4 +1,4 @@
-"""The examples of poprithms' unwinding notes as Graph builders, used by the tests, the
+"""The examples of poprithms' unwinding notes as UnwindGraph builders, used by the tests, the
 docs figures and demos.
 
 Each returns the graph and a dict of its named tensors.
@@ -6,12 +6,12 @@ Each returns the graph and a dict of its named tensors.
 
 from __future__ import annotations
 
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 
 
 def basic(value: float = 5.0):
     """A sink tied to a source, feeding a barrier: the best score is 6 * value."""
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((2, 3), "sink")
     source = g.source((2, 3), "source")
     g.valued_pair(sink, source, value)
@@ -21,7 +21,7 @@ def basic(value: float = 5.0):
 
 def dim_shuffle(value: float = 7.5):
     """A layout wanted after a transpose unwinds to the sink transposed back (30 points)."""
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((2, 2), "sink")
     shuffled = g.dim_shuffle(sink, (1, 0), "shuffled")
     source = g.source((2, 2), "source")
@@ -32,7 +32,7 @@ def dim_shuffle(value: float = 7.5):
 def matmul(value: float = 1.0):
     """out = matmul(X.dimShuffle(1 0), concat(Y, Z.reverse(1))) with both operands' layouts
     prescribed by Sources; the output is a FixedPoint."""
-    g = Graph()
+    g = UnwindGraph()
     x = g.sink((3, 2), "X")
     y = g.sink((2, 4), "Y")
     z = g.sink((1, 4), "Z")
@@ -57,7 +57,7 @@ def matmul(value: float = 1.0):
 
 def unbroadcast_add(value: float = 1.0):
     """Out = matmul(A, B) + C with the matmul as a Barrier: all three pairs can be met."""
-    g = Graph()
+    g = UnwindGraph()
     a, b, c = g.sink((2, 3), "A"), g.sink((3, 4), "B"), g.sink((2, 4), "C")
     g.valued_pair(a, g.source((2, 3), "A_target"), value)
     g.valued_pair(b, g.source((3, 4), "B_target"), value)
@@ -69,7 +69,7 @@ def unbroadcast_add(value: float = 1.0):
 def broadcast_add(value: float = 1.0, activation_shape=(2, 3, 2), bias_shape=(3, 1)):
     """An activation plus a numpy-broadcast bias (the notes' is (6, 1) onto (20, 20, 6, 3)):
     the bias takes the layout a SumLikeReduce of the activation makes."""
-    g = Graph()
+    g = UnwindGraph()
     x = g.sink(activation_shape, "x")
     g.valued_pair(x, g.source(activation_shape, "x_target"), value)
     (activation,) = g.barrier([x], [activation_shape], "activation")
@@ -87,7 +87,7 @@ def broadcast_add(value: float = 1.0, activation_shape=(2, 3, 2), bias_shape=(3,
 def call_copies(v_copy: float = 1.0, v_matmul: float = 1.0, v_sum: float = 1.0):
     """Callee Call(a, b) = matmul(a.transpose(), b.reshape((2, 3))), caller
     Call(A, B) + Call(C, D): 9 ValuedPairs, and one solution meets them all."""
-    g = Graph()
+    g = UnwindGraph()
     a, b = g.sink((2, 2), "a"), g.sink((6,), "b")
     lhs = g.dim_shuffle(a, (1, 0), "aT")
     rhs = g.reshape(b, (2, 3), "b23")
@@ -120,7 +120,7 @@ def fixed_point_calls(v_target: float, v_chain: float, v_copy: float, as_barrier
     scores: Solution 1 (x takes its target layout) scores 10·vT + 24·vC and Solution 2 (x
     takes the matmul output's layout) scores 4·vT + 6·vM + 36·vC.
     """
-    g = Graph()
+    g = UnwindGraph()
     w, x = g.sink((2, 2), "w"), g.sink((2, 3), "x")
     g.valued_pair(w, g.source((2, 2), "w_target"), v_target)
     g.valued_pair(x, g.source((2, 3), "x_target"), v_target)

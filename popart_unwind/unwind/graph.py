@@ -1,10 +1,10 @@
-"""The unwinding Graph (after poprithms' memory/unwind): tensors, the ops that make them,
+"""The UnwindGraph (after poprithms' memory/unwind): tensors, the ops that make them,
 and ValuedPairs.
 
 Tensors are created in order and named by :class:`TensorId`; every op checks its inputs
 and raises :class:`GraphError` naming the op and the shapes when they do not fit. The
 objective is the sum, over ValuedPairs (a, b, v), of v for each flat index where a and b have
-the same mapping (see ``objective.py``).
+the same mapping (``solution.elementwise_score``; docs/unwind.md).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from popart_unwind.validation import Shape, as_shape
 
 @dataclass(frozen=True, order=True)
 class TensorId:
-    """A tensor of a Graph: its creation index (identity and order) and a display name."""
+    """A tensor of an UnwindGraph: its creation index (identity and order) and a display name."""
 
     index: int
     name: str = field(default="", compare=False)
@@ -70,7 +70,7 @@ def _as_value(value: object, what: str) -> float:
     return number
 
 
-class Graph:
+class UnwindGraph:
     """An unwinding problem: build it with the op methods, then ``solve``."""
 
     def __init__(self) -> None:

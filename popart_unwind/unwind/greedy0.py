@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.ops import DEPENDENT_ROOT_KINDS, forward_edges, unwind_routes
 from popart_unwind.unwind.solution import Path, Solution, sink_ancestors
 
 
-def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
+def longest_path_to_end(graph: UnwindGraph) -> dict[TensorId, int]:
     """For each tensor, the number of ops on the longest path from it to a graph output."""
     length: dict[TensorId, int] = {}
     for tensor in reversed(graph.tensors()):
@@ -38,7 +38,7 @@ def longest_path_to_end(graph: Graph) -> dict[TensorId, int]:
     return length
 
 
-def paths_back_to_sinks(graph: Graph) -> dict[TensorId, list[tuple[TensorId, Chain]]]:
+def paths_back_to_sinks(graph: UnwindGraph) -> dict[TensorId, list[tuple[TensorId, Chain]]]:
     """For each tensor, every (sink, chain from the tensor to that sink) through unwindable
     ops: where a layout wanted at the tensor can be planted."""
     back: dict[TensorId, list[tuple[TensorId, Chain]]] = defaultdict(list)
@@ -149,7 +149,7 @@ def _masked(chain: Chain, regions: DisjointRegions) -> list[Chain]:
 class GraphAnalysis:
     """What every greedy run needs to know about the graph, computed once."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: UnwindGraph) -> None:
         self.graph = graph
         self.length = longest_path_to_end(graph)
         self.back = paths_back_to_sinks(graph)
@@ -319,7 +319,7 @@ ENGINES = ("native", "python")
 GreedyRunner = Callable[[frozenset, frozenset], tuple[Solution, set[int], set[TensorId]]]
 
 
-def greedy_runner(graph: Graph, engine: str = "native") -> GreedyRunner:
+def greedy_runner(graph: UnwindGraph, engine: str = "native") -> GreedyRunner:
     """Greedy runs on ``graph``, sharing one analysis of it."""
     if engine == "native":
         from popart_unwind.unwind.native import NativeAnalysis
@@ -336,7 +336,7 @@ def greedy_runner(graph: Graph, engine: str = "native") -> GreedyRunner:
     return run
 
 
-def solve_greedy0(graph: Graph, engine: str = "native") -> Solution:
+def solve_greedy0(graph: UnwindGraph, engine: str = "native") -> Solution:
     """poprithms' Greedy0 (see the module docstring)."""
     solution, _, _ = greedy_runner(graph, engine)(frozenset(), frozenset())
     return solution

@@ -20,7 +20,7 @@ a real model tens of millions), so on models the default plans exactly as deferr
 from __future__ import annotations
 
 from popart_unwind.unwind.deferral import solve_deferral
-from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.graph import UnwindGraph
 from popart_unwind.unwind.restarts import solve_restarts
 from popart_unwind.unwind.solution import Solution
 
@@ -33,7 +33,7 @@ EXACT_SECONDS = 10.0
 
 
 def solve_hybrid(
-    graph: Graph,
+    graph: UnwindGraph,
     max_rounds: int = 8,
     polish_up_to: int = 20_000,
     exact_up_to: int = 4_000,

@@ -1,6 +1,6 @@
 """The bridge to the solver's C++ core (``popart_unwind._hooks.unwind_core``).
 
-The core keeps its own copy of the Graph (tensors, op attributes, ValuedPairs) and runs
+The core keeps its own copy of the UnwindGraph (tensors, op attributes, ValuedPairs) and runs
 Greedy0 and the deferral heuristic's greedy runs on it; ``greedy0.py`` stays the reference
 it is tested against (same sink paths in the same order; ``engine="python"`` runs it).
 Only descriptions cross the boundary: a chain as its input shape and ``(op type, input
@@ -20,7 +20,7 @@ from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.memory.chain_ops import ChainOp
-from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.graph import UnwindGraph
 from popart_unwind.unwind.solution import Path, Solution
 
 _REGION_ATTR = frozenset({"SettSample", "SettFillInto"})
@@ -55,7 +55,7 @@ def chain_value(chain: Chain) -> tuple:
     return (chain.in_shape, ops)
 
 
-def native_graph(graph: Graph) -> core.Graph:
+def native_graph(graph: UnwindGraph) -> core.Graph:
     """The core's copy of ``graph``."""
     out = core.Graph()
     for tensor in graph.tensors():
@@ -99,7 +99,7 @@ def chain_from_value(value: tuple) -> Chain:
         for op_type, op_in, op_out, attr in ops])
 
 
-def paths_from_values(graph: Graph, values: list) -> list[Path]:
+def paths_from_values(graph: UnwindGraph, values: list) -> list[Path]:
     tensor = graph.tensor
     return [
         Path(tensor(src), tensor(dst), chain_from_value(chain), regions_from_value(regions))
@@ -114,7 +114,7 @@ class NativeSolution(Solution):
     of ``Solution`` convert the paths to Python objects once, on first use.
     """
 
-    def __init__(self, graph: Graph, run: core.NativeRun, algo: str = "",
+    def __init__(self, graph: UnwindGraph, run: core.NativeRun, algo: str = "",
                  stats: dict | None = None) -> None:
         self.graph = graph
         self._run = run
@@ -150,7 +150,7 @@ class NativeSolution(Solution):
 class NativeAnalysis:
     """The core's graph and analysis, computed once for every greedy run on it."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: UnwindGraph) -> None:
         self.graph = graph
         self._graph = native_graph(graph)
         self._analysis = core.Analysis(self._graph)

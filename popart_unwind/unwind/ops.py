@@ -1,4 +1,4 @@
-"""The op kinds of the unwinding Graph, each with all of its rules in one place.
+"""The op kinds of the UnwindGraph, each with all of its rules in one place.
 
 For every kind this module says which outputs are *roots* (new origins), what a root's
 layout depends on, how each element of a non-root output derives from one input element
@@ -32,7 +32,7 @@ FREE_ROOT_KINDS = ROOT_KINDS - DEPENDENT_ROOT_KINDS
 
 @dataclass(frozen=True)
 class Node:
-    """An op of the unwinding Graph: its kind, input tensors and attributes."""
+    """An op of the UnwindGraph: its kind, input tensors and attributes."""
 
     kind: str
     inputs: tuple  # of TensorId

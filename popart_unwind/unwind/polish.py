@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind.exact import paths_for_labels
 from popart_unwind.unwind.exact_problem import Origins, objective_terms
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.ops import FREE_ROOT_KINDS
 from popart_unwind.unwind.solution import Solution, layout_inputs
 
@@ -32,7 +32,7 @@ from popart_unwind.unwind.solution import Solution, layout_inputs
 class _Labels:
     """Labels of sink elements with the bookkeeping that keeps moves valid."""
 
-    def __init__(self, graph: Graph, origins: Origins, label: dict[int, int]) -> None:
+    def __init__(self, graph: UnwindGraph, origins: Origins, label: dict[int, int]) -> None:
         self.graph, self.origins, self.label = graph, origins, label
         self._readers: dict[int, set[int]] = defaultdict(set)
         self.deps: dict[TensorId, Counter] = defaultdict(Counter)
@@ -141,7 +141,7 @@ def polish(
     return improved if improved.symbolic_score() > solution.symbolic_score() else solution
 
 
-def _spare_origins(graph: Graph, origins: Origins) -> list[int]:
+def _spare_origins(graph: UnwindGraph, origins: Origins) -> list[int]:
     """One origin per root and per sink, free roots first: labels two elements may share
     when nothing they meet fits (a free root never closes a cycle; others are checked)."""
     tensors = [t for t in graph.tensors() if t in origins.start_of and graph.numel(t)]

@@ -2,7 +2,7 @@
 
 ``random_graph(rng, size, max_elements)`` grows a graph from a few sinks and sources by
 applying ``size * 4`` random steps to tensors already in the graph. The steps use every op
-of :class:`Graph` (sink, source, barrier, fixed_point, sum_like with equal and broadcast
+of :class:`UnwindGraph` (sink, source, barrier, fixed_point, sum_like with equal and broadcast
 inputs and one or several unwind indices, sum_like_reduce, the eight view ops, concat,
 expand, call, valued_pair) and plant the two kinds of conflict a solver must weigh:
 
@@ -28,12 +28,12 @@ import numpy as np
 
 from popart_unwind.errors import GraphError
 from popart_unwind.memory.fill_sample import region_from_ons
-from popart_unwind.unwind.graph import Graph, Shape, TensorId
+from popart_unwind.unwind.graph import Shape, TensorId, UnwindGraph
 
 VALUES = (0.5, 1.0, 1.5, 2.0, 3.0, 4.5, 7.0, 10.0)
 
 
-def random_graph(rng: np.random.Generator, size: int = 3, max_elements: int = 12) -> Graph:
+def random_graph(rng: np.random.Generator, size: int = 3, max_elements: int = 12) -> UnwindGraph:
     """A random unwinding graph of ``4 * size`` steps (see the module docstring)."""
     if size < 1 or max_elements < 1:
         raise GraphError(
@@ -51,7 +51,7 @@ class _Builder:
         self.max_elements = max_elements
         self.sink_budget = size * max_elements
         self.free_roots = bool(rng.random() < 7 / 8)
-        self.graph = Graph()
+        self.graph = UnwindGraph()
         self.pool: list[TensorId] = []
 
     # ----- randomness ----------------------------------------------------------------------
@@ -112,7 +112,7 @@ class _Builder:
         return self.new_sink(shape) if self.coin() else self.target(shape)
 
     # ----- growing ----------------------------------------------------------------------------
-    def build(self) -> Graph:
+    def build(self) -> UnwindGraph:
         for _ in range(1 + self.size // 2):
             self.new_sink(self.shape())
         self.target(self.shape())

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from popart_unwind.unwind.deferral import deferral_rounds, solve_deferral
-from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.graph import UnwindGraph
 from popart_unwind.unwind.greedy0 import greedy_runner
 from popart_unwind.unwind.polish import polish
 from popart_unwind.unwind.solution import Solution
@@ -31,7 +31,7 @@ LATE_CHANCE = 0.2
 
 
 def solve_restarts(
-    graph: Graph, restarts: int = 32, polished: int = 4, max_rounds: int = 8,
+    graph: UnwindGraph, restarts: int = 32, polished: int = 4, max_rounds: int = 8,
     polish_up_to: int = 20_000, seed: int = 0, engine: str = "native",
     start: Solution | None = None,
 ) -> Solution:

@@ -23,7 +23,7 @@ import numpy as np
 
 from popart_unwind.errors import SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.ops import FREE_ROOT_KINDS, ROOT_KINDS, forward_edges
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def apply_to_ids(chain: Chain, ids: np.ndarray) -> np.ndarray:
     return chain.apply(ids + 1) - 1
 
 
-def layout_inputs(graph: Graph, tensor: TensorId) -> tuple[TensorId, ...]:
+def layout_inputs(graph: UnwindGraph, tensor: TensorId) -> tuple[TensorId, ...]:
     """The tensors whose layouts ``tensor``'s layout is made from, through graph edges alone
     (a sink's paths come on top): all inputs of a barrier or sum_like_reduce, the inputs a
     view or concat takes elements from, a sum_like's first unwind input; nothing for sinks,
@@ -63,7 +63,7 @@ def layout_inputs(graph: Graph, tensor: TensorId) -> tuple[TensorId, ...]:
     return tuple(dict.fromkeys(node.inputs))
 
 
-def sink_ancestors(graph: Graph) -> dict[TensorId, frozenset[TensorId]]:
+def sink_ancestors(graph: UnwindGraph) -> dict[TensorId, frozenset[TensorId]]:
     """For each tensor, the sinks its layout depends on through graph edges alone.
 
     A sink counts itself; every other tensor the sinks of its layout inputs (the rule of
@@ -80,7 +80,7 @@ def sink_ancestors(graph: Graph) -> dict[TensorId, frozenset[TensorId]]:
     return ancestors
 
 
-def dependencies(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[TensorId]]:
+def dependencies(graph: UnwindGraph, sink_paths: list[Path]) -> dict[TensorId, list[TensorId]]:
     """What each tensor's layout depends on: its layout inputs, and for a sink the sources
     of its paths."""
     by_sink: dict[TensorId, list[TensorId]] = {}
@@ -92,7 +92,7 @@ def dependencies(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[Te
     }
 
 
-def dependency_order(graph: Graph, sink_paths: list[Path]) -> list[TensorId]:
+def dependency_order(graph: UnwindGraph, sink_paths: list[Path]) -> list[TensorId]:
     """Tensors in an order where each comes after everything its layout depends on."""
     deps = dependencies(graph, sink_paths)
     users: dict[TensorId, list[TensorId]] = {t: [] for t in deps}
@@ -120,7 +120,7 @@ def dependency_order(graph: Graph, sink_paths: list[Path]) -> list[TensorId]:
     return order
 
 
-def origin_blocks(graph: Graph) -> dict[TensorId, int]:
+def origin_blocks(graph: UnwindGraph) -> dict[TensorId, int]:
     """The first origin id of each root's and sink's block."""
     starts, next_id = {}, 0
     for tensor in graph.tensors():
@@ -131,7 +131,7 @@ def origin_blocks(graph: Graph) -> dict[TensorId, int]:
     return starts
 
 
-def check_paths(graph: Graph, sink_paths: list[Path]) -> None:
+def check_paths(graph: UnwindGraph, sink_paths: list[Path]) -> None:
     """Each path fits its tensors, covers only what its chain reaches, and paths into one
     sink do not overlap."""
     covered: dict[TensorId, DisjointRegions] = {}
@@ -160,7 +160,7 @@ def check_paths(graph: Graph, sink_paths: list[Path]) -> None:
         covered[path.dst] = DisjointRegions(graph.shape(path.dst), merged)
 
 
-def compute_layouts(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, np.ndarray]:
+def compute_layouts(graph: UnwindGraph, sink_paths: list[Path]) -> dict[TensorId, np.ndarray]:
     """Every tensor's layout as origin ids (see the module docstring)."""
     check_paths(graph, sink_paths)
     starts = origin_blocks(graph)
@@ -188,7 +188,7 @@ def compute_layouts(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, np.n
     return layouts
 
 
-def elementwise_score(graph: Graph, layouts: dict[TensorId, np.ndarray]) -> float:
+def elementwise_score(graph: UnwindGraph, layouts: dict[TensorId, np.ndarray]) -> float:
     """The objective: for each ValuedPair, its value times the number of agreeing indices."""
     return float(
         sum(
@@ -198,12 +198,12 @@ def elementwise_score(graph: Graph, layouts: dict[TensorId, np.ndarray]) -> floa
     )
 
 
-def upper_bound(graph: Graph) -> float:
+def upper_bound(graph: UnwindGraph) -> float:
     """Every pair satisfied at every index."""
     return float(sum(pair.value * graph.numel(pair.a) for pair in graph.valued_pairs()))
 
 
-def score(graph: Graph, sink_paths: list[Path]) -> float:
+def score(graph: UnwindGraph, sink_paths: list[Path]) -> float:
     """The exact objective of any user-given solution."""
     return elementwise_score(graph, compute_layouts(graph, list(sink_paths)))
 
@@ -213,7 +213,7 @@ class Solution:
 
     def __init__(
         self,
-        graph: Graph,
+        graph: UnwindGraph,
         sink_paths: list[Path],
         algo: str = "",
         proven_optimal: bool = False,

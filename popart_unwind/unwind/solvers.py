@@ -1,4 +1,4 @@
-"""The solver registry behind ``Graph.solve(algo=...)``."""
+"""The solver registry behind ``UnwindGraph.solve(algo=...)``."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator
 
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind.deferral import solve_deferral
-from popart_unwind.unwind.graph import Graph
+from popart_unwind.unwind.graph import UnwindGraph
 from popart_unwind.unwind.greedy0 import solve_greedy0
 from popart_unwind.unwind.hybrid import solve_hybrid
 from popart_unwind.unwind.restarts import solve_restarts
 from popart_unwind.unwind.solution import Solution
 
 
-def _solve_exact(graph: Graph, **options) -> Solution:
+def _solve_exact(graph: UnwindGraph, **options) -> Solution:
     """Imported on use: HiGHS is only loaded when the exact solver is asked for."""
     from popart_unwind.unwind.exact import solve_exact
 
@@ -33,7 +33,7 @@ SOLVERS: dict[str, Callable[..., Solution]] = {
 DEFAULT = "hybrid"
 
 
-def solve(graph: Graph, algo: str = "default", **options) -> Solution:
+def solve(graph: UnwindGraph, algo: str = "default", **options) -> Solution:
     name = DEFAULT if algo == "default" else algo
     if name not in SOLVERS:
         raise SolverError(f"unknown unwinding algorithm {algo!r}; choose from {sorted(SOLVERS)}")

@@ -17,12 +17,12 @@ import numpy as np
 
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory.fill_sample import fill_sample_sources
-from popart_unwind.unwind.graph import Graph, TensorId
+from popart_unwind.unwind.graph import TensorId, UnwindGraph
 from popart_unwind.unwind.ops import ROOT_KINDS, forward_edges
 from popart_unwind.unwind.solution import Path, dependency_order
 
 
-def inward_paths(graph: Graph, sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
+def inward_paths(graph: UnwindGraph, sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
     """For every tensor, the paths from roots (or sinks' own origins) that make its layout."""
     into = _into(sink_paths)
     inward: dict[TensorId, list[Path]] = {}
@@ -36,7 +36,7 @@ class InwardPaths:
     from, each tensor once. Realizing a plan asks for its sinks (and the inputs of barriers),
     whose paths mostly start at roots, so most tensors of a large graph are never visited."""
 
-    def __init__(self, graph: Graph, sink_paths: list[Path]) -> None:
+    def __init__(self, graph: UnwindGraph, sink_paths: list[Path]) -> None:
         self.graph = graph
         self._into = _into(sink_paths)
         self._found: dict[TensorId, list[Path]] = {}
@@ -76,7 +76,7 @@ def _into(sink_paths: list[Path]) -> dict[TensorId, list[Path]]:
     return into
 
 
-def _inward_of(graph: Graph, tensor: TensorId, into: dict[TensorId, list[Path]],
+def _inward_of(graph: UnwindGraph, tensor: TensorId, into: dict[TensorId, list[Path]],
                inward: dict[TensorId, list[Path]]) -> list[Path]:
     """``tensor``'s inward paths, from those of what it is made from (already in ``inward``)."""
     shape = graph.shape(tensor)
@@ -113,7 +113,7 @@ def _through(before: Path, chain: Chain, dst: TensorId, within: DisjointRegions)
     return Path(before.src, dst, before.chain.then(chain).canonicalized(), regions)
 
 
-def symbolic_score(graph: Graph, inward: dict[TensorId, list[Path]] | InwardPaths) -> float:
+def symbolic_score(graph: UnwindGraph, inward: dict[TensorId, list[Path]] | InwardPaths) -> float:
     """The exact objective from inward paths (see the module docstring)."""
     total = 0.0
     for pair in graph.valued_pairs():
@@ -155,7 +155,7 @@ def _keeps_place(chain: Chain, common: DisjointRegions) -> bool:
     )
 
 
-def _agreeing_elements(graph: Graph, left: Path, right: Path, common: DisjointRegions) -> int:
+def _agreeing_elements(graph: UnwindGraph, left: Path, right: Path, common: DisjointRegions) -> int:
     """Where two different chains from one root bring the same root element."""
     ids = np.arange(1, graph.numel(left.src) + 1).reshape(graph.shape(left.src))
     same = left.chain.apply(ids) == right.chain.apply(ids)

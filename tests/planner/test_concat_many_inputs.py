@@ -22,7 +22,7 @@ from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.memory import sett_bounded as sb
 from popart_unwind.ops import REGISTRY
 from popart_unwind.target import IpuModel, TileTarget
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 from popart_unwind.unwind.ops import Node, concat_slab, forward_edges, unwind_routes
 
 #: the module (the package exports its function under the same name)
@@ -203,7 +203,7 @@ def test_each_input_reaches_exactly_its_slab_in_the_unwinding_graph(case) -> Non
 def test_a_slice_of_a_concat_within_one_input_views_that_input(widths, data) -> None:
     """The unwinding graph's slice of a concat's output is, element for element, numpy's
     slice of the concatenation, whether or not it lies within one input's slab."""
-    graph = Graph()
+    graph = UnwindGraph()
     inputs = [graph.sink((w, 3), name=f"x{i}") for i, w in enumerate(widths)]
     joined = graph.concat(inputs, axis=0)
     total = sum(widths)

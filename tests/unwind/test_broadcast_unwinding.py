@@ -6,28 +6,28 @@ from __future__ import annotations
 
 import pytest
 
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 
 
-def _tied_to_a_source(view, g: Graph) -> Graph:
+def _tied_to_a_source(view, g: UnwindGraph) -> UnwindGraph:
     g.valued_pair(view, g.source((3, 4), "target"), 1.0)
     return g
 
 
-def slice_then_expand() -> Graph:
-    g = Graph()
+def slice_then_expand() -> UnwindGraph:
+    g = UnwindGraph()
     sink = g.sink((2, 4), "sink")
     return _tied_to_a_source(g.expand(g.slice(sink, (0, 0), (1, 4)), (3, 4)), g)
 
 
-def flat_slice_then_expand() -> Graph:
-    g = Graph()
+def flat_slice_then_expand() -> UnwindGraph:
+    g = UnwindGraph()
     sink = g.sink((6,), "sink")
     return _tied_to_a_source(g.expand(g.slice(sink, (2,), (6,)), (3, 4)), g)
 
 
-def expand_then_slice() -> Graph:
-    g = Graph()
+def expand_then_slice() -> UnwindGraph:
+    g = UnwindGraph()
     sink = g.sink((1, 4), "sink")
     wide = g.slice(g.expand(sink, (4, 4)), (1, 0), (4, 4))
     return _tied_to_a_source(wide, g)

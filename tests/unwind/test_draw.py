@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 
 from popart_unwind.errors import PopartUnwindError, SolverError
-from popart_unwind.unwind import Graph, TensorId
+from popart_unwind.unwind import TensorId, UnwindGraph
 from popart_unwind.unwind.draw import cell_colours, draw, grid_shape, is_strip
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -18,7 +18,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def basic():
     """The first picture of poprithms' unwinding notes: a sink tied to a source, feeding a
     barrier."""
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((2, 3), "sink")
     source = g.source((2, 3), "source")
     g.valued_pair(sink, source, 5.0)
@@ -28,7 +28,7 @@ def basic():
 
 def mixed():
     """Every kind of drawing: rank 0, rank 4 blocks, an empty tensor, views, a heat strip."""
-    g = Graph()
+    g = UnwindGraph()
     x = g.sink((2, 2, 3, 4), "x")
     scalar = g.sink((), "scalar")
     g.valued_pair(scalar, g.source((), "scalar_target"), 1.0)
@@ -104,7 +104,7 @@ def test_heat_strip_colours_follow_layouts_too():
 
 def test_colours_stay_distinct_beyond_the_palette_by_hatching(tmp_path):
     """40 mappings in one tensor: colours repeat after 20, so the drawing hatches them."""
-    g = Graph()
+    g = UnwindGraph()
     g.source((5, 8), "many")
     solution = g.solve("greedy0")
     colours = cell_colours(solution, g.tensors()[0]).reshape(-1, 4)

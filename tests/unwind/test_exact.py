@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 from popart_unwind.unwind.exact import LabelProgram, paths_for_labels, solve_exact
 from popart_unwind.unwind.exact_problem import (
     Origins,
@@ -26,9 +26,9 @@ from popart_unwind.unwind.solution import (
 )
 
 
-def bias_graph(vb: float, vt: float) -> Graph:
+def bias_graph(vb: float, vt: float) -> UnwindGraph:
     """A scalar bias and a (10, 10) tensor, each wanting its own source, added together."""
-    g = Graph()
+    g = UnwindGraph()
     bias = g.sink(())
     g.valued_pair(bias, g.source(()), vb)
     t0 = g.sink((10, 10))
@@ -49,7 +49,7 @@ def test_bias_takes_the_reduction_where_greedy0_does_not(vb, vt, best, greedy):
 
 
 # ----- brute force ------------------------------------------------------------------------
-def brute_force(graph: Graph) -> tuple[float, dict[int, int]]:
+def brute_force(graph: UnwindGraph) -> tuple[float, dict[int, int]]:
     """The best score over every valid assignment of origins to sink elements.
 
     Every sink element may take any origin of the graph. An assignment is realisable when
@@ -105,7 +105,7 @@ def brute_force(graph: Graph) -> tuple[float, dict[int, int]]:
     raise AssertionError("keeping every sink's own origins is always valid")
 
 
-def assignments(graph: Graph) -> int:
+def assignments(graph: UnwindGraph) -> int:
     origins = sum(graph.numel(t) for t in origin_blocks(graph))
     return origins ** sum(graph.numel(t) for t in graph.sinks())
 
@@ -133,12 +133,12 @@ def test_exact_matches_brute_force(graph):
     assert solution.score() == pytest.approx(best, abs=1e-9)
 
 
-def spare_label_graph(spare: str) -> Graph:
+def spare_label_graph(spare: str) -> UnwindGraph:
     """Sink a = (a0, a1) and sink c = (c0, c1): a0 and a1 both want c0's label (1 each), c1
     wants a barrier over a (10). So c depends on a, a cannot read c0's own origin, and a1
     cannot read a0's: the three agree only on a label from elsewhere, which ``spare``
     provides (a source, a barrier of nothing, or an idle sink element)."""
-    g = Graph()
+    g = UnwindGraph()
     a, c = g.sink((2,), name="a"), g.sink((2,), name="c")
     c0 = g.slice(c, [0], [1])
     g.valued_pair(g.slice(a, [0], [1]), c0, 1.0)
@@ -167,7 +167,7 @@ def test_groups_can_agree_on_an_unrelated_label(spare, best):
 def test_a_sink_cannot_pass_a_barrier_origin_back_to_the_barriers_input():
     """a0 and a1 (one sink) can agree only on s's own origin; s wants a barrier over a.
     Both cannot hold: a would depend on s, which depends on the barrier over a."""
-    g = Graph()
+    g = UnwindGraph()
     a, s = g.sink((2,), name="a"), g.sink((), name="s")
     g.valued_pair(g.slice(a, [0], [1]), g.slice(a, [1], [2]), 1.0)
     g.valued_pair(s, g.barrier([a], [()])[0], 1.0)
@@ -204,7 +204,7 @@ def test_exact_solves_a_graph_greedy0_fails_on():
 
 
 def test_the_size_limit_names_the_sizes():
-    g = Graph()
+    g = UnwindGraph()
     g.valued_pair(g.sink((50, 100)), g.source((50, 100)), 1.0)
     with pytest.raises(SolverError, match=r"5000 sink elements.*max_sink_elements=4000"):
         solve_exact(g, max_sink_elements=4000)
@@ -223,7 +223,7 @@ def test_no_time_returns_greedy0s_valid_solution_unproven():
 
 
 def test_a_graph_without_pairs_keeps_every_sink_own():
-    g = Graph()
+    g = UnwindGraph()
     g.barrier([g.sink((2, 2))], [(3,)])
     solution = solve_exact(g)
     assert solution.proven_optimal
@@ -233,7 +233,7 @@ def test_a_graph_without_pairs_keeps_every_sink_own():
 
 def test_a_start_must_keep_the_own_origins_it_reads():
     """Only starts that satisfy every row reach HiGHS (else it would drop them silently)."""
-    g = Graph()
+    g = UnwindGraph()
     a, b, c = g.sink(()), g.sink(()), g.sink(())
     g.valued_pair(a, b, 1.0)
     g.valued_pair(b, g.barrier([c], [()])[0], 2.0)  # no free root: a is offered b's own
@@ -252,7 +252,7 @@ def test_a_start_must_keep_the_own_origins_it_reads():
 
 # ----- labels to paths ---------------------------------------------------------------------
 def test_falling_labels_split_into_rising_runs():
-    g = Graph()
+    g = UnwindGraph()
     sink, source = g.sink((2, 2)), g.source((4,))
     start = origin_blocks(g)
     s0, r0 = start[sink], start[source]
@@ -264,7 +264,7 @@ def test_falling_labels_split_into_rising_runs():
 
 
 def test_labels_may_repeat_and_come_from_another_sinks_own():
-    g = Graph()
+    g = UnwindGraph()
     a, b, r = g.sink((3,)), g.sink((2,)), g.source(())
     start = origin_blocks(g)
     wanted = {start[a]: start[r], start[a] + 1: start[b] + 1, start[a] + 2: start[r]}
@@ -273,7 +273,7 @@ def test_labels_may_repeat_and_come_from_another_sinks_own():
 
 
 def test_labels_must_be_sink_origins_and_origins():
-    g = Graph()
+    g = UnwindGraph()
     g.sink((2,))
     source = g.source((2,))
     with pytest.raises(SolverError, match="sink element's origin"):
@@ -284,7 +284,7 @@ def test_labels_must_be_sink_origins_and_origins():
 
 def test_exact_counts_each_agreement_once_through_expand():
     """A scalar sink expanded to (3,) and tied to a (3,) source: one label serves all."""
-    g = Graph()
+    g = UnwindGraph()
     s = g.sink(())
     g.valued_pair(g.expand(s, (3,)), g.source((3,)), 2.0)
     solution = solve_exact(g)

@@ -1,4 +1,4 @@
-"""The unwinding Graph: construction, queries, and typed errors naming the op and shapes."""
+"""The UnwindGraph: construction, queries, and typed errors naming the op and shapes."""
 
 from __future__ import annotations
 
@@ -7,11 +7,17 @@ import pytest
 
 from popart_unwind.errors import GraphError, PopartUnwindError, SolverError
 from popart_unwind.memory import Chain, DisjointRegions, Region
-from popart_unwind.unwind import Graph, Path, TensorId, score
+from popart_unwind.unwind import Path, TensorId, UnwindGraph, score
+
+
+def test_graph_stays_the_public_name_of_the_unwind_graph():
+    from popart_unwind.unwind import Graph
+
+    assert Graph is UnwindGraph and isinstance(Graph(), UnwindGraph)
 
 
 def test_tensor_ids_are_ordered_hashable_and_show_their_names():
-    g = Graph()
+    g = UnwindGraph()
     a, b = g.sink((2,), "weights"), g.source((2,))
     assert a < b and len({a, b, TensorId(0)}) == 2
     assert repr(a) == "weights#0" and repr(b) == "#1"
@@ -19,7 +25,7 @@ def test_tensor_ids_are_ordered_hashable_and_show_their_names():
 
 
 def test_sum_like_ties_equal_inputs_and_reduces_broadcast_ones():
-    g = Graph()
+    g = UnwindGraph()
     x, y = g.sink((4, 3)), g.sink((4, 3))
     bias, scalar = g.sink((3,)), g.sink(())
     result = g.sum_like([x, y, bias, scalar], 0, {(0, 1): 2.0, "default": 1.0})
@@ -33,7 +39,7 @@ def test_sum_like_ties_equal_inputs_and_reduces_broadcast_ones():
 
 
 def test_call_ties_copies_and_makes_a_sink_per_copy_out():
-    g = Graph()
+    g = UnwindGraph()
     outer, inner, result = g.sink((2,)), g.sink((2,)), g.source((3,))
     (copy_out,) = g.call([outer], [inner], [result], 4.0)
     assert g.kind(copy_out) == "sink" and g.shape(copy_out) == (3,)
@@ -66,14 +72,14 @@ def test_call_ties_copies_and_makes_a_sink_per_copy_out():
     ],
 )
 def test_invalid_use_raises_typed_errors(build, fragment):
-    g = Graph()
+    g = UnwindGraph()
     t = g.sink((2, 3), "t")
     with pytest.raises(PopartUnwindError, match=fragment):
         build(g, t)
 
 
 def test_graph_errors_name_the_tensor_and_shapes():
-    g = Graph()
+    g = UnwindGraph()
     t = g.sink((2, 3), "weights")
     with pytest.raises(GraphError, match=r"weights#0.*\(2, 3\)"):
         g.reshape(t, (5,))
@@ -86,7 +92,7 @@ def full(shape):
 def test_score_of_a_user_given_solution_is_exact():
     """The objective example of poprithms' unwinding notes: 2 of 6 elements agree at value
     10 -> 20."""
-    g = Graph()
+    g = UnwindGraph()
     sink, source = g.sink((2, 3)), g.source((2, 3))
     g.valued_pair(sink, source, 10.0)
     corners = DisjointRegions(
@@ -101,7 +107,7 @@ def test_score_of_a_user_given_solution_is_exact():
 def test_equal_mappings_reached_through_different_ops_count():
     """A concat of a tensor with its own reverse agrees with a reverse of the concat at the
     middle elements; a symbolic score that only compares op sequences would miss them."""
-    g = Graph()
+    g = UnwindGraph()
     x = g.sink((3,))
     both = g.concat([x, g.reverse(x, (0,))], 0)
     flipped = g.reverse(both, (0,))
@@ -110,7 +116,7 @@ def test_equal_mappings_reached_through_different_ops_count():
 
 
 def test_expanded_sinks_agree_wherever_the_broadcast_copy_matches():
-    g = Graph()
+    g = UnwindGraph()
     row = g.sink((1, 3))
     wide = g.expand(row, (2, 3))
     target = g.source((2, 3))
@@ -121,7 +127,7 @@ def test_expanded_sinks_agree_wherever_the_broadcast_copy_matches():
 
 
 def test_a_sink_unwound_from_a_barrier_it_feeds_is_rejected():
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((2,))
     (out,) = g.barrier([sink], [(2,)])
     with pytest.raises(SolverError, match="cycle"):
@@ -129,7 +135,7 @@ def test_a_sink_unwound_from_a_barrier_it_feeds_is_rejected():
 
 
 def test_paths_that_overlap_or_overreach_are_rejected():
-    g = Graph()
+    g = UnwindGraph()
     sink, source = g.sink((4,)), g.source((4,))
     half = Chain((4,)).slice((0,), (2,)).sett_fill_into(Region.from_bounds((4,), (0,), (2,)))
     with pytest.raises(SolverError, match="does not reach"):
@@ -147,7 +153,7 @@ def test_paths_that_overlap_or_overreach_are_rejected():
 def test_solving_restores_the_garbage_collector_state():
     import gc
 
-    g = Graph()
+    g = UnwindGraph()
     g.valued_pair(g.sink((2,)), g.source((2,)), 1.0)
     assert gc.isenabled()
     g.solve()

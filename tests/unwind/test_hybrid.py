@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 from popart_unwind.unwind.exact import solve_exact
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solvers import DEFAULT
 
 
-def graph_for(seed: int, size: int) -> Graph:
+def graph_for(seed: int, size: int) -> UnwindGraph:
     return random_graph(np.random.default_rng(seed), size)
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.errors import SolverError
-from popart_unwind.unwind import Graph, examples
+from popart_unwind.unwind import UnwindGraph, examples
 from popart_unwind.unwind.greedy0 import greedy_runner
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import Solution
@@ -29,7 +29,7 @@ def path_key(path) -> tuple:
         (r.shape, tuple(map(tuple, r.get_ons()))) for r in path.regions.regions))
 
 
-def assert_same_runs(graph: Graph) -> None:
+def assert_same_runs(graph: UnwindGraph) -> None:
     """Deferral's sequence of runs, taken with both engines, agrees run by run."""
     native, python = greedy_runner(graph, "native"), greedy_runner(graph, "python")
     deferred: frozenset[int] = frozenset()
@@ -81,9 +81,9 @@ def test_solvers_agree_across_engines(seed: int, size: int) -> None:
         assert native.score() == python.score()
 
 
-def block_chain(blocks: int, variant: int) -> Graph:
+def block_chain(blocks: int, variant: int) -> UnwindGraph:
     """The block chain poprithms' Greedy0 is timed on (benchmarks/unwind_blocks.py)."""
-    g = Graph()
+    g = UnwindGraph()
     previous = g.sink((8, 16))
     g.valued_pair(previous, g.source((8, 16)), 1.0)
     for _ in range(blocks):
@@ -112,7 +112,7 @@ def test_block_chain_scores_as_poprithms(variant: int, score: float) -> None:
 
 
 def test_an_unknown_engine_is_refused() -> None:
-    graph = Graph()
+    graph = UnwindGraph()
     graph.sink((2,))
     with pytest.raises(SolverError, match="engine 'fast'"):
         graph.solve("greedy0", engine="fast")

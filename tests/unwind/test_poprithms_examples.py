@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popart_unwind.unwind import Graph, examples
+from popart_unwind.unwind import UnwindGraph, examples
 
 
 def test_basic_case_scores_thirty():
@@ -67,9 +67,9 @@ def test_call_copies_one_solution_meets_all_nine_pairs():
     assert np.array_equal(layout(t["F"]), layout(t["out"]))
 
 
-def bias_and_table(v_bias: float, v_table: float) -> Graph:
+def bias_and_table(v_bias: float, v_table: float) -> UnwindGraph:
     """A scalar bias sink and a (10, 10) sink, each tied to a source, then added."""
-    g = Graph()
+    g = UnwindGraph()
     bias = g.sink((), "bias")
     g.valued_pair(bias, g.source((), "bias_target"), v_bias)
     t0 = g.sink((10, 10), "t0")
@@ -89,7 +89,7 @@ def test_greedy0_is_knowingly_suboptimal_when_the_bias_pair_is_worth_more():
 
 
 def test_greedy0_fills_a_sink_in_parts_by_pairs_of_decreasing_value():
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((4,), "sink")
     left, right = g.slice(sink, (0,), (2,)), g.slice(sink, (1,), (4,))
     g.valued_pair(left, g.source((2,), "left_target"), 3.0)

@@ -91,9 +91,9 @@ def test_greedy0_and_the_default_never_beat_the_proven_optimum(seed, size):
 def test_polish_leaves_graphs_above_its_limit_alone():
     """A sink tied to its own reverse gains from polish (the middle row agrees anyway; a
     palindrome of shared origins would agree everywhere) only below the size limit."""
-    from popart_unwind.unwind import Graph
+    from popart_unwind.unwind import UnwindGraph
 
-    g = Graph()
+    g = UnwindGraph()
     sink = g.sink((3, 4), "sink")
     g.source((1,), "spare")
     g.valued_pair(g.reverse(sink, (0,)), sink, 1.0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from popart_unwind.errors import GraphError
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import sink_ancestors
 
@@ -20,12 +20,12 @@ GRAPH_OPS = (
 
 
 @pytest.fixture
-def direct_calls(monkeypatch) -> list[tuple[str, Graph, tuple]]:
-    """Records (op name, graph, arguments) of Graph methods called from outside Graph."""
-    calls: list[tuple[str, Graph, tuple]] = []
+def direct_calls(monkeypatch) -> list[tuple[str, UnwindGraph, tuple]]:
+    """Records (op name, graph, arguments) of UnwindGraph methods called from outside it."""
+    calls: list[tuple[str, UnwindGraph, tuple]] = []
     depth = [0]
     for name in GRAPH_OPS:
-        method = getattr(Graph, name)
+        method = getattr(UnwindGraph, name)
 
         def spy(self, *args, _method=method, _name=name, **kwargs):
             if depth[0] == 0:
@@ -36,11 +36,11 @@ def direct_calls(monkeypatch) -> list[tuple[str, Graph, tuple]]:
             finally:
                 depth[0] -= 1
 
-        monkeypatch.setattr(Graph, name, spy)
+        monkeypatch.setattr(UnwindGraph, name, spy)
     return calls
 
 
-def describe(graph: Graph) -> list:
+def describe(graph: UnwindGraph) -> list:
     """Everything that defines a graph, comparable across runs."""
     tensors = [(graph.kind(t), graph.shape(t), graph.node(t).inputs, repr(graph.node(t).chain),
                 graph.node(t).axis, graph.node(t).unwind_indices) for t in graph.tensors()]
@@ -58,7 +58,7 @@ def test_every_op_and_every_sum_like_feature_appears(direct_calls):
                for graph in graphs)
 
 
-def has_competition(graph: Graph) -> bool:
+def has_competition(graph: UnwindGraph) -> bool:
     """Some tensor tied to two or more sources."""
     sources = set(graph.sources())
     count: dict = {}
@@ -69,7 +69,7 @@ def has_competition(graph: Graph) -> bool:
     return any(n >= 2 for n in count.values())
 
 
-def has_dependency_conflict(graph: Graph) -> bool:
+def has_dependency_conflict(graph: UnwindGraph) -> bool:
     """Some barrier output tied to a tensor whose sinks also feed that barrier, or two
     sinks each tied to a barrier over the other."""
     ancestors = sink_ancestors(graph)
@@ -126,7 +126,7 @@ def test_greedy0_solves_a_reduction_of_a_sum_like_output():
     """A sum_like output's layout is its first unwind input's, so a reduction of it may be
     unwound into another of its inputs without a cycle."""
     random_graph(np.random.default_rng(239)).solve("greedy0")
-    g = Graph()
+    g = UnwindGraph()
     a, b = g.sink(()), g.sink(())
     total = g.sum_like([a, b], 0, 1.0)
     reduced = g.sum_like_reduce(total.out, ())

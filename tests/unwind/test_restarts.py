@@ -7,11 +7,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popart_unwind.unwind import Graph
+from popart_unwind.unwind import UnwindGraph
 from popart_unwind.unwind.random_graphs import random_graph
 
 
-def graph_for(seed: int, size: int) -> Graph:
+def graph_for(seed: int, size: int) -> UnwindGraph:
     return random_graph(np.random.default_rng(seed), size)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from popart_unwind.memory import Chain, DisjointRegions, Region
-from popart_unwind.unwind import Graph, Path, examples, symbolic
+from popart_unwind.unwind import Path, UnwindGraph, examples, symbolic
 from popart_unwind.unwind.ops import ROOT_KINDS
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import compute_layouts, elementwise_score
@@ -33,7 +33,7 @@ def test_symbolic_score_equals_elementwise_on_the_seed_examples(build, algo):
 
 
 def test_symbolic_score_counts_agreement_through_different_chains():
-    g = Graph()
+    g = UnwindGraph()
     x = g.sink((3,))
     both = g.concat([x, g.reverse(x, (0,))], 0)
     g.valued_pair(both, g.reverse(both, (0,)), 1.0)
@@ -43,7 +43,7 @@ def test_symbolic_score_counts_agreement_through_different_chains():
 
 def test_symbolic_score_of_partial_user_paths():
     """Half a sink from a source, the other half its own: both scores see 2 of 4 agree."""
-    g = Graph()
+    g = UnwindGraph()
     sink, source = g.sink((4,)), g.source((4,))
     g.valued_pair(sink, source, 1.5)
     g.valued_pair(g.reverse(sink, (0,)), g.reverse(source, (0,)), 1.0)
@@ -81,7 +81,7 @@ def test_slabs_unwound_and_concatenated_again_agree_without_comparing_arrays(
     """A Source tied to a Concat of sinks lays each sink out as its slab; each sink's path
     into the Concat is a fill then a sample that keeps every element in place, so the score
     counts it without comparing arrays, in Python and in the core alike."""
-    g = Graph()
+    g = UnwindGraph()
     shapes = [(w, 3) if axis == 0 else (3, w) for w in widths]
     joined = g.concat([g.sink(shape) for shape in shapes], axis)
     total = (sum(widths), 3) if axis == 0 else (3, sum(widths))

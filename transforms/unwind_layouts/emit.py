@@ -24,7 +24,7 @@ from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops.layout_rule import OwnLayout, RootTiles, planned_shape
 from popart_unwind.ops.registry import OpRegistry
-from popart_unwind.unwind import Graph, TensorId
+from popart_unwind.unwind import TensorId, UnwindGraph
 
 Progress = Callable[[str, int, int], None]
 
@@ -39,14 +39,14 @@ class BarrierRecord:
 
 
 class Emitter(Interpreter):
-    """Implements ``ops.layout_rule.UnwindEmitter`` over one unwind Graph for a whole Ir."""
+    """Implements ``ops.layout_rule.UnwindEmitter`` over one UnwindGraph for a whole Ir."""
 
     order = CALLEES_FIRST
 
     def __init__(self, target: TileMachine, valuations: Any, registry: OpRegistry,
                  tick: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self.graph = Graph()
+        self.graph = UnwindGraph()
         self.target = target
         self.valuations = valuations
         self.registry = registry

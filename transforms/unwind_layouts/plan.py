@@ -29,7 +29,7 @@ from popart_unwind.ops.ipu_copy import tensor_ipus
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import SessionOptions
 from popart_unwind.rewrite import Rewriter
-from popart_unwind.unwind import Graph, Solution, TensorId
+from popart_unwind.unwind import Solution, TensorId, UnwindGraph
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 
 from .emit import Emitter, Progress, emit_ir
@@ -78,7 +78,7 @@ class Plan:
     num_tiles: int
     #: Seconds per stage: plans, emit, solve, realize, write, total.
     timings: dict[str, float]
-    unwind_graph: Graph = dataclasses.field(repr=False)
+    unwind_graph: UnwindGraph = dataclasses.field(repr=False)
     solution: Solution = dataclasses.field(repr=False)
     #: The concrete tiles of any unwind tensor (``realizer.tiles(t)``), for reports.
     realizer: Realizer = dataclasses.field(repr=False)
