@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from popart_unwind.ir.op import Op
     from popart_unwind.ir.tensor import Tensor
     from popart_unwind.memory import Chain, DisjointRegions
-    from popart_unwind.unwind import Graph, TensorId
+    from popart_unwind.unwind import TensorId, UnwindGraph
 
 #: Input layouts by input index (flat, row-major), None where an input is absent or unknown.
 InputTiles = Sequence[np.ndarray | None]
@@ -63,7 +63,7 @@ class UnwindEmitter(Protocol):
     lays out, instead of the rotating linear mapper.
     """
 
-    graph: Graph
+    graph: UnwindGraph
     valuations: Any  # options.UnwindValuations
     target: TileMachine
 

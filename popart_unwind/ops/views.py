@@ -8,7 +8,7 @@ In Poplar these ops make views: no data moves, each output element *is* an input
 So a view's layout rule is an element map, written once as a list of steps (reshape,
 dim_shuffle, slice, sub_sample, reverse, expand). The same steps build the ``memory.Chain``
 of ``view_chain`` (applied to tile arrays by ``output_tiles``, and followed by PopART's
-creator search) and the unwinding Graph's view ops of ``unwind``, so the two can never
+creator search) and the unwinding graph's view ops of ``unwind``, so the two can never
 disagree. Views need no exchange and carry no ValuedPairs.
 """
 
@@ -37,10 +37,10 @@ from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, UnwindEmitter,
 from popart_unwind.ops.registry import Constants, InferredOutputs, OpDef, register
 from popart_unwind.rewrite import Rewriter, pattern
 from popart_unwind.shapes import broadcast_shapes
-from popart_unwind.unwind import Graph, TensorId
+from popart_unwind.unwind import TensorId, UnwindGraph
 from popart_unwind.validation import Shape
 
-#: One step of an element map: (name, *arguments), names as the unwind Graph's methods.
+#: One step of an element map: (name, *arguments), names as UnwindGraph's methods.
 Step = tuple[Any, ...]
 
 #: Ops that reorder no elements: their output is the input read in row-major order.
@@ -308,8 +308,8 @@ def chain_of(in_shape: Sequence[int], steps: Sequence[Step]) -> Chain:
     return chain
 
 
-def emit_steps(graph: Graph, tensor: TensorId, steps: Sequence[Step], name: str) -> TensorId:
-    """The unwind Graph's view ops performing ``steps`` on ``tensor``; the last is named."""
+def emit_steps(graph: UnwindGraph, tensor: TensorId, steps: Sequence[Step], name: str) -> TensorId:
+    """UnwindGraph's view ops performing ``steps`` on ``tensor``; the last is named."""
     if not steps:
         return graph.identity(tensor, name=name)
     for k, step in enumerate(steps):
