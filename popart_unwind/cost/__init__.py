@@ -3,6 +3,7 @@
 score on the planner's own objective. ``evaluate`` walks the IR once and returns a
 ``CostReport``."""
 
-from popart_unwind.cost.walk import CostReport, OpCost, computed_layouts, evaluate, tile_bytes
+from popart_unwind.cost.layouts import tile_bytes
+from popart_unwind.cost.walk import CostReport, OpCost, computed_layouts, evaluate
 
 __all__ = ["CostReport", "OpCost", "computed_layouts", "evaluate", "tile_bytes"]

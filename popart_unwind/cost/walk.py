@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from math import prod
 from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost.layouts import (
+    Mappings,
+    expanded,
+    given_tiles,
+    numel,
+    producerless_mappings,
+    tile_bytes,
+)
 from popart_unwind.cost.liveness import FullestTile, LivenessTracker
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
@@ -24,9 +31,8 @@ from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array
+from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
-from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.ipu_copy import IPU_COPY, constant_reader_ipus, tensor_ipus
@@ -35,14 +41,9 @@ from popart_unwind.ops.layout_rule import (
     LayoutRule,
     OpWork,
     output_layouts,
-    planned_shape,
 )
 from popart_unwind.rewrite.constant_pool import is_constant
 
-#: (graph id, tensor id) -> each element's tile: a flat array, or Poplar's intervals
-#: (``TileIntervals``), which the walk expands only while an op reads them (our plan of
-#: VGG-19 is 288 MB as tile arrays, 17 MB as intervals).
-Mappings = Mapping[tuple[str, str], "np.ndarray | TileIntervals"]
 #: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
 NO_WORK = OpWork(0, 0)
 #: (graph id, op id) -> the matmul plan chosen for the op.
@@ -261,72 +262,6 @@ def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
     return walk.found
 
 
-def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
-    """Bytes of a tensor on each tile."""
-    return tile_counts(tiles, num_tiles) * element_bytes
-
-
-def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None
-                          ) -> dict[tuple[str, str], np.ndarray | TileIntervals]:
-    """Every producer-less tensor's layout, validated (from ``mappings`` or the IR): a tile
-    array, or intervals as given (checked by expanding them once)."""
-    result: dict[tuple[str, str], np.ndarray | TileIntervals] = {}
-    for graph in ir.graphs:
-        for tensor in graph.producerless_tensors():
-            key = (graph.id, tensor.id)
-            result[key] = _given_layout(tensor, target, mappings)
-    return result
-
-
-def _given_layout(tensor: Tensor, target: TileMachine, mappings: Mappings | None
-                  ) -> np.ndarray | TileIntervals:
-    given = mappings.get((tensor.graph.id, tensor.id)) if mappings is not None \
-        else tensor.tile_mapping
-    if isinstance(given, TileIntervals) and given.tiles is None:
-        _given_tiles(tensor, target, mappings, required=True)  # checked, then dropped
-        return given
-    return _given_tiles(tensor, target, mappings, required=True)
-
-
-def expanded(layout: np.ndarray | TileIntervals, numel: int, num_tiles: int,
-             what: str = "tensor") -> np.ndarray:
-    """A layout as each element's tile."""
-    if isinstance(layout, TileIntervals):
-        return tile_array(layout, numel, num_tiles, what)
-    return layout
-
-
-def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
-                 required: bool) -> np.ndarray | None:
-    what = tensor.describe()
-    numel = _numel(tensor)
-    if mappings is not None:
-        tiles = mappings.get((tensor.graph.id, tensor.id))
-        if tiles is None:
-            if required:
-                raise PlanError(f"{what} has no tile mapping in the plan")
-            return None
-        if isinstance(tiles, TileIntervals):
-            return tile_array(tiles, numel, target.num_tiles, what)
-        tiles = np.asarray(tiles).reshape(-1)
-        if tiles.size != numel:
-            raise PlanError(f"{what}: the plan maps {tiles.size} elements, the tensor has "
-                            f"{numel}")
-        if tiles.size and (tiles.min() < 0 or tiles.max() >= target.num_tiles):
-            raise PlanError(f"{what}: tile ids must lie in [0, {target.num_tiles}), got "
-                            f"[{int(tiles.min())}, {int(tiles.max())}]")
-        return tiles.astype(target.tile_dtype, copy=False)
-    if tensor.tile_mapping is None:
-        if required:
-            raise PlanError(f"{what} has no tile mapping")
-        return None
-    return tile_array(tensor.tile_mapping, numel, target.num_tiles, what)
-
-
-def _numel(tensor: Tensor) -> int:
-    return prod(planned_shape(tensor))
-
-
 class _Evaluation(Interpreter):
     """One walk over the IR (``ir.interpreter``): callees before callers, each graph's ops
     in schedule order; each tensor's result is its layout, dropped once no later op reads
@@ -379,7 +314,7 @@ class _Evaluation(Interpreter):
                 continue
             self.liveness.add_always_live(self._on_machine(
                 (graph_id, tensor_id),
-                tile_bytes(expanded(layout, _numel(tensor), self.num_tiles),
+                tile_bytes(expanded(layout, numel(tensor), self.num_tiles),
                            self.target.dtype_size(tensor.dtype), self.num_tiles)),
                 (graph_id, tensor_id))
         for name, placed in self.throughout.items():
@@ -456,13 +391,13 @@ class _Evaluation(Interpreter):
         self.from_parameters[key(tensor)] = not argument
         if argument:  # the call's copy in: live from the callee's start to its last reader
             self.liveness.create(key(tensor), self._on_machine(key(tensor), tile_bytes(
-                expanded(layout, _numel(tensor), self.num_tiles),
+                expanded(layout, numel(tensor), self.num_tiles),
                 self.target.dtype_size(tensor.dtype), self.num_tiles)))
         return layout
 
     def read(self, tensor: Tensor) -> np.ndarray:
         value = super().read(tensor)
-        return expanded(value, _numel(tensor), self.num_tiles, tensor.describe())
+        return expanded(value, numel(tensor), self.num_tiles, tensor.describe())
 
     def _filled_by_reader(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a constant fill its one reader makes itself at run time
@@ -656,7 +591,7 @@ class _Evaluation(Interpreter):
 
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
-        return _given_tiles(tensor, self.target, self.mappings, required=False)
+        return given_tiles(tensor, self.target, self.mappings, required=False)
 
 
 class _Recording(_Evaluation):
@@ -670,7 +605,7 @@ class _Recording(_Evaluation):
 
     def write(self, tensor: Tensor, value: Any) -> None:
         if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
-            self.found[tensor.id] = np.array(expanded(value, _numel(tensor), self.num_tiles))
+            self.found[tensor.id] = np.array(expanded(value, numel(tensor), self.num_tiles))
         super().write(tensor, value)
 
 
