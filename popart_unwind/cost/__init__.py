@@ -4,6 +4,7 @@ score on the planner's own objective. ``evaluate`` walks the IR once and returns
 ``CostReport``."""
 
 from popart_unwind.cost.layouts import tile_bytes
-from popart_unwind.cost.walk import CostReport, OpCost, computed_layouts, evaluate
+from popart_unwind.cost.report import CostReport, OpCost
+from popart_unwind.cost.walk import computed_layouts, evaluate
 
 __all__ = ["CostReport", "OpCost", "computed_layouts", "evaluate", "tile_bytes"]

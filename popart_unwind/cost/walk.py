@@ -10,7 +10,6 @@ PopART's and a linear one compare on one scale. docs/ipu-model.md states every a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,9 @@ from popart_unwind.cost.layouts import (
     producerless_mappings,
     tile_bytes,
 )
-from popart_unwind.cost.liveness import FullestTile, LivenessTracker
+from popart_unwind.cost.liveness import LivenessTracker
+from popart_unwind.cost.report import CostReport, OpCost
+from popart_unwind.cost.terms import OpCharge, measured, totals
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
@@ -48,179 +49,6 @@ from popart_unwind.rewrite.constant_pool import is_constant
 NO_WORK = OpWork(0, 0)
 #: (graph id, op id) -> the matmul plan chosen for the op.
 OpPlans = Mapping[tuple[str, int], MatmulPlan]
-
-
-@dataclasses.dataclass(frozen=True)
-class OpCost:
-    """One op's exchange: bytes its tiles receive, the busiest tile's share, cycles, regions.
-
-    ``executions`` is how often the op runs per step (ops of a subgraph run once per static
-    call site); the report's totals weight bytes and cycles by it, not regions (code)."""
-
-    op_id: int
-    name: str
-    type: str
-    graph_id: str
-    exchange_bytes: int
-    busiest_tile_bytes: int
-    cycles: int
-    regions: int
-    max_tile_regions: int
-    executions: int = 1
-    #: Of ``exchange_bytes``, what the layouts of planned tensors (producer-less ones and
-    #: views of them) add above the least any layout of them would cost this op.
-    avoidable_bytes: int = 0
-    #: The busiest tile's computing (``LayoutRule.work``), and the exchange inside the op
-    #: that no layout decides (a matmul's partial sums).
-    compute_cycles: int = 0
-    partials_cycles: int = 0
-    #: The IPU the op runs on, and what it sends to another IPU (an IpuCopy) with the
-    #: cycles that takes.
-    ipu: int = 0
-    ipu_copy_bytes: int = 0
-    ipu_copy_cycles: int = 0
-
-    @property
-    def total_cycles(self) -> int:
-        """Exchange of the inputs, exchange of partial sums, compute, and copies to
-        another IPU."""
-        return self.cycles + self.partials_cycles + self.compute_cycles + self.ipu_copy_cycles
-
-
-@dataclasses.dataclass
-class CostReport:
-    """Totals, per-op rows and per-tile arrays of one plan on one target."""
-
-    ops: list[OpCost]
-    exchange_bytes: int
-    exchange_cycles: int
-    regions: int
-    max_tile_bytes: int
-    tiles_over_budget: int
-    bytes_per_tile: int
-    received_bytes_per_tile: np.ndarray
-    resident_bytes_per_tile: np.ndarray
-    objective: float
-    upper_bound: float
-    #: Exchange the plan could still save op by op: the sum of the rows' ``avoidable_bytes``
-    #: (weighted by executions). The rest moves whatever the plan does, given the layouts
-    #: Poplar gives computed tensors.
-    avoidable_exchange_bytes: int = 0
-    #: Liveness over the schedule (``cost/liveness.py``), per tile: the most bytes live
-    #: at once, and the bytes live throughout (producer-less tensors).
-    peak_bytes_per_tile: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-    always_live_bytes_per_tile: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-    #: The tile with the highest liveness peak: when it is reached and what fills it.
-    fullest_tile: FullestTile | None = None
-    #: No placement of the same buffers could peak below this on its busiest tile: the
-    #: most bytes live at once on all tiles together, spread evenly (``TileLiveness``).
-    peak_tile_bytes_floor: int = 0
-    #: Cycles spent computing, and exchanging matmul partial sums (weighted by executions).
-    compute_cycles: int = 0
-    partials_cycles: int = 0
-    #: IPUs of the machine (the per-tile arrays hold each IPU's tiles in turn), and the
-    #: bytes and cycles of the copies between them (weighted by executions).
-    num_ipus: int = 1
-    ipu_copy_bytes: int = 0
-    ipu_copy_cycles: int = 0
-    #: Whether the step is pipelined (the IPUs run their stages at once, each on another
-    #: micro-batch), and each IPU's stash buffers in bytes (all its tiles together).
-    pipelined: bool = False
-    stash_bytes_per_ipu: tuple[int, ...] = ()
-    #: In a pipelined training step, each IPU's gradient accumulators in bytes.
-    accumulator_bytes_per_ipu: tuple[int, ...] = ()
-    #: A pipeline cycle's copies between IPUs, all at once: the bytes of the IPU sending
-    #: most, over its links, and one synchronisation (``TileMachine.ipu_copy_cycles``).
-    copy_phase_cycles: int = 0
-
-    @property
-    def cycles(self) -> int:
-        """The step's estimated cycles: exchange (inputs and partial sums), compute and
-        copies between IPUs, op after op (no overlap: BSP steps do not overlap, and the
-        IPUs of a model split without pipelining run one after another)."""
-        return (self.exchange_cycles + self.partials_cycles + self.compute_cycles
-                + self.ipu_copy_cycles)
-
-    def ipu_cycles(self, ipu: int) -> int:
-        """Cycles of the ops on ``ipu``, copies to other IPUs not included."""
-        return sum((row.total_cycles - row.ipu_copy_cycles) * row.executions
-                   for row in self.ops if row.ipu == ipu)
-
-    @property
-    def pipeline_cycles(self) -> int:
-        """Cycles per micro-batch of a running pipeline: each pipeline cycle every IPU runs
-        its stages (one forward, one backward) on different micro-batches at once, then
-        all copies between IPUs run together (``copy_phase_cycles``). So the slowest IPU's
-        cycles plus the copy phase. An approximation: it ignores the pipeline's ramp up
-        and down (``2N - 2`` of the ``M + 2N - 2`` pipeline cycles of ``M`` micro-batches
-        on ``N`` IPUs)."""
-        slowest = max((self.ipu_cycles(ipu) for ipu in range(self.num_ipus)), default=0)
-        return slowest + self.copy_phase_cycles
-
-    @property
-    def peak_tile_bytes(self) -> int:
-        """The liveness peak of the busiest tile."""
-        return int(self.peak_bytes_per_tile.max()) if self.peak_bytes_per_tile.size else 0
-
-    @property
-    def always_live_max_tile_bytes(self) -> int:
-        """The always-live bytes of the tile holding most of them."""
-        live = self.always_live_bytes_per_tile
-        return int(live.max()) if live.size else 0
-
-    @property
-    def fits(self) -> bool:
-        """Whether the liveness peak of every tile is within a tile's memory."""
-        return self.peak_tile_bytes <= self.bytes_per_tile
-
-    def summary(self) -> dict[str, Any]:
-        """The figures the command line and plan files compare plans by."""
-        return {"objective": self.objective, "upper_bound": self.upper_bound,
-                "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
-                "cycles": self.cycles, "compute_cycles": self.compute_cycles,
-                "max_tile_bytes": self.max_tile_bytes, "regions": self.regions,
-                "avoidable_exchange_bytes": self.avoidable_exchange_bytes,
-                "peak_tile_bytes": self.peak_tile_bytes,
-                "always_live_max_tile_bytes": self.always_live_max_tile_bytes,
-                "peak_tile_bytes_floor": self.peak_tile_bytes_floor,
-                "fits": self.fits, **self._ipu_summary()}
-
-    def per_ipu(self) -> list[dict[str, int | bool]]:
-        """Each IPU's peak tile bytes, exchange within it, bytes it copies to others, and
-        whether it fits; in a pipeline also its stash and accumulator bytes and its
-        cycles."""
-        tiles = self.peak_bytes_per_tile.size // max(self.num_ipus, 1)
-        found = []
-        for ipu in range(self.num_ipus):
-            peak = self.peak_bytes_per_tile[ipu * tiles:(ipu + 1) * tiles]
-            rows = [row for row in self.ops if row.ipu == ipu]
-            most = int(peak.max()) if peak.size else 0
-            found.append({
-                "peak_tile_bytes": most,
-                "exchange_bytes": sum(r.exchange_bytes * r.executions for r in rows),
-                "ipu_copy_bytes": sum(r.ipu_copy_bytes * r.executions for r in rows),
-                "fits": most <= self.bytes_per_tile,
-                **({"stash_bytes": self.stash_bytes_per_ipu[ipu],
-                    "accumulator_bytes": self.accumulator_bytes_per_ipu[ipu],
-                    "cycles": self.ipu_cycles(ipu)} if self.pipelined else {})})
-        return found
-
-    def _ipu_summary(self) -> dict[str, Any]:
-        """Nothing on one IPU (its summary stays as it always was)."""
-        if self.num_ipus == 1:
-            return {}
-        return {"ipus": self.num_ipus, "ipu_copy_bytes": self.ipu_copy_bytes,
-                "ipu_copy_cycles": self.ipu_copy_cycles,
-                **({"pipeline_cycles": self.pipeline_cycles} if self.pipelined else {}),
-                "per_ipu": self.per_ipu()}
-
-    def op(self, op_id: int) -> OpCost:
-        for row in self.ops:
-            if row.op_id == op_id:
-                return row
-        raise PlanError(f"the cost report has no row for op {op_id}")
 
 
 def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | None = None,
@@ -325,15 +153,8 @@ class _Evaluation(Interpreter):
         liveness = self.liveness.result(roots)
         resident = self.op_peak + liveness.always_live
         budget = self.target.bytes_per_tile
-        weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
-                    for row in self.rows]
-        compute = sum(row.compute_cycles * row.executions for row in self.rows)
-        partials = sum(row.partials_cycles * row.executions for row in self.rows)
         return CostReport(
             ops=self.rows,
-            exchange_bytes=int(sum(b for b, _ in weighted)),
-            exchange_cycles=int(sum(c for _, c in weighted)),
-            regions=int(sum(row.regions for row in self.rows)),
             max_tile_bytes=int(resident.max()) if resident.size else 0,
             tiles_over_budget=int(np.count_nonzero(resident > budget)),
             bytes_per_tile=budget,
@@ -341,29 +162,23 @@ class _Evaluation(Interpreter):
             resident_bytes_per_tile=resident,
             objective=float(self.objective),
             upper_bound=float(self.upper_bound),
-            avoidable_exchange_bytes=int(sum(row.avoidable_bytes * row.executions
-                                             for row in self.rows)),
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
             peak_tile_bytes_floor=liveness.peak_floor,
-            compute_cycles=int(compute),
-            partials_cycles=int(partials),
             num_ipus=self.num_ipus,
-            ipu_copy_bytes=int(sum(row.ipu_copy_bytes * row.executions for row in self.rows)),
-            ipu_copy_cycles=int(sum(row.ipu_copy_cycles * row.executions
-                                    for row in self.rows)),
             pipelined=self.pipelined,
             stash_bytes_per_ipu=tuple(self.stash_bytes),
             accumulator_bytes_per_ipu=tuple(self.accumulator_bytes),
             copy_phase_cycles=self._copy_phase_cycles() if self.pipelined else 0,
+            **totals(self.rows),
         )
 
     def _copy_phase_cycles(self) -> int:
         """All of a pipeline cycle's copies at once: the IPU sending most sets the time."""
         sent = [0] * self.num_ipus
         for row in self.rows:
-            sent[row.ipu] += row.ipu_copy_bytes * row.executions
+            sent[row.ipu] += row.per_step("ipu_copy_bytes")
         return self.target.ipu_copy_cycles(max(sent, default=0))
 
     def _on_machine(self, tensor_key: Key, bytes_per_tile: np.ndarray) -> np.ndarray:
@@ -560,15 +375,10 @@ class _Evaluation(Interpreter):
         if received.size != self.num_tiles or regions.size != self.num_tiles:
             raise PlanError(f"the layout rule of op {op.debug_name()} reported exchange for "
                             f"{received.size} tiles, the target has {self.num_tiles}")
-        total = int(received.sum())
-        busiest = int(received.max()) if received.size else 0
-        cycles = self.target.exchange_cycles(busiest)
         ipu = self._op_ipu(op)
+        found = OpCharge(received, regions, avoidable, work, link_bytes)
         self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
-                                total, busiest, cycles, int(regions.sum()),
-                                int(regions.max()) if regions.size else 0, executions,
-                                avoidable, work.compute_cycles, work.partials_cycles, ipu,
-                                link_bytes, self.target.ipu_copy_cycles(link_bytes)))
+                                executions, ipu, **measured(found, self.target)))
         start = ipu * self.num_tiles
         self.received[start:start + self.num_tiles] += received * executions
 
