@@ -1,11 +1,13 @@
-"""The cost model: what a plan costs on the IPU Model, op by op and tile by tile.
+"""The cost walk: what a plan costs on the IPU Model, op by op and tile by tile.
 
 Given a tile for every element of every producer-less tensor (a plan), every other tensor's
 tiles are derived the way Poplar lays them out (each op's layout rule: views alias, matmul
 outputs follow the matmul plan, elementwise outputs clone an input, the rest linear), and
 each op is charged for the data its tiles must receive before it computes. The same walk
 scores the plan on the planner's own objective (the rules' ``agreement``), so our plan,
-PopART's and a linear one compare on one scale. docs/ipu-model.md states every assumption.
+PopART's and a linear one compare on one scale. The walk decides layouts and what each op
+is charged (``cost/charges.py``); the memory it holds is booked in ``cost/memory.py``.
+docs/ipu-model.md states every assumption.
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost.charges import NO_WORK, Charges
 from popart_unwind.cost.layouts import (
     Mappings,
     expanded,
     given_tiles,
     numel,
     producerless_mappings,
-    tile_bytes,
 )
-from popart_unwind.cost.liveness import LivenessTracker
-from popart_unwind.cost.report import CostReport, OpCost
-from popart_unwind.cost.terms import OpCharge, measured, totals
+from popart_unwind.cost.memory import Residency
+from popart_unwind.cost.placement import Placement
+from popart_unwind.cost.report import CostReport
+from popart_unwind.cost.terms import totals
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
@@ -36,17 +39,9 @@ from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.ipu_copy import IPU_COPY, constant_reader_ipus, tensor_ipus
-from popart_unwind.ops.layout_rule import (
-    InputTiles,
-    LayoutRule,
-    OpWork,
-    output_layouts,
-)
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
 from popart_unwind.rewrite.constant_pool import is_constant
 
-#: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
-NO_WORK = OpWork(0, 0)
 #: (graph id, op id) -> the matmul plan chosen for the op.
 OpPlans = Mapping[tuple[str, int], MatmulPlan]
 
@@ -64,15 +59,15 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
     target = target.with_plans(op_plans or {})
     target.reset()  # the rotating linear mapper must give the same tiles on every run
-    walk = _Evaluation(ir, target, mappings, registry, valuations)
+    walk = CostWalk(ir, target, mappings, registry, valuations)
     report = walk.report()
     if walk.found_throughout:
         # Buffers live for the whole program that the walk met only at their op (stashes,
         # gradient accumulators): walked again with them live from the start, so that the
         # fullest moment is found among moments that hold them all.
         target.reset()
-        report = _Evaluation(ir, target, mappings, registry, valuations,
-                             walk.found_throughout).report()
+        report = CostWalk(ir, target, mappings, registry, valuations,
+                          walk.found_throughout).report()
     return report
 
 
@@ -90,7 +85,20 @@ def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
     return walk.found
 
 
-class _Evaluation(Interpreter):
+def call_counts(ir: Ir) -> dict[str, int]:
+    """How often each graph runs per step: a graph no op calls (the main graph) once, a
+    subgraph once per static call site per run of its caller (loop trip counts and If
+    conditions are unknown: each body and branch counts once per call)."""
+    called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
+    counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
+    for graph in reversed(ir.callees_first()):
+        for op in graph.ops:
+            for callee in op.called_graphs():
+                counts[callee.id] += counts[graph.id]
+    return counts
+
+
+class CostWalk(Interpreter):
     """One walk over the IR (``ir.interpreter``): callees before callers, each graph's ops
     in schedule order; each tensor's result is its layout, dropped once no later op reads
     it (which is also when liveness frees its memory)."""
@@ -107,58 +115,40 @@ class _Evaluation(Interpreter):
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
         self.num_tiles = target.num_tiles
-        #: Per-tile arrays of the machine (liveness, residency, what tiles receive) hold
-        #: every IPU's tiles in turn; layouts name tiles within their tensor's IPU.
-        self.num_ipus = target.num_ipus
-        self.ipu_of = tensor_ipus(ir) if self.num_ipus > 1 else {}
-        self.held_on = constant_reader_ipus(ir) if self.num_ipus > 1 else {}
-        machine_tiles = self.num_tiles * self.num_ipus
+        self.placement = Placement(ir, target)
         self.base = producerless_mappings(ir, target, mappings)
         self.executions = call_counts(ir)
         self.called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
-        self.rows: list[OpCost] = []
-        self.received = np.zeros(machine_tiles, np.int64)
-        self.op_peak = np.zeros(machine_tiles, np.int64)
+        self.charges = Charges(self.placement)
+        self.memory = Residency(self.placement, throughout)
+        self.liveness = self.memory.liveness
         self.objective = 0.0
         self.upper_bound = 0.0
-        #: Whether a tensor is held in the base term (a parameter, or a view of parameters)
-        #: rather than as an op's live data.
-        self.from_parameters: dict[Key, bool] = {}
-        self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
-        self.liveness = LivenessTracker(machine_tiles)
-        self.pipelined = self.num_ipus > 1 and ir.options.enable_pipelining
-        self.stash_bytes = [0] * self.num_ipus
-        self.accumulator_bytes = [0] * self.num_ipus
-        self.accumulated: set[Key] = set()
-        #: Buffers live for the whole program that ops make (stashes, accumulators):
-        #: known beforehand (a second walk) or found as this walk meets them.
-        self.throughout = dict(throughout or {})
-        self.found_throughout: dict[Key, np.ndarray] = {}
+        self.pipelined = target.num_ipus > 1 and ir.options.enable_pipelining
+
+    @property
+    def found_throughout(self) -> dict[Key, np.ndarray]:
+        """Buffers live for the whole program that this walk met only at their op."""
+        return self.memory.found_throughout
 
     def report(self) -> CostReport:
         for (graph_id, tensor_id), layout in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
-            if self._argument(tensor) or self._filled_by_reader(tensor):
-                continue
-            self.liveness.add_always_live(self._on_machine(
-                (graph_id, tensor_id),
-                tile_bytes(expanded(layout, numel(tensor), self.num_tiles),
-                           self.target.dtype_size(tensor.dtype), self.num_tiles)),
-                (graph_id, tensor_id))
-        for name, placed in self.throughout.items():
-            self.liveness.add_always_live(placed, name)
+            if not (self._argument(tensor) or self._filled_by_reader(tensor)):
+                self.liveness.add_always_live(self._placed(tensor, layout), key(tensor))
         roots = [g.id for g in self.ir.graphs if g.id not in self.called]
-        self.liveness.watch(roots)
+        self.memory.start(roots)
         self.run(self.ir)
         liveness = self.liveness.result(roots)
-        resident = self.op_peak + liveness.always_live
+        resident = self.memory.op_peak + liveness.always_live
         budget = self.target.bytes_per_tile
+        rows = self.charges.rows
         return CostReport(
-            ops=self.rows,
+            ops=rows,
             max_tile_bytes=int(resident.max()) if resident.size else 0,
             tiles_over_budget=int(np.count_nonzero(resident > budget)),
             bytes_per_tile=budget,
-            received_bytes_per_tile=self.received,
+            received_bytes_per_tile=self.charges.received,
             resident_bytes_per_tile=resident,
             objective=float(self.objective),
             upper_bound=float(self.upper_bound),
@@ -166,48 +156,26 @@ class _Evaluation(Interpreter):
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
             peak_tile_bytes_floor=liveness.peak_floor,
-            num_ipus=self.num_ipus,
+            num_ipus=self.placement.num_ipus,
             pipelined=self.pipelined,
-            stash_bytes_per_ipu=tuple(self.stash_bytes),
-            accumulator_bytes_per_ipu=tuple(self.accumulator_bytes),
-            copy_phase_cycles=self._copy_phase_cycles() if self.pipelined else 0,
-            **totals(self.rows),
+            stash_bytes_per_ipu=tuple(self.memory.stash_bytes),
+            accumulator_bytes_per_ipu=tuple(self.memory.accumulator_bytes),
+            copy_phase_cycles=self.charges.copy_phase_cycles() if self.pipelined else 0,
+            **totals(rows),
         )
 
-    def _copy_phase_cycles(self) -> int:
-        """All of a pipeline cycle's copies at once: the IPU sending most sets the time."""
-        sent = [0] * self.num_ipus
-        for row in self.rows:
-            sent[row.ipu] += row.per_step("ipu_copy_bytes")
-        return self.target.ipu_copy_cycles(max(sent, default=0))
-
-    def _on_machine(self, tensor_key: Key, bytes_per_tile: np.ndarray) -> np.ndarray:
-        """A tensor's bytes per tile of its IPU (of each IPU holding it, for a constant
-        read on several) as bytes per tile of the whole machine."""
-        if self.num_ipus == 1:
-            return bytes_per_tile
-        placed = np.zeros(self.num_tiles * self.num_ipus, np.int64)
-        for ipu in self.held_on.get(tensor_key, (self.ipu_of.get(tensor_key, 0),)):
-            start = ipu * self.num_tiles
-            placed[start:start + self.num_tiles] = bytes_per_tile
-        return placed
-
-    def _op_ipu(self, op: Op) -> int:
-        """The IPU ``op`` runs on: an IpuCopy on its source's, any op on its results'."""
-        if self.num_ipus == 1:
-            return 0
-        tensor = op.inputs[0] if op.type.name == IPU_COPY or not op.outputs else op.outputs[0]
-        return self.ipu_of.get(key(tensor), 0)
+    def _placed(self, tensor: Tensor, layout: np.ndarray | TileIntervals) -> np.ndarray:
+        """``tensor`` laid out as ``layout``: its bytes per tile of the whole machine."""
+        tiles = expanded(layout, numel(tensor), self.num_tiles)
+        return self.placement.placed_bytes(key(tensor), tiles, tensor.dtype)
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> np.ndarray | TileIntervals:
         layout = self.base[key(tensor)]
         argument = self._argument(tensor)
-        self.from_parameters[key(tensor)] = not argument
+        self.memory.from_parameters[key(tensor)] = not argument
         if argument:  # the call's copy in: live from the callee's start to its last reader
-            self.liveness.create(key(tensor), self._on_machine(key(tensor), tile_bytes(
-                expanded(layout, numel(tensor), self.num_tiles),
-                self.target.dtype_size(tensor.dtype), self.num_tiles)))
+            self.liveness.create(key(tensor), self._placed(tensor, layout))
         return layout
 
     def read(self, tensor: Tensor) -> np.ndarray:
@@ -258,22 +226,23 @@ class _Evaluation(Interpreter):
         self.objective += score
         self.upper_bound += bound
         aliases = rule.aliases_outputs(op)
-        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work, link)
-        parameters = all(self.from_parameters[key(t)] for t in op.inputs)
+        self.charges.charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work,
+                            link)
+        from_parameters = self.memory.from_parameters
+        parameters = all(from_parameters[key(t)] for t in op.inputs)
         for tensor, out in zip(op.outputs, outputs, strict=True):
             self.write(tensor, out)
-            self.from_parameters[key(tensor)] = aliases and parameters
+            from_parameters[key(tensor)] = aliases and parameters
         self._live_from_here(op, rule, aliases)
         for tensor in dict.fromkeys(op.inputs):
             if self._argument(tensor) and self.last_read_by(op, tensor) \
                     and not tensor.is_graph_output():
                 self.liveness.release(key(tensor))
-        live = [t for t in op.inputs if not self.from_parameters[key(t)]]
+        live = [t for t in op.inputs if not from_parameters[key(t)]]
         self._resident(live + ([] if aliases else op.outputs))
 
     def released(self, tensor_key: Key) -> None:
-        self.on_tiles.pop(tensor_key, None)
-        self.liveness.release(tensor_key)
+        self.memory.released(tensor_key)
 
     def _live_from_here(self, op: Op, rule: LayoutRule, aliases: bool) -> None:
         """Tell liveness of the op's results (new memory, or views of what their viewed
@@ -290,9 +259,7 @@ class _Evaluation(Interpreter):
             self._live_throughout(op)
         else:
             for tensor in op.outputs:
-                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-                self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
+                self.memory.new_buffer(key(tensor), self._placed(tensor, self.read(tensor)))
         self.liveness.step((callee.id for callee in op.called_graphs()),
                            op.name or op.debug_name())
 
@@ -302,30 +269,17 @@ class _Evaluation(Interpreter):
         again when the first walk found such buffers, so that they count from the first
         moment)."""
         for tensor in op.outputs:
-            placed = self._on_machine(key(tensor), tile_bytes(
-                self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-            self._held_throughout(key(tensor), placed)
-            self.from_parameters[key(tensor)] = True
-            self.stash_bytes[self._op_ipu(op)] += int(placed.sum())
-
-    def _held_throughout(self, name: Key, placed: np.ndarray) -> None:
-        if name not in self.throughout:
-            self.liveness.add_always_live(placed, name)
-            self.found_throughout[name] = placed
+            self.memory.stash(self.placement.op_ipu(op), key(tensor),
+                              self._placed(tensor, self.read(tensor)))
 
     def _accumulator(self, op: Op, weight: Tensor, tiles: np.ndarray) -> None:
         """A pipelined training step accumulates each weight's gradient over the
         micro-batches (PopART's ``Accum___<weight>``, made by its optimizer decomposition
         when gradient accumulation is on): a buffer of the weight's shape, dtype and
         layout, live throughout."""
-        name = (weight.graph.id, f"Accum___{weight.id}")
-        if name in self.accumulated:
-            return
-        self.accumulated.add(name)
-        placed = self._on_machine(key(weight), tile_bytes(
-            tiles, self.target.dtype_size(weight.dtype), self.num_tiles))
-        self._held_throughout(name, placed)
-        self.accumulator_bytes[self._op_ipu(op)] += int(placed.sum())
+        self.memory.accumulator(
+            self.placement.op_ipu(op), (weight.graph.id, f"Accum___{weight.id}"),
+            lambda: self.placement.placed_bytes(key(weight), tiles, weight.dtype))
 
     def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:
         """The input ``op``'s one result overwrites, as PopART's Inplace pattern would
@@ -344,7 +298,7 @@ class _Evaluation(Interpreter):
             if tensor.dtype != out.dtype or tensor.shape != out.shape \
                     or not self.last_read_by(op, tensor):
                 continue
-            if tensor.producer is None or self.from_parameters[key(tensor)]:
+            if tensor.producer is None or self.memory.from_parameters[key(tensor)]:
                 if rule.updated_weight(op) != index:
                     continue
             elif tensor.is_graph_output() or not self.liveness.overwritable(key(tensor)):
@@ -358,7 +312,7 @@ class _Evaluation(Interpreter):
         """Bytes this op receives beyond the least it could with its planned operands
         (producer-less tensors and views of them) laid out in any way."""
         planned = {index for index, tensor in op.input_map().items()
-                   if self.from_parameters[key(tensor)]}
+                   if self.memory.from_parameters[key(tensor)]}
         if not planned:
             return 0
         least = rule.least_received(op, input_tiles, outputs, planned, self.target)
@@ -368,31 +322,13 @@ class _Evaluation(Interpreter):
                             f"what this plan pays by {-avoidable} bytes")
         return avoidable
 
-    def _charge(self, op: Op, need: ExchangeNeed, executions: int,
-                avoidable: int = 0, work: OpWork = NO_WORK, link_bytes: int = 0) -> None:
-        received = np.asarray(need.received_bytes, np.int64).reshape(-1)
-        regions = np.asarray(need.regions, np.int64).reshape(-1)
-        if received.size != self.num_tiles or regions.size != self.num_tiles:
-            raise PlanError(f"the layout rule of op {op.debug_name()} reported exchange for "
-                            f"{received.size} tiles, the target has {self.num_tiles}")
-        ipu = self._op_ipu(op)
-        found = OpCharge(received, regions, avoidable, work, link_bytes)
-        self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
-                                executions, ipu, **measured(found, self.target)))
-        start = ipu * self.num_tiles
-        self.received[start:start + self.num_tiles] += received * executions
-
     def _resident(self, tensors: list[Tensor]) -> None:
         """Raise each tile's peak to this op's live data: its operands and results not
         counted in the base term (parameters and views of them), results only when they
         are new memory (not views)."""
-        live = np.zeros(self.op_peak.size, np.int64)
-        for tensor in {t.id: t for t in tensors}.values():
-            if key(tensor) not in self.on_tiles:
-                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-            live += self.on_tiles[key(tensor)]
-        np.maximum(self.op_peak, live, out=self.op_peak)
+        unique = {t.id: t for t in tensors}.values()
+        self.memory.op_data((key(t), lambda t=t: self._placed(t, self.read(t)))
+                            for t in unique)
 
     # -- what ops that run subgraphs ask (ops.layout_rule.CalleeLayouts) -----------------
     def tiles(self, tensor: Tensor) -> np.ndarray:
@@ -404,7 +340,7 @@ class _Evaluation(Interpreter):
         return given_tiles(tensor, self.target, self.mappings, required=False)
 
 
-class _Recording(_Evaluation):
+class _Recording(CostWalk):
     """The cost walk, keeping a copy of the layouts of the main-graph tensors ``wanted``."""
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
@@ -426,16 +362,3 @@ def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
     for index, value in zip(indices, values, strict=True):
         result[index] = value
     return result
-
-
-def call_counts(ir: Ir) -> dict[str, int]:
-    """How often each graph runs per step: a graph no op calls (the main graph) once, a
-    subgraph once per static call site per run of its caller (loop trip counts and If
-    conditions are unknown: each body and branch counts once per call)."""
-    called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
-    counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
-    for graph in reversed(ir.callees_first()):
-        for op in graph.ops:
-            for callee in op.called_graphs():
-                counts[callee.id] += counts[graph.id]
-    return counts
