@@ -15,7 +15,6 @@ from popart_unwind.cost.terms import (
     FIGURES,
     NOT_CYCLES,
     ON_IPU,
-    OVER_LINKS,
     PIPELINED,
     SEVERAL_IPUS,
     TERMS,
@@ -101,7 +100,7 @@ class _ReportBody:
         overlap: BSP steps do not overlap, and the IPUs of a model split without
         pipelining run one after another)."""
         return sum(getattr(self, str(term.key)) for term in TOTALLED
-                   if term.time in (ON_IPU, OVER_LINKS))
+                   if term.time != NOT_CYCLES)
 
     def ipu_cycles(self, ipu: int) -> int:
         """Cycles of the ops on ``ipu``, copies to other IPUs not included."""
