@@ -1,7 +1,8 @@
 """Liveness per tile: the most bytes each tile holds at once over the schedule.
 
-The cost walk (``cost/walk.py``) tells a :class:`LivenessTracker` what each op does to
-memory, in schedule order, one graph at a time (callees first):
+The cost walk (``cost/walk.py``, through ``cost/memory.py``) tells a
+:class:`LivenessTracker` what each op does to memory, in schedule order, one graph at a
+time (callees first):
 
 - a producer-less tensor (weight, optimizer state, constant, input) is live for the whole
   program: its bytes go to ``always_live``;

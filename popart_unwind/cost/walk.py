@@ -1,225 +1,49 @@
-"""The cost model: what a plan costs on the IPU Model, op by op and tile by tile.
+"""The cost walk: what a plan costs on the IPU Model, op by op and tile by tile.
 
 Given a tile for every element of every producer-less tensor (a plan), every other tensor's
 tiles are derived the way Poplar lays them out (each op's layout rule: views alias, matmul
 outputs follow the matmul plan, elementwise outputs clone an input, the rest linear), and
 each op is charged for the data its tiles must receive before it computes. The same walk
 scores the plan on the planner's own objective (the rules' ``agreement``), so our plan,
-PopART's and a linear one compare on one scale. docs/ipu-model.md states every assumption.
+PopART's and a linear one compare on one scale. The walk decides layouts and what each op
+is charged (``cost/charges.py``); the memory it holds is booked in ``cost/memory.py``.
+docs/ipu-model.md states every assumption.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from math import prod
 from typing import Any
 
 import numpy as np
 
-from popart_unwind.cost.liveness import FullestTile, LivenessTracker
+from popart_unwind.cost.charges import NO_WORK, Charges
+from popart_unwind.cost.layouts import (
+    Mappings,
+    expanded,
+    given_tiles,
+    numel,
+    producerless_mappings,
+)
+from popart_unwind.cost.memory import Residency
+from popart_unwind.cost.placement import Placement
+from popart_unwind.cost.report import CostReport
+from popart_unwind.cost.terms import totals
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array
+from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
-from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.ipu_copy import IPU_COPY, constant_reader_ipus, tensor_ipus
-from popart_unwind.ops.layout_rule import (
-    InputTiles,
-    LayoutRule,
-    OpWork,
-    output_layouts,
-    planned_shape,
-)
+from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
 from popart_unwind.rewrite.constant_pool import is_constant
 
-#: (graph id, tensor id) -> each element's tile: a flat array, or Poplar's intervals
-#: (``TileIntervals``), which the walk expands only while an op reads them (our plan of
-#: VGG-19 is 288 MB as tile arrays, 17 MB as intervals).
-Mappings = Mapping[tuple[str, str], "np.ndarray | TileIntervals"]
-#: What an op that computes nothing of its own (a call, whose callee's ops are charged) costs.
-NO_WORK = OpWork(0, 0)
 #: (graph id, op id) -> the matmul plan chosen for the op.
 OpPlans = Mapping[tuple[str, int], MatmulPlan]
-
-
-@dataclasses.dataclass(frozen=True)
-class OpCost:
-    """One op's exchange: bytes its tiles receive, the busiest tile's share, cycles, regions.
-
-    ``executions`` is how often the op runs per step (ops of a subgraph run once per static
-    call site); the report's totals weight bytes and cycles by it, not regions (code)."""
-
-    op_id: int
-    name: str
-    type: str
-    graph_id: str
-    exchange_bytes: int
-    busiest_tile_bytes: int
-    cycles: int
-    regions: int
-    max_tile_regions: int
-    executions: int = 1
-    #: Of ``exchange_bytes``, what the layouts of planned tensors (producer-less ones and
-    #: views of them) add above the least any layout of them would cost this op.
-    avoidable_bytes: int = 0
-    #: The busiest tile's computing (``LayoutRule.work``), and the exchange inside the op
-    #: that no layout decides (a matmul's partial sums).
-    compute_cycles: int = 0
-    partials_cycles: int = 0
-    #: The IPU the op runs on, and what it sends to another IPU (an IpuCopy) with the
-    #: cycles that takes.
-    ipu: int = 0
-    ipu_copy_bytes: int = 0
-    ipu_copy_cycles: int = 0
-
-    @property
-    def total_cycles(self) -> int:
-        """Exchange of the inputs, exchange of partial sums, compute, and copies to
-        another IPU."""
-        return self.cycles + self.partials_cycles + self.compute_cycles + self.ipu_copy_cycles
-
-
-@dataclasses.dataclass
-class CostReport:
-    """Totals, per-op rows and per-tile arrays of one plan on one target."""
-
-    ops: list[OpCost]
-    exchange_bytes: int
-    exchange_cycles: int
-    regions: int
-    max_tile_bytes: int
-    tiles_over_budget: int
-    bytes_per_tile: int
-    received_bytes_per_tile: np.ndarray
-    resident_bytes_per_tile: np.ndarray
-    objective: float
-    upper_bound: float
-    #: Exchange the plan could still save op by op: the sum of the rows' ``avoidable_bytes``
-    #: (weighted by executions). The rest moves whatever the plan does, given the layouts
-    #: Poplar gives computed tensors.
-    avoidable_exchange_bytes: int = 0
-    #: Liveness over the schedule (``cost/liveness.py``), per tile: the most bytes live
-    #: at once, and the bytes live throughout (producer-less tensors).
-    peak_bytes_per_tile: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-    always_live_bytes_per_tile: np.ndarray = dataclasses.field(
-        default_factory=lambda: np.zeros(0, np.int64))
-    #: The tile with the highest liveness peak: when it is reached and what fills it.
-    fullest_tile: FullestTile | None = None
-    #: No placement of the same buffers could peak below this on its busiest tile: the
-    #: most bytes live at once on all tiles together, spread evenly (``TileLiveness``).
-    peak_tile_bytes_floor: int = 0
-    #: Cycles spent computing, and exchanging matmul partial sums (weighted by executions).
-    compute_cycles: int = 0
-    partials_cycles: int = 0
-    #: IPUs of the machine (the per-tile arrays hold each IPU's tiles in turn), and the
-    #: bytes and cycles of the copies between them (weighted by executions).
-    num_ipus: int = 1
-    ipu_copy_bytes: int = 0
-    ipu_copy_cycles: int = 0
-    #: Whether the step is pipelined (the IPUs run their stages at once, each on another
-    #: micro-batch), and each IPU's stash buffers in bytes (all its tiles together).
-    pipelined: bool = False
-    stash_bytes_per_ipu: tuple[int, ...] = ()
-    #: In a pipelined training step, each IPU's gradient accumulators in bytes.
-    accumulator_bytes_per_ipu: tuple[int, ...] = ()
-    #: A pipeline cycle's copies between IPUs, all at once: the bytes of the IPU sending
-    #: most, over its links, and one synchronisation (``TileMachine.ipu_copy_cycles``).
-    copy_phase_cycles: int = 0
-
-    @property
-    def cycles(self) -> int:
-        """The step's estimated cycles: exchange (inputs and partial sums), compute and
-        copies between IPUs, op after op (no overlap: BSP steps do not overlap, and the
-        IPUs of a model split without pipelining run one after another)."""
-        return (self.exchange_cycles + self.partials_cycles + self.compute_cycles
-                + self.ipu_copy_cycles)
-
-    def ipu_cycles(self, ipu: int) -> int:
-        """Cycles of the ops on ``ipu``, copies to other IPUs not included."""
-        return sum((row.total_cycles - row.ipu_copy_cycles) * row.executions
-                   for row in self.ops if row.ipu == ipu)
-
-    @property
-    def pipeline_cycles(self) -> int:
-        """Cycles per micro-batch of a running pipeline: each pipeline cycle every IPU runs
-        its stages (one forward, one backward) on different micro-batches at once, then
-        all copies between IPUs run together (``copy_phase_cycles``). So the slowest IPU's
-        cycles plus the copy phase. An approximation: it ignores the pipeline's ramp up
-        and down (``2N - 2`` of the ``M + 2N - 2`` pipeline cycles of ``M`` micro-batches
-        on ``N`` IPUs)."""
-        slowest = max((self.ipu_cycles(ipu) for ipu in range(self.num_ipus)), default=0)
-        return slowest + self.copy_phase_cycles
-
-    @property
-    def peak_tile_bytes(self) -> int:
-        """The liveness peak of the busiest tile."""
-        return int(self.peak_bytes_per_tile.max()) if self.peak_bytes_per_tile.size else 0
-
-    @property
-    def always_live_max_tile_bytes(self) -> int:
-        """The always-live bytes of the tile holding most of them."""
-        live = self.always_live_bytes_per_tile
-        return int(live.max()) if live.size else 0
-
-    @property
-    def fits(self) -> bool:
-        """Whether the liveness peak of every tile is within a tile's memory."""
-        return self.peak_tile_bytes <= self.bytes_per_tile
-
-    def summary(self) -> dict[str, Any]:
-        """The figures the command line and plan files compare plans by."""
-        return {"objective": self.objective, "upper_bound": self.upper_bound,
-                "exchange_bytes": self.exchange_bytes, "exchange_cycles": self.exchange_cycles,
-                "cycles": self.cycles, "compute_cycles": self.compute_cycles,
-                "max_tile_bytes": self.max_tile_bytes, "regions": self.regions,
-                "avoidable_exchange_bytes": self.avoidable_exchange_bytes,
-                "peak_tile_bytes": self.peak_tile_bytes,
-                "always_live_max_tile_bytes": self.always_live_max_tile_bytes,
-                "peak_tile_bytes_floor": self.peak_tile_bytes_floor,
-                "fits": self.fits, **self._ipu_summary()}
-
-    def per_ipu(self) -> list[dict[str, int | bool]]:
-        """Each IPU's peak tile bytes, exchange within it, bytes it copies to others, and
-        whether it fits; in a pipeline also its stash and accumulator bytes and its
-        cycles."""
-        tiles = self.peak_bytes_per_tile.size // max(self.num_ipus, 1)
-        found = []
-        for ipu in range(self.num_ipus):
-            peak = self.peak_bytes_per_tile[ipu * tiles:(ipu + 1) * tiles]
-            rows = [row for row in self.ops if row.ipu == ipu]
-            most = int(peak.max()) if peak.size else 0
-            found.append({
-                "peak_tile_bytes": most,
-                "exchange_bytes": sum(r.exchange_bytes * r.executions for r in rows),
-                "ipu_copy_bytes": sum(r.ipu_copy_bytes * r.executions for r in rows),
-                "fits": most <= self.bytes_per_tile,
-                **({"stash_bytes": self.stash_bytes_per_ipu[ipu],
-                    "accumulator_bytes": self.accumulator_bytes_per_ipu[ipu],
-                    "cycles": self.ipu_cycles(ipu)} if self.pipelined else {})})
-        return found
-
-    def _ipu_summary(self) -> dict[str, Any]:
-        """Nothing on one IPU (its summary stays as it always was)."""
-        if self.num_ipus == 1:
-            return {}
-        return {"ipus": self.num_ipus, "ipu_copy_bytes": self.ipu_copy_bytes,
-                "ipu_copy_cycles": self.ipu_copy_cycles,
-                **({"pipeline_cycles": self.pipeline_cycles} if self.pipelined else {}),
-                "per_ipu": self.per_ipu()}
-
-    def op(self, op_id: int) -> OpCost:
-        for row in self.ops:
-            if row.op_id == op_id:
-                return row
-        raise PlanError(f"the cost report has no row for op {op_id}")
 
 
 def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | None = None,
@@ -235,15 +59,15 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
     target = target.with_plans(op_plans or {})
     target.reset()  # the rotating linear mapper must give the same tiles on every run
-    walk = _Evaluation(ir, target, mappings, registry, valuations)
+    walk = CostWalk(ir, target, mappings, registry, valuations)
     report = walk.report()
     if walk.found_throughout:
         # Buffers live for the whole program that the walk met only at their op (stashes,
         # gradient accumulators): walked again with them live from the start, so that the
         # fullest moment is found among moments that hold them all.
         target.reset()
-        report = _Evaluation(ir, target, mappings, registry, valuations,
-                             walk.found_throughout).report()
+        report = CostWalk(ir, target, mappings, registry, valuations,
+                          walk.found_throughout).report()
     return report
 
 
@@ -261,73 +85,20 @@ def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
     return walk.found
 
 
-def tile_bytes(tiles: np.ndarray, element_bytes: int, num_tiles: int) -> np.ndarray:
-    """Bytes of a tensor on each tile."""
-    return tile_counts(tiles, num_tiles) * element_bytes
+def call_counts(ir: Ir) -> dict[str, int]:
+    """How often each graph runs per step: a graph no op calls (the main graph) once, a
+    subgraph once per static call site per run of its caller (loop trip counts and If
+    conditions are unknown: each body and branch counts once per call)."""
+    called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
+    counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
+    for graph in reversed(ir.callees_first()):
+        for op in graph.ops:
+            for callee in op.called_graphs():
+                counts[callee.id] += counts[graph.id]
+    return counts
 
 
-def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None
-                          ) -> dict[tuple[str, str], np.ndarray | TileIntervals]:
-    """Every producer-less tensor's layout, validated (from ``mappings`` or the IR): a tile
-    array, or intervals as given (checked by expanding them once)."""
-    result: dict[tuple[str, str], np.ndarray | TileIntervals] = {}
-    for graph in ir.graphs:
-        for tensor in graph.producerless_tensors():
-            key = (graph.id, tensor.id)
-            result[key] = _given_layout(tensor, target, mappings)
-    return result
-
-
-def _given_layout(tensor: Tensor, target: TileMachine, mappings: Mappings | None
-                  ) -> np.ndarray | TileIntervals:
-    given = mappings.get((tensor.graph.id, tensor.id)) if mappings is not None \
-        else tensor.tile_mapping
-    if isinstance(given, TileIntervals) and given.tiles is None:
-        _given_tiles(tensor, target, mappings, required=True)  # checked, then dropped
-        return given
-    return _given_tiles(tensor, target, mappings, required=True)
-
-
-def expanded(layout: np.ndarray | TileIntervals, numel: int, num_tiles: int,
-             what: str = "tensor") -> np.ndarray:
-    """A layout as each element's tile."""
-    if isinstance(layout, TileIntervals):
-        return tile_array(layout, numel, num_tiles, what)
-    return layout
-
-
-def _given_tiles(tensor: Tensor, target: TileMachine, mappings: Mappings | None,
-                 required: bool) -> np.ndarray | None:
-    what = tensor.describe()
-    numel = _numel(tensor)
-    if mappings is not None:
-        tiles = mappings.get((tensor.graph.id, tensor.id))
-        if tiles is None:
-            if required:
-                raise PlanError(f"{what} has no tile mapping in the plan")
-            return None
-        if isinstance(tiles, TileIntervals):
-            return tile_array(tiles, numel, target.num_tiles, what)
-        tiles = np.asarray(tiles).reshape(-1)
-        if tiles.size != numel:
-            raise PlanError(f"{what}: the plan maps {tiles.size} elements, the tensor has "
-                            f"{numel}")
-        if tiles.size and (tiles.min() < 0 or tiles.max() >= target.num_tiles):
-            raise PlanError(f"{what}: tile ids must lie in [0, {target.num_tiles}), got "
-                            f"[{int(tiles.min())}, {int(tiles.max())}]")
-        return tiles.astype(target.tile_dtype, copy=False)
-    if tensor.tile_mapping is None:
-        if required:
-            raise PlanError(f"{what} has no tile mapping")
-        return None
-    return tile_array(tensor.tile_mapping, numel, target.num_tiles, what)
-
-
-def _numel(tensor: Tensor) -> int:
-    return prod(planned_shape(tensor))
-
-
-class _Evaluation(Interpreter):
+class CostWalk(Interpreter):
     """One walk over the IR (``ir.interpreter``): callees before callers, each graph's ops
     in schedule order; each tensor's result is its layout, dropped once no later op reads
     it (which is also when liveness frees its memory)."""
@@ -344,125 +115,72 @@ class _Evaluation(Interpreter):
         self.ir, self.target, self.mappings = ir, target, mappings
         self.registry, self.valuations = registry, valuations
         self.num_tiles = target.num_tiles
-        #: Per-tile arrays of the machine (liveness, residency, what tiles receive) hold
-        #: every IPU's tiles in turn; layouts name tiles within their tensor's IPU.
-        self.num_ipus = target.num_ipus
-        self.ipu_of = tensor_ipus(ir) if self.num_ipus > 1 else {}
-        self.held_on = constant_reader_ipus(ir) if self.num_ipus > 1 else {}
-        machine_tiles = self.num_tiles * self.num_ipus
+        self.placement = Placement(ir, target)
         self.base = producerless_mappings(ir, target, mappings)
         self.executions = call_counts(ir)
         self.called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
-        self.rows: list[OpCost] = []
-        self.received = np.zeros(machine_tiles, np.int64)
-        self.op_peak = np.zeros(machine_tiles, np.int64)
+        self.charges = Charges(self.placement)
+        self.memory = Residency(self.placement, throughout)
+        self.liveness = self.memory.liveness
         self.objective = 0.0
         self.upper_bound = 0.0
-        #: Whether a tensor is held in the base term (a parameter, or a view of parameters)
-        #: rather than as an op's live data.
-        self.from_parameters: dict[Key, bool] = {}
-        self.on_tiles: dict[Key, np.ndarray] = {}  # bytes per tile of live activations
-        self.liveness = LivenessTracker(machine_tiles)
-        self.pipelined = self.num_ipus > 1 and ir.options.enable_pipelining
-        self.stash_bytes = [0] * self.num_ipus
-        self.accumulator_bytes = [0] * self.num_ipus
-        self.accumulated: set[Key] = set()
-        #: Buffers live for the whole program that ops make (stashes, accumulators):
-        #: known beforehand (a second walk) or found as this walk meets them.
-        self.throughout = dict(throughout or {})
-        self.found_throughout: dict[Key, np.ndarray] = {}
+        self.pipelined = target.num_ipus > 1 and ir.options.enable_pipelining
+
+    @property
+    def found_throughout(self) -> dict[Key, np.ndarray]:
+        """Buffers live for the whole program that this walk met only at their op."""
+        return self.memory.found_throughout
 
     def report(self) -> CostReport:
         for (graph_id, tensor_id), layout in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
-            if self._argument(tensor) or self._filled_by_reader(tensor):
-                continue
-            self.liveness.add_always_live(self._on_machine(
-                (graph_id, tensor_id),
-                tile_bytes(expanded(layout, _numel(tensor), self.num_tiles),
-                           self.target.dtype_size(tensor.dtype), self.num_tiles)),
-                (graph_id, tensor_id))
-        for name, placed in self.throughout.items():
-            self.liveness.add_always_live(placed, name)
+            if not (self._argument(tensor) or self._filled_by_reader(tensor)):
+                self.liveness.add_always_live(self._placed(tensor, layout), key(tensor))
         roots = [g.id for g in self.ir.graphs if g.id not in self.called]
-        self.liveness.watch(roots)
+        self.memory.start(roots)
         self.run(self.ir)
         liveness = self.liveness.result(roots)
-        resident = self.op_peak + liveness.always_live
+        resident = self.memory.op_peak + liveness.always_live
         budget = self.target.bytes_per_tile
-        weighted = [(row.exchange_bytes * row.executions, row.cycles * row.executions)
-                    for row in self.rows]
-        compute = sum(row.compute_cycles * row.executions for row in self.rows)
-        partials = sum(row.partials_cycles * row.executions for row in self.rows)
+        rows = self.charges.rows
         return CostReport(
-            ops=self.rows,
-            exchange_bytes=int(sum(b for b, _ in weighted)),
-            exchange_cycles=int(sum(c for _, c in weighted)),
-            regions=int(sum(row.regions for row in self.rows)),
+            ops=rows,
             max_tile_bytes=int(resident.max()) if resident.size else 0,
             tiles_over_budget=int(np.count_nonzero(resident > budget)),
             bytes_per_tile=budget,
-            received_bytes_per_tile=self.received,
+            received_bytes_per_tile=self.charges.received,
             resident_bytes_per_tile=resident,
             objective=float(self.objective),
             upper_bound=float(self.upper_bound),
-            avoidable_exchange_bytes=int(sum(row.avoidable_bytes * row.executions
-                                             for row in self.rows)),
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
             peak_tile_bytes_floor=liveness.peak_floor,
-            compute_cycles=int(compute),
-            partials_cycles=int(partials),
-            num_ipus=self.num_ipus,
-            ipu_copy_bytes=int(sum(row.ipu_copy_bytes * row.executions for row in self.rows)),
-            ipu_copy_cycles=int(sum(row.ipu_copy_cycles * row.executions
-                                    for row in self.rows)),
+            num_ipus=self.placement.num_ipus,
             pipelined=self.pipelined,
-            stash_bytes_per_ipu=tuple(self.stash_bytes),
-            accumulator_bytes_per_ipu=tuple(self.accumulator_bytes),
-            copy_phase_cycles=self._copy_phase_cycles() if self.pipelined else 0,
+            stash_bytes_per_ipu=tuple(self.memory.stash_bytes),
+            accumulator_bytes_per_ipu=tuple(self.memory.accumulator_bytes),
+            copy_phase_cycles=self.charges.copy_phase_cycles() if self.pipelined else 0,
+            **totals(rows),
         )
 
-    def _copy_phase_cycles(self) -> int:
-        """All of a pipeline cycle's copies at once: the IPU sending most sets the time."""
-        sent = [0] * self.num_ipus
-        for row in self.rows:
-            sent[row.ipu] += row.ipu_copy_bytes * row.executions
-        return self.target.ipu_copy_cycles(max(sent, default=0))
-
-    def _on_machine(self, tensor_key: Key, bytes_per_tile: np.ndarray) -> np.ndarray:
-        """A tensor's bytes per tile of its IPU (of each IPU holding it, for a constant
-        read on several) as bytes per tile of the whole machine."""
-        if self.num_ipus == 1:
-            return bytes_per_tile
-        placed = np.zeros(self.num_tiles * self.num_ipus, np.int64)
-        for ipu in self.held_on.get(tensor_key, (self.ipu_of.get(tensor_key, 0),)):
-            start = ipu * self.num_tiles
-            placed[start:start + self.num_tiles] = bytes_per_tile
-        return placed
-
-    def _op_ipu(self, op: Op) -> int:
-        """The IPU ``op`` runs on: an IpuCopy on its source's, any op on its results'."""
-        if self.num_ipus == 1:
-            return 0
-        tensor = op.inputs[0] if op.type.name == IPU_COPY or not op.outputs else op.outputs[0]
-        return self.ipu_of.get(key(tensor), 0)
+    def _placed(self, tensor: Tensor, layout: np.ndarray | TileIntervals) -> np.ndarray:
+        """``tensor`` laid out as ``layout``: its bytes per tile of the whole machine."""
+        tiles = expanded(layout, numel(tensor), self.num_tiles)
+        return self.placement.placed_bytes(key(tensor), tiles, tensor.dtype)
 
     # -- the walk (ir.interpreter) ---------------------------------------------------------
     def placeholder(self, tensor: Tensor) -> np.ndarray | TileIntervals:
         layout = self.base[key(tensor)]
         argument = self._argument(tensor)
-        self.from_parameters[key(tensor)] = not argument
+        self.memory.from_parameters[key(tensor)] = not argument
         if argument:  # the call's copy in: live from the callee's start to its last reader
-            self.liveness.create(key(tensor), self._on_machine(key(tensor), tile_bytes(
-                expanded(layout, _numel(tensor), self.num_tiles),
-                self.target.dtype_size(tensor.dtype), self.num_tiles)))
+            self.liveness.create(key(tensor), self._placed(tensor, layout))
         return layout
 
     def read(self, tensor: Tensor) -> np.ndarray:
         value = super().read(tensor)
-        return expanded(value, _numel(tensor), self.num_tiles, tensor.describe())
+        return expanded(value, numel(tensor), self.num_tiles, tensor.describe())
 
     def _filled_by_reader(self, tensor: Tensor) -> bool:
         """Whether ``tensor`` is a constant fill its one reader makes itself at run time
@@ -508,22 +226,23 @@ class _Evaluation(Interpreter):
         self.objective += score
         self.upper_bound += bound
         aliases = rule.aliases_outputs(op)
-        self._charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work, link)
-        parameters = all(self.from_parameters[key(t)] for t in op.inputs)
+        self.charges.charge(op, need, self.executions.get(op.graph.id, 1), avoidable, work,
+                            link)
+        from_parameters = self.memory.from_parameters
+        parameters = all(from_parameters[key(t)] for t in op.inputs)
         for tensor, out in zip(op.outputs, outputs, strict=True):
             self.write(tensor, out)
-            self.from_parameters[key(tensor)] = aliases and parameters
+            from_parameters[key(tensor)] = aliases and parameters
         self._live_from_here(op, rule, aliases)
         for tensor in dict.fromkeys(op.inputs):
             if self._argument(tensor) and self.last_read_by(op, tensor) \
                     and not tensor.is_graph_output():
                 self.liveness.release(key(tensor))
-        live = [t for t in op.inputs if not self.from_parameters[key(t)]]
+        live = [t for t in op.inputs if not from_parameters[key(t)]]
         self._resident(live + ([] if aliases else op.outputs))
 
     def released(self, tensor_key: Key) -> None:
-        self.on_tiles.pop(tensor_key, None)
-        self.liveness.release(tensor_key)
+        self.memory.released(tensor_key)
 
     def _live_from_here(self, op: Op, rule: LayoutRule, aliases: bool) -> None:
         """Tell liveness of the op's results (new memory, or views of what their viewed
@@ -540,9 +259,7 @@ class _Evaluation(Interpreter):
             self._live_throughout(op)
         else:
             for tensor in op.outputs:
-                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-                self.liveness.create(key(tensor), self.on_tiles[key(tensor)])
+                self.memory.new_buffer(key(tensor), self._placed(tensor, self.read(tensor)))
         self.liveness.step((callee.id for callee in op.called_graphs()),
                            op.name or op.debug_name())
 
@@ -552,30 +269,17 @@ class _Evaluation(Interpreter):
         again when the first walk found such buffers, so that they count from the first
         moment)."""
         for tensor in op.outputs:
-            placed = self._on_machine(key(tensor), tile_bytes(
-                self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-            self._held_throughout(key(tensor), placed)
-            self.from_parameters[key(tensor)] = True
-            self.stash_bytes[self._op_ipu(op)] += int(placed.sum())
-
-    def _held_throughout(self, name: Key, placed: np.ndarray) -> None:
-        if name not in self.throughout:
-            self.liveness.add_always_live(placed, name)
-            self.found_throughout[name] = placed
+            self.memory.stash(self.placement.op_ipu(op), key(tensor),
+                              self._placed(tensor, self.read(tensor)))
 
     def _accumulator(self, op: Op, weight: Tensor, tiles: np.ndarray) -> None:
         """A pipelined training step accumulates each weight's gradient over the
         micro-batches (PopART's ``Accum___<weight>``, made by its optimizer decomposition
         when gradient accumulation is on): a buffer of the weight's shape, dtype and
         layout, live throughout."""
-        name = (weight.graph.id, f"Accum___{weight.id}")
-        if name in self.accumulated:
-            return
-        self.accumulated.add(name)
-        placed = self._on_machine(key(weight), tile_bytes(
-            tiles, self.target.dtype_size(weight.dtype), self.num_tiles))
-        self._held_throughout(name, placed)
-        self.accumulator_bytes[self._op_ipu(op)] += int(placed.sum())
+        self.memory.accumulator(
+            self.placement.op_ipu(op), (weight.graph.id, f"Accum___{weight.id}"),
+            lambda: self.placement.placed_bytes(key(weight), tiles, weight.dtype))
 
     def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:
         """The input ``op``'s one result overwrites, as PopART's Inplace pattern would
@@ -594,7 +298,7 @@ class _Evaluation(Interpreter):
             if tensor.dtype != out.dtype or tensor.shape != out.shape \
                     or not self.last_read_by(op, tensor):
                 continue
-            if tensor.producer is None or self.from_parameters[key(tensor)]:
+            if tensor.producer is None or self.memory.from_parameters[key(tensor)]:
                 if rule.updated_weight(op) != index:
                     continue
             elif tensor.is_graph_output() or not self.liveness.overwritable(key(tensor)):
@@ -608,7 +312,7 @@ class _Evaluation(Interpreter):
         """Bytes this op receives beyond the least it could with its planned operands
         (producer-less tensors and views of them) laid out in any way."""
         planned = {index for index, tensor in op.input_map().items()
-                   if self.from_parameters[key(tensor)]}
+                   if self.memory.from_parameters[key(tensor)]}
         if not planned:
             return 0
         least = rule.least_received(op, input_tiles, outputs, planned, self.target)
@@ -618,36 +322,13 @@ class _Evaluation(Interpreter):
                             f"what this plan pays by {-avoidable} bytes")
         return avoidable
 
-    def _charge(self, op: Op, need: ExchangeNeed, executions: int,
-                avoidable: int = 0, work: OpWork = NO_WORK, link_bytes: int = 0) -> None:
-        received = np.asarray(need.received_bytes, np.int64).reshape(-1)
-        regions = np.asarray(need.regions, np.int64).reshape(-1)
-        if received.size != self.num_tiles or regions.size != self.num_tiles:
-            raise PlanError(f"the layout rule of op {op.debug_name()} reported exchange for "
-                            f"{received.size} tiles, the target has {self.num_tiles}")
-        total = int(received.sum())
-        busiest = int(received.max()) if received.size else 0
-        cycles = self.target.exchange_cycles(busiest)
-        ipu = self._op_ipu(op)
-        self.rows.append(OpCost(op.id, op.name or op.debug_name(), op.type.name, op.graph.id,
-                                total, busiest, cycles, int(regions.sum()),
-                                int(regions.max()) if regions.size else 0, executions,
-                                avoidable, work.compute_cycles, work.partials_cycles, ipu,
-                                link_bytes, self.target.ipu_copy_cycles(link_bytes)))
-        start = ipu * self.num_tiles
-        self.received[start:start + self.num_tiles] += received * executions
-
     def _resident(self, tensors: list[Tensor]) -> None:
         """Raise each tile's peak to this op's live data: its operands and results not
         counted in the base term (parameters and views of them), results only when they
         are new memory (not views)."""
-        live = np.zeros(self.op_peak.size, np.int64)
-        for tensor in {t.id: t for t in tensors}.values():
-            if key(tensor) not in self.on_tiles:
-                self.on_tiles[key(tensor)] = self._on_machine(key(tensor), tile_bytes(
-                    self.read(tensor), self.target.dtype_size(tensor.dtype), self.num_tiles))
-            live += self.on_tiles[key(tensor)]
-        np.maximum(self.op_peak, live, out=self.op_peak)
+        unique = {t.id: t for t in tensors}.values()
+        self.memory.op_data((key(t), lambda t=t: self._placed(t, self.read(t)))
+                            for t in unique)
 
     # -- what ops that run subgraphs ask (ops.layout_rule.CalleeLayouts) -----------------
     def tiles(self, tensor: Tensor) -> np.ndarray:
@@ -656,10 +337,10 @@ class _Evaluation(Interpreter):
 
     def planned(self, tensor: Tensor) -> np.ndarray | None:
         """The plan's layout of ``tensor`` (a call output), if the plan gives one."""
-        return _given_tiles(tensor, self.target, self.mappings, required=False)
+        return given_tiles(tensor, self.target, self.mappings, required=False)
 
 
-class _Recording(_Evaluation):
+class _Recording(CostWalk):
     """The cost walk, keeping a copy of the layouts of the main-graph tensors ``wanted``."""
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
@@ -670,7 +351,7 @@ class _Recording(_Evaluation):
 
     def write(self, tensor: Tensor, value: Any) -> None:
         if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
-            self.found[tensor.id] = np.array(expanded(value, _numel(tensor), self.num_tiles))
+            self.found[tensor.id] = np.array(expanded(value, numel(tensor), self.num_tiles))
         super().write(tensor, value)
 
 
@@ -681,16 +362,3 @@ def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:
     for index, value in zip(indices, values, strict=True):
         result[index] = value
     return result
-
-
-def call_counts(ir: Ir) -> dict[str, int]:
-    """How often each graph runs per step: a graph no op calls (the main graph) once, a
-    subgraph once per static call site per run of its caller (loop trip counts and If
-    conditions are unknown: each body and branch counts once per call)."""
-    called = {callee.id for op in ir.all_ops() for callee in op.called_graphs()}
-    counts = {graph.id: 0 if graph.id in called else 1 for graph in ir.graphs}
-    for graph in reversed(ir.callees_first()):
-        for op in graph.ops:
-            for callee in op.called_graphs():
-                counts[callee.id] += counts[graph.id]
-    return counts

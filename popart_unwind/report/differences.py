@@ -113,7 +113,7 @@ def _differs(run: PlanRun, key: TensorKey) -> bool:
 
 
 def _sum(rows: dict[tuple[str, int], Any], ops: list[tuple[str, int]], figure: str) -> int:
-    return int(sum(getattr(rows[op], figure) * rows[op].executions for op in ops if op in rows))
+    return int(sum(rows[op].per_step(figure) for op in ops if op in rows))
 
 
 def _most_on_a_tile(tiles: np.ndarray | None, element_bytes: int) -> int:
@@ -139,7 +139,7 @@ def differing_ops(run: PlanRun) -> list[PlannedOp]:
     received saved."""
     if BASELINE not in run.costs:
         return []
-    received = {plan: {(row.graph_id, row.op_id): row.exchange_bytes * row.executions
+    received = {plan: {(row.graph_id, row.op_id): row.per_step("exchange_bytes")
                        for row in run.costs[plan].ops} for plan in ("ours", BASELINE)}
 
     def rank(op: PlannedOp) -> tuple[int, int, str, str, int]:

@@ -266,7 +266,7 @@ def _top_ops(run: PlanRun) -> str:
     ours = _op_rows(run.costs["ours"])
 
     def moved(row: Any) -> int:
-        return max(by_plan[name][row.op_id].exchange_bytes * by_plan[name][row.op_id].executions
+        return max(by_plan[name][row.op_id].per_step("exchange_bytes")
                    for name in names if row.op_id in by_plan[name])
 
     ranked = sorted((row for row in ours if moved(row) > 0),
@@ -281,8 +281,8 @@ def _top_ops(run: PlanRun) -> str:
     for row in ranked:
         plans = [by_plan[n].get(row.op_id) for n in names]
         rows.append([row.name or f"#{row.op_id}", row.type, row.graph_id or "main",
-                     *(f"{p.exchange_bytes * p.executions:,}" if p else "" for p in plans),
-                     *(f"{p.cycles * p.executions:,}" if p else "" for p in plans),
+                     *(f"{p.per_step('exchange_bytes'):,}" if p else "" for p in plans),
+                     *(f"{p.per_step('cycles'):,}" if p else "" for p in plans),
                      f"{row.regions:,}"])
     return (f"<h2>Exchange by op (top {len(rows)})</h2>\n"
             "<p>Ops ranked by the most bytes any plan makes them receive; per step (an op "

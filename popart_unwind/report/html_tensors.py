@@ -149,7 +149,7 @@ def _op_table(run: PlanRun, ops: list[Any]) -> str:
              "those its tiles receive, per step.</p>")
     if not ops:
         return f"{intro}\n<p>PopART plans every matmul and convolution as ours does.</p>"
-    received = {plan: {(row.graph_id, row.op_id): row.exchange_bytes * row.executions
+    received = {plan: {(row.graph_id, row.op_id): row.per_step("exchange_bytes")
                        for row in run.costs[plan].ops} for plan in ("ours", BASELINE)}
     rows = []
     for op in ops:

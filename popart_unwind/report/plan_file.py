@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost.terms import ALWAYS, PIPELINED, SEVERAL_IPUS, summary_keys
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import IpuModel
@@ -24,15 +25,12 @@ from popart_unwind.unwind.solvers import cyclic_gc_paused
 from popart_unwind.version import __version__
 
 PLAN_VERSION = 1
-#: Keys of each plan's summary (the cost report's figures).
-SUMMARY_KEYS = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
-                "max_tile_bytes", "regions", "avoidable_exchange_bytes", "peak_tile_bytes",
-                "always_live_max_tile_bytes", "peak_tile_bytes_floor", "fits", "cycles",
-                "compute_cycles")
+#: Keys of each plan's summary (the cost report's figures, ``cost/terms.py``).
+SUMMARY_KEYS = summary_keys(ALWAYS)
 #: Keys a plan's summary adds on a machine of several IPUs.
-IPU_SUMMARY_KEYS = ("ipus", "ipu_copy_bytes", "ipu_copy_cycles", "per_ipu")
+IPU_SUMMARY_KEYS = summary_keys(SEVERAL_IPUS)
 #: Keys a plan's summary adds when the IPUs run as a pipeline.
-PIPELINE_SUMMARY_KEYS = ("pipeline_cycles",)
+PIPELINE_SUMMARY_KEYS = summary_keys(PIPELINED)
 #: Fields of each planned op's entry (matmuls and convolutions).
 OP_FIELDS = ("type", "graph", "plan", "cycles")
 #: Fields of each tensor entry.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from popart_unwind.cost.terms import ALWAYS, FIGURES, figure
+
 #: Column titles of the plans the table can show, in order.
 PLAN_TITLES = {"ours": "ours", "popart": "PopART baseline", "linear": "linear"}
 
@@ -35,29 +37,41 @@ def _fits(summary: Mapping[str, Any]) -> str:
     return "yes" if summary["fits"] else "no"
 
 
+#: The table's rows, in order. The labels are the cost model's (``cost/terms.py``); a
+#: figure the table does not place yet follows these, so a new cost term shows by itself.
+_ROW_ORDER = ("objective", "upper_bound", "exchange_bytes", "exchange_cycles",
+              "compute_cycles", "cycles", "avoidable_exchange_bytes", "max_tile_bytes",
+              "peak_tile_bytes", "always_live_max_tile_bytes", "peak_tile_bytes_floor",
+              "fits", "regions")
+#: Figures shown as bytes of tile memory, with their share of the tile's budget.
+_TILE_MEMORY = frozenset({"max_tile_bytes", "peak_tile_bytes", "always_live_max_tile_bytes",
+                          "peak_tile_bytes_floor"})
+
+
+def _table_figures() -> list[str]:
+    """The summary keys the table shows, in its order."""
+    labelled = [str(f.key) for f in FIGURES if f.shown == ALWAYS and f.table_label]
+    return [*_ROW_ORDER, *(key for key in labelled if key not in _ROW_ORDER)]
+
+
+def _cell(key: str, summary: Mapping[str, Any], bytes_per_tile: int) -> str:
+    if key == "objective":
+        return _objective(summary)
+    if key == "fits":
+        return _fits(summary)
+    if key in _TILE_MEMORY:
+        return _memory(summary, bytes_per_tile, key)
+    return _number(summary[key])
+
+
 def summary_rows(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int
                  ) -> tuple[list[str], list[list[str]]]:
     """(column titles, rows of cells): one column per plan present, ours first."""
     names = [name for name in PLAN_TITLES if name in summaries]
     header = ["", *(PLAN_TITLES[name] for name in names)]
-    figures = [
-        ("objective", _objective),
-        ("upper bound", lambda s: _number(s["upper_bound"])),
-        ("exchange bytes", lambda s: _number(s["exchange_bytes"])),
-        ("exchange cycles", lambda s: _number(s["exchange_cycles"])),
-        ("compute cycles", lambda s: _number(s["compute_cycles"])),
-        ("cycles (exchange, partial sums, compute)", lambda s: _number(s["cycles"])),
-        ("exchange left to save", lambda s: _number(s["avoidable_exchange_bytes"])),
-        ("max tile memory", lambda s: _memory(s, bytes_per_tile)),
-        ("peak tile memory", lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes")),
-        ("always-live tile memory",
-         lambda s: _memory(s, bytes_per_tile, "always_live_max_tile_bytes")),
-        ("peak floor (live bytes spread evenly)",
-         lambda s: _memory(s, bytes_per_tile, "peak_tile_bytes_floor")),
-        ("fits", _fits),
-        ("regions", lambda s: _number(s["regions"])),
-    ]
-    rows = [[label, *(cell(summaries[name]) for name in names)] for label, cell in figures]
+    rows = [[figure(key).table_label,
+             *(_cell(key, summaries[name], bytes_per_tile) for name in names)]
+            for key in _table_figures()]
     return header, rows + _ipu_rows([summaries[name] for name in names], bytes_per_tile)
 
 
@@ -66,10 +80,11 @@ def _ipu_rows(summaries: list[Mapping[str, Any]], bytes_per_tile: int) -> list[l
     in a pipeline also the cycles per micro-batch and each IPU's stash."""
     if not summaries or "per_ipu" not in summaries[0]:
         return []
-    rows = [["IPU-copy bytes", *(_number(s["ipu_copy_bytes"]) for s in summaries)]]
+    rows = [[figure("ipu_copy_bytes").table_label,
+             *(_number(s["ipu_copy_bytes"]) for s in summaries)]]
     pipelined = "pipeline_cycles" in summaries[0]
     if pipelined:
-        rows.append(["pipeline cycles per micro-batch",
+        rows.append([figure("pipeline_cycles").table_label,
                      *(_number(s["pipeline_cycles"]) for s in summaries)])
     for ipu in range(len(summaries[0]["per_ipu"])):
         rows.append([f"IPU {ipu} peak tile memory",
@@ -82,15 +97,14 @@ def _ipu_rows(summaries: list[Mapping[str, Any]], bytes_per_tile: int) -> list[l
 
 
 #: The figures the verdict weighs: (summary key, saying fewer, saying more, the unit: a
-#: noun counted, or ``B`` after a number of bytes of tile memory).
+#: noun counted, or ``B`` after a number of bytes of tile memory). Each is named by its
+#: short name in the cost model's figure table.
 _VERDICT_FIGURES = (
     ("exchange_bytes", "exchanges {n} fewer {noun}", "exchanges {n} more {noun}", "byte"),
     ("cycles", "takes {n} fewer {noun}", "takes {n} more {noun}", "cycle"),
     ("peak_tile_bytes", "peaks {n} {noun} lower on its fullest tile",
      "peaks {n} {noun} higher on its fullest tile", "B"),
 )
-_VERDICT_NAMES = {"exchange_bytes": "exchange bytes", "cycles": "cycles",
-                  "peak_tile_bytes": "peak tile memory"}
 
 
 def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -105,7 +119,7 @@ def verdict(summaries: Mapping[str, Mapping[str, Any]]) -> str | None:
     for key, fewer, more, unit in _VERDICT_FIGURES:
         saved = int(popart[key]) - int(ours[key])
         if saved == 0:
-            same.append(_VERDICT_NAMES[key])
+            same.append(figure(key).name)
             continue
         amount = abs(saved)
         noun = unit if unit == "B" or amount == 1 else unit + "s"

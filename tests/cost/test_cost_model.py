@@ -9,8 +9,7 @@ import pytest
 from cost_rules import RULES, const, small_target, weight
 
 from popart_unwind.baselines import linear_plan
-from popart_unwind.cost import evaluate
-from popart_unwind.cost.walk import tile_bytes
+from popart_unwind.cost import evaluate, tile_bytes
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType
 from popart_unwind.ir.tile_mapping import tile_mapping

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.cost import evaluate
+from popart_unwind.cost.layouts import tile_bytes
 from popart_unwind.cost.liveness import LivenessTracker
-from popart_unwind.cost.walk import _Evaluation, tile_bytes
+from popart_unwind.cost.walk import CostWalk
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType, TensorType
 from popart_unwind.ir.tile_mapping import TileIntervals
@@ -131,7 +132,7 @@ def test_the_tracker_refuses_wrong_sizes_and_unwalked_callees():
 
 
 # -- the brute-force oracle ------------------------------------------------------------------
-class _Recording(_Evaluation):
+class _Recording(CostWalk):
     """The cost walk, keeping every tensor's layout."""
 
     def write(self, tensor, value):
