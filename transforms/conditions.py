@@ -13,7 +13,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from popart_unwind.ops import REGISTRY, OpRegistry
-from popart_unwind.ops.ipu_copy import IPU_COPY
+from popart_unwind.ops.ipu_copy import is_ipu_copy
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Ir, Op
@@ -52,10 +52,6 @@ def is_inplace(op: Op, registry: OpRegistry = REGISTRY) -> bool:
     if op.type.name.endswith("Inplace"):
         return True
     return bool(getattr(registry.lookup(op), "inplace", False))
-
-
-def is_ipu_copy(op: Op) -> bool:
-    return op.type.name == IPU_COPY
 
 
 def check_condition(ir: Ir, condition: Condition,

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformError, TransformWarning
 from popart_unwind.ir.weights import is_weight
-from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
+from popart_unwind.ops.ipu_copy import is_ipu_copy, op_ipu
 
 from .base import ALL_CONDITIONS, Transform
 from .conditions import Condition
@@ -112,7 +112,7 @@ def pipeline_stages(graph: Graph, loss: Tensor | None, registry: OpRegistry
     schedule = graph.schedule()
     forward = forward_ops(graph, loss) if loss is not None else schedule
     forward_ids = {op.id for op in forward}
-    copy = next((op for op in schedule if op.type.name == IPU_COPY), None)
+    copy = next((op for op in schedule if is_ipu_copy(op)), None)
     if copy is not None:
         raise TransformError(f"pipeline stages are inferred before the copies between IPUs "
                              f"are made (as in PopART), but {copy.debug_name()} is one: run "

@@ -28,6 +28,7 @@ from popart_unwind.ir.op import GRAPHCORE_DOMAIN, OpType
 from popart_unwind.ops.ipu_copy import (
     DESTINATION_IPU,
     IPU_COPY,
+    is_ipu_copy,
     op_ipu,
     shared_constant,
     tensor_ipu,
@@ -78,7 +79,7 @@ class InterIpuCopy(Transform):
         homes = {tensor.id: tensor_ipu(tensor, position) for tensor in main.tensors}
         copies: dict[tuple[str, int], Tensor] = {}
         for op in schedule:
-            if op.type.name == IPU_COPY:
+            if is_ipu_copy(op):
                 continue
             here = op_ipu(op)
             for index, tensor in list(op.input_map().items()):

@@ -22,7 +22,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from popart_unwind.ops.ipu_copy import DESTINATION_IPU, IPU_COPY, destination_ipu, op_ipu
+from popart_unwind.ops.ipu_copy import (
+    DESTINATION_IPU,
+    destination_ipu,
+    is_ipu_copy,
+    op_ipu,
+)
 
 from .base import Transform
 from .conditions import Condition
@@ -55,7 +60,7 @@ class MergeCopies(Transform):
         schedule = main.schedule()
         position = {op.id: k for k, op in enumerate(schedule)}
         for op in schedule:
-            if op.type.name == IPU_COPY:
+            if is_ipu_copy(op):
                 continue
             for copies in first_read_copies(op, position).values():
                 if len(copies) > 1:
@@ -69,7 +74,7 @@ def first_read_copies(op: Op, position: dict[int, int]) -> dict[int, list[Op]]:
     found: dict[int, list[Op]] = {}
     for tensor in dict.fromkeys(op.inputs):
         copy = tensor.producer
-        if copy is None or copy.type.name != IPU_COPY or len(copy.inputs) != 1 \
+        if copy is None or not is_ipu_copy(copy) or len(copy.inputs) != 1 \
                 or len(copy.outputs) != 1 or tensor.is_graph_output():
             continue
         first = min(tensor.consumers, key=lambda reader: (position[reader.id], reader.id))

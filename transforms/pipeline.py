@@ -42,7 +42,7 @@ from popart_unwind.errors import TransformError
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, OpType
 from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ir.weights import is_weight, weight_derived
-from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
+from popart_unwind.ops.ipu_copy import is_ipu_copy, op_ipu
 from popart_unwind.ops.stash import RESTORE, STASH, STASH_SIZE
 
 from .base import Transform
@@ -105,7 +105,7 @@ def stage(op: Op) -> int:
 
 def _refuse_weight_copies(schedule: list[Op]) -> None:
     for op in schedule:
-        if op.type.name != IPU_COPY:
+        if not is_ipu_copy(op):
             continue
         for tensor in op.inputs:
             if is_weight(tensor) and tensor.tensor_type is TensorType.VARIABLE:
@@ -117,17 +117,17 @@ def _refuse_weight_copies(schedule: list[Op]) -> None:
 
 
 def _stash(tensor: Tensor, position: dict[int, int], rewriter: Rewriter) -> None:
-    readers = [op for op in tensor.consumers if op.type.name != IPU_COPY]
+    readers = [op for op in tensor.consumers if not is_ipu_copy(op)]
     if not readers:
         return
     producer = tensor.producer
-    home = stage(producer) if producer is not None and producer.type.name != IPU_COPY \
+    home = stage(producer) if producer is not None and not is_ipu_copy(producer) \
         else min(stage(op) for op in readers)
     later = sorted({stage(op) for op in readers if stage(op) > home})
     if not later:
         return
     first = min(readers, key=lambda op: position[op.id])
-    made_by = producer if producer is not None and producer.type.name != IPU_COPY else first
+    made_by = producer if producer is not None and not is_ipu_copy(producer) else first
     stash = rewriter.create_op(tensor.graph, STASH_TYPE, [tensor],
                                attributes={STASH_SIZE: later[-1] - home + 1}, like=made_by)
     _place(stash, op_ipu(first), home, rewriter)

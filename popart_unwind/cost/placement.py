@@ -15,7 +15,7 @@ from popart_unwind.ir.interpreter import key
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.interface import TileMachine
-from popart_unwind.ops.ipu_copy import IPU_COPY, constant_reader_ipus, tensor_ipus
+from popart_unwind.ops.ipu_copy import constant_reader_ipus, is_ipu_copy, tensor_ipus
 
 
 class Placement:
@@ -55,5 +55,5 @@ class Placement:
         """The IPU ``op`` runs on: an IpuCopy on its source's, any op on its results'."""
         if self.num_ipus == 1:
             return 0
-        tensor = op.inputs[0] if op.type.name == IPU_COPY or not op.outputs else op.outputs[0]
+        tensor = op.inputs[0] if is_ipu_copy(op) or not op.outputs else op.outputs[0]
         return self.ipu_of.get(key(tensor), 0)

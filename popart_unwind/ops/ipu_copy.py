@@ -41,6 +41,11 @@ IPU_COPY = "IpuCopy"
 DESTINATION_IPU = "destIpu"
 
 
+def is_ipu_copy(op: Op) -> bool:
+    """Whether ``op`` copies a tensor to another IPU."""
+    return op.type.name == IPU_COPY
+
+
 def destination_ipu(op: Op) -> int:
     """The IPU ``op`` (an IpuCopy) copies to."""
     return int(op.attributes[DESTINATION_IPU])
