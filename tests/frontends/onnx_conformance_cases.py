@@ -28,6 +28,7 @@ import numpy as np
 
 from popart_unwind.errors import ModelImportError, PopartUnwindError, UnsupportedModelError
 from popart_unwind.ir import Ir
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
 
 if TYPE_CHECKING:
     import onnx
@@ -212,10 +213,11 @@ def compare_outputs(ir: Ir, expected: Sequence[Any]) -> Outcome:
         return Outcome(WRONG, f"{len(outputs)} outputs, ONNX's reference has {len(expected)}")
     unknown = []
     for tensor, reference in zip(outputs, expected, strict=True):
-        if not isinstance(reference, np.ndarray | np.generic):
+        signature = reference_signature(reference)
+        if signature is None:
             unknown.append(f"{tensor.id} (a {type(reference).__name__} in the reference)")
             continue
-        want_shape, want_dtype = tuple(np.shape(reference)), str(np.asarray(reference).dtype)
+        want_shape, want_dtype = signature
         if tensor.shape is not None and tuple(tensor.shape) != want_shape:
             return Outcome(WRONG, f"output {tensor.id!r}: shape {tuple(tensor.shape)}, "
                                   f"ONNX's {want_shape}")
@@ -227,6 +229,21 @@ def compare_outputs(ir: Ir, expected: Sequence[Any]) -> Outcome:
     if unknown:
         return Outcome(UNKNOWN, "shape unknown: " + ", ".join(unknown))
     return Outcome(OK)
+
+
+def reference_signature(reference: Any) -> tuple[tuple[int, ...], str] | None:
+    """The shape and element type (numpy's name, as the IR names them) of a reference
+    output: an array, or a TensorProto (as the tests keep float16 and bfloat16 results);
+    None for what is no tensor (sequences, optionals)."""
+    import onnx
+
+    if isinstance(reference, np.ndarray | np.generic):
+        return tuple(np.shape(reference)), str(np.asarray(reference).dtype)
+    if isinstance(reference, onnx.TensorProto):
+        name = DTYPE_OF_ONNX.get(reference.data_type)
+        return tuple(reference.dims), name or onnx.TensorProto.DataType.Name(
+            reference.data_type).lower()
+    return None
 
 
 def plan_case(ir: Ir, tiles: int = 16) -> Outcome:
