@@ -7,6 +7,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     constants,
     control,
     conv,
+    depth_space,
     elementwise,
     indexing,
     ipu_copy,
