@@ -12,6 +12,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     indexing,
     ipu_copy,
     linalg,
+    norms,
     pools,
     positional,
     reduce,
