@@ -2,7 +2,8 @@
 
 Our IR keeps constants as Const tensors, not ops (as PopART does), so each op here folds:
 ``Constant`` to its attribute value, ``ConstantOfShape`` and ``Range`` once their inputs are
-constant, ``Shape`` and ``Size`` as soon as the input's shape is known (shapes are static).
+constant, ``Shape``, ``Size`` and ``EyeLike`` as soon as the input's shape is known (shapes
+are static).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from math import prod
 import numpy as np
 
 from popart_unwind.errors import ShapeError
-from popart_unwind.ir.dtypes import ONNX_DTYPES, dtype_of_array
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, ONNX_DTYPES, dtype_of_array, numpy_dtype
 from popart_unwind.ir.op import Op
-from popart_unwind.ops.common import constant_input, input_shape
+from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, constant_input, input_shape
 from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
 
 #: Constant's value attributes and how each becomes an array.
@@ -111,6 +112,39 @@ def _fold_size(op: Op, constants: Constants) -> FoldResult:
     return None if shape is None else [np.array(prod(shape), np.int64)]
 
 
+# -- EyeLike ----------------------------------------------------------------------------------
+def _eye_shape(op: Op) -> tuple[int, int]:
+    shape = input_shape(op, 0)
+    if len(shape) != 2:
+        raise ShapeError(f"op {op.debug_name()} reads a 2-D tensor, got shape {shape}")
+    return shape[0], shape[1]
+
+
+def _eye_dtype(op: Op) -> str:
+    """The ``dtype`` attribute's type, else the input's (ONNX's EyeLike)."""
+    if "dtype" not in op.attributes:
+        return op.input(0).dtype
+    code = int(op.attributes["dtype"])
+    if code not in DTYPE_OF_ONNX:
+        raise ShapeError(f"op {op.debug_name()}: 'dtype' is {code}, not an ONNX dtype number")
+    return DTYPE_OF_ONNX[code]
+
+
+def _infer_eye_like(op: Op) -> InferredOutputs:
+    return [(_eye_dtype(op), _eye_shape(op))]
+
+
+def _fold_eye_like(op: Op, constants: Constants) -> FoldResult:
+    """Ones on diagonal ``k``: known once the input's shape is (its values are not read)."""
+    if op.input(0).shape is None or prod(op.input(0).shape) > FOLD_MAX_ELEMENTS:
+        return None
+    dtype = _eye_dtype(op)
+    if dtype == "bfloat16":
+        return None
+    rows, columns = _eye_shape(op)
+    return [np.eye(rows, columns, k=int(op.attributes.get("k", 0)), dtype=numpy_dtype(dtype))]
+
+
 # -- Range ------------------------------------------------------------------------------------
 def _range_operands(op: Op) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start, limit, delta = (constant_input(op, i, what)
@@ -169,3 +203,4 @@ register(OpDef("ConstantOfShape", infer=_infer_constant_of_shape, fold=_fold_con
 register(OpDef("Shape", infer=_infer_shape, fold=_fold_shape))
 register(OpDef("Size", infer=_infer_size, fold=_fold_size))
 register(OpDef("Range", infer=_infer_range, fold=_fold_range))
+register(OpDef("EyeLike", infer=_infer_eye_like, fold=_fold_eye_like))

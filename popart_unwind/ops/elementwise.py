@@ -1,5 +1,10 @@
 """Op family: elementwise — unary maps, broadcasting binary and variadic ops, Where.
 
+The activations (Elu, Selu, LeakyRelu, HardSigmoid, HardSwish, ThresholdedRelu, Softsign,
+Shrink, Celu, Mish, Swish, PRelu) fold as ONNX's reference implementation computes them,
+attributes defaulting to the float32 values of ONNX's schema; PRelu's slope broadcasts to X
+one way, as ONNX defines.
+
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
 and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
 first data input. Folds compute with numpy on constant inputs (integer Div truncates toward
@@ -125,6 +130,79 @@ def _is_inf(op: Op, x: np.ndarray) -> np.ndarray:
     negative = bool(op.attributes.get("detect_negative", 1))
     positive = bool(op.attributes.get("detect_positive", 1))
     return np.isinf(x) & (((x < 0) & negative) | ((x > 0) & positive))
+
+
+def _attribute(op: Op, name: str, default: float) -> float:
+    """A float attribute, defaulting as ONNX's schema does (its float32 value)."""
+    return float(op.attributes.get(name, np.float32(default)))
+
+
+def _activation(function: Callable[[Op, np.ndarray], np.ndarray]) -> Kernel:
+    """A unary map with attributes: ``function(op, x)``."""
+    return lambda op, values: function(op, values[0])
+
+
+def _elu(op: Op, x: np.ndarray) -> np.ndarray:
+    return np.where(x > 0, x, _attribute(op, "alpha", 1.0) * np.expm1(x))
+
+
+def _selu(op: Op, x: np.ndarray) -> np.ndarray:
+    alpha = _attribute(op, "alpha", 1.67326319217681884765625)
+    gamma = _attribute(op, "gamma", 1.05070102214813232421875)
+    return np.where(x > 0, x, alpha * np.expm1(x)) * gamma
+
+
+def _leaky_relu(op: Op, x: np.ndarray) -> np.ndarray:
+    return np.where(x > 0, x, x * _attribute(op, "alpha", 0.01))
+
+
+def _hard_sigmoid(op: Op, x: np.ndarray) -> np.ndarray:
+    line = x * _attribute(op, "alpha", 0.2) + _attribute(op, "beta", 0.5)
+    return np.maximum(0, np.minimum(1, line))
+
+
+def _hard_swish(op: Op, x: np.ndarray) -> np.ndarray:
+    """ONNX's function body: x * HardSigmoid(x) with alpha 1/6, beta 0.5."""
+    return x * np.maximum(0, np.minimum(1, x * np.float32(1 / 6) + 0.5))
+
+
+def _thresholded_relu(op: Op, x: np.ndarray) -> np.ndarray:
+    return np.where(x > _attribute(op, "alpha", 1.0), x, 0)
+
+
+def _shrink(op: Op, x: np.ndarray) -> np.ndarray:
+    bias, lambd = _attribute(op, "bias", 0.0), _attribute(op, "lambd", 0.5)
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
+
+
+def _celu(op: Op, x: np.ndarray) -> np.ndarray:
+    alpha = _attribute(op, "alpha", 1.0)
+    return np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.zeros((), x.dtype), x)
+
+
+def _swish(op: Op, x: np.ndarray) -> np.ndarray:
+    return x / (1 + np.exp(-_attribute(op, "alpha", 1.0) * x))
+
+
+def _prelu(op: Op, values: list[np.ndarray]) -> np.ndarray:
+    x, slope = values
+    return np.where(x > 0, x, x * slope)
+
+
+def _infer_prelu(op: Op) -> InferredOutputs:
+    """X's type: the slope broadcasts to X one way (ONNX: unidirectional broadcasting)."""
+    count = len(op.input_map())
+    if count != 2:
+        raise ShapeError(f"op {op.debug_name()} takes 2 inputs, got {count}")
+    shape = input_shape(op, 0)
+    if broadcast_result(op) != tuple(shape):
+        raise ShapeError(f"op {op.debug_name()}: its slope of shape {input_shape(op, 1)} "
+                         f"does not broadcast to X's shape {shape}")
+    return [(op.input(0).dtype, shape)]
 
 
 def _unary(function: Callable[[np.ndarray], np.ndarray]) -> Kernel:
@@ -530,7 +608,18 @@ _UNARY: dict[str, Kernel] = {
     "Neg": _unary(np.negative),
     "Abs": _unary(np.abs),
     "Reciprocal": _unary(lambda x: 1 / x),
-    "Softplus": _unary(lambda x: np.logaddexp(np.zeros((), x.dtype), x)),
+    "Softplus": _unary(_softplus),
+    "Softsign": _unary(lambda x: x / (1 + np.abs(x))),
+    "Mish": _unary(lambda x: x * np.tanh(_softplus(x))),
+    "Elu": _activation(_elu),
+    "Selu": _activation(_selu),
+    "LeakyRelu": _activation(_leaky_relu),
+    "HardSigmoid": _activation(_hard_sigmoid),
+    "HardSwish": _activation(_hard_swish),
+    "ThresholdedRelu": _activation(_thresholded_relu),
+    "Shrink": _activation(_shrink),
+    "Celu": _activation(_celu),
+    "Swish": _activation(_swish),
     "Sin": _unary(np.sin),
     "Cos": _unary(np.cos),
     "Tan": _unary(np.tan),
@@ -606,6 +695,8 @@ _define("Cast", _cast, "cast", 1, broadcast=False)
 _define("CastLike", lambda op, v: None if op.input(1).dtype == "bfloat16" else v[0], "like", 2,
         broadcast=False)
 _define("Where", _where, "where", 3, broadcast=True)
+_INFER["PRelu"] = _infer_prelu
+_define("PRelu", _prelu, "same", 2, broadcast=True)  # the slope a broadcast operand
 _INFER["Clip"] = _infer_clip
 _define("Clip", _clip, "same", None, broadcast=True)  # the bounds broadcast as scalars
 for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):

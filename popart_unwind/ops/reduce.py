@@ -332,6 +332,22 @@ def _fold_softmax(op: Op, constants) -> list | None:
     return [result.reshape(x.shape).astype(x.dtype)]
 
 
+def _fold_hardmax(op: Op, constants) -> list | None:
+    """ONNX's Hardmax: 1 where the first maximum along the axis lies (before opset 13, along
+    the 2-D view's rows, as Softmax), 0 elsewhere."""
+    x = constants[0]
+    if x is None or x.size > FOLD_MAX_ELEMENTS or x.ndim == 0:
+        return None
+    axis = _softmax_axis(op, x.ndim)
+    work = x if op.type.version >= 13 else x.reshape(math.prod(x.shape[:axis]), -1)
+    along = axis if op.type.version >= 13 else 1
+    result = np.zeros_like(work)
+    if work.size:
+        first = np.expand_dims(np.argmax(work, axis=along), along)
+        np.put_along_axis(result, first, 1, axis=along)
+    return [result.reshape(x.shape)]
+
+
 # -- LayerNormalization, BatchNormalization ------------------------------------------------
 def stash_dtype(op: Op) -> str:
     """The type LayerNormalization computes its statistics in (``stash_type``)."""
@@ -469,6 +485,9 @@ LAYER_NORM = LayerNormRule()
 register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
                reduces_input=True))
 register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
+               reduces_input=True))
+#: Hardmax reads its input as Softmax does: the maximum along the axis, broadcast back.
+register(OpDef("Hardmax", infer=_infer_softmax, fold=_fold_hardmax, layout=SOFTMAX,
                reduces_input=True))
 def _fold_layer_norm(op: Op, constants) -> list | None:
     """ONNX's LayerNormalization on constants: the normalised result, the mean and the
