@@ -33,6 +33,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ops.shape_folding import fold_shape_computations
 from popart_unwind.ops.shape_inference import infer_shapes
 from popart_unwind.options import SessionOptions
 
@@ -70,6 +71,7 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         ir.metadata.update(_metadata(proto, source))
         _Importer(ir, proto, folder, initializers, spans).run()
         infer_shapes(ir, trust_seeded=True)
+        fold_shape_computations(ir)
     except ModelImportError:
         raise
     except (IrError, ShapeError) as error:
