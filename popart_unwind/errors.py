@@ -67,6 +67,12 @@ class OptionError(PopartUnwindError, ValueError):
     """A session option was named or valued wrongly (``--option KEY=VALUE``)."""
 
 
+class DynamicShapeError(ModelImportError):
+    """A shape is not static: a graph input's dimension is left symbolic (give it with
+    ``--dim`` or ``--input-shape``), or a shape depends on what a graph input holds, not
+    only on its shape. PopART, and so the plan, needs every shape before running."""
+
+
 class UnsupportedModelError(ModelImportError):
     """A model uses what the tool cannot read faithfully: an op type the registry does not
     know, a domain it does not model, or an opset or IR version outside the supported range."""

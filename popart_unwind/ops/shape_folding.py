@@ -60,6 +60,41 @@ def fold_shape_computations(ir: Ir, registry: OpRegistry = REGISTRY,
     return changed
 
 
+def value_dependent_shape(ir: Ir, registry: OpRegistry = REGISTRY
+                          ) -> tuple[Op, list[Tensor]] | None:
+    """The first main-graph op (in schedule order) whose shape rule could not decide although
+    every input has a shape, with the main graph's inputs whose values reach it; None if
+    there is none, or its undecided shape reads no graph input (a weight's values, say)."""
+    graph = ir.main_graph
+    for op in graph.schedule():
+        opdef = registry.lookup(op)
+        if opdef is None or opdef.infer is None:
+            continue  # an opaque op keeps the shapes ONNX gave it
+        if all(tensor.shape is not None for tensor in op.outputs):
+            continue
+        if any(tensor.shape is None for tensor in op.inputs):
+            continue
+        sources = _graph_inputs_read(op, graph)
+        if sources:
+            return op, sources
+    return None
+
+
+def _graph_inputs_read(op: Op, graph: Graph) -> list[Tensor]:
+    """The graph inputs whose values flow into ``op``, in the graph's input order."""
+    inputs = set(graph.input_ids)
+    seen: set[str] = set()
+    stack = list(op.inputs)
+    while stack:
+        tensor = stack.pop()
+        if tensor.id in seen:
+            continue
+        seen.add(tensor.id)
+        if tensor.producer is not None:
+            stack += tensor.producer.inputs
+    return [graph.tensor(name) for name in graph.input_ids if name in inputs & seen]
+
+
 def _fold_pass(graph: Graph, registry: OpRegistry, rewriter: Rewriter) -> bool:
     """Type and fold each op of ``graph`` in schedule order; True if any op was folded."""
     folded = False
