@@ -32,7 +32,12 @@ class ShapeError(PopartUnwindError, ValueError):
 
 class ShapeUndecided(ShapeError):
     """A shape rule cannot decide (a data-dependent output, a shape input computed at run
-    time): the op's outputs keep the shapes they were seeded with, or stay unknown."""
+    time): the op's outputs keep the shapes they were seeded with, or stay unknown.
+    ``needs`` is the id of the input whose value the rule lacks, where one input is it."""
+
+    def __init__(self, message: str, needs: str | None = None) -> None:
+        super().__init__(message)
+        self.needs = needs
 
 
 class GraphError(PopartUnwindError, ValueError):

@@ -363,9 +363,9 @@ def refuse_value_dependent_shapes(ir: Ir) -> None:
         return
     op, sources = found
     names = ", ".join(repr(tensor.id) for tensor in sources)
-    inputs = "graph input" if len(sources) == 1 else "graph inputs"
+    inputs, whose = ("graph input", "its") if len(sources) == 1 else ("graph inputs", "their")
     raise DynamicShapeError(f"the output shape of op {op.debug_name()} depends on the values "
-                            f"of {inputs} {names}, not only on their shapes; shapes must be "
+                            f"of {inputs} {names}, not only on {whose} shapes; shapes must be "
                             f"known before running (export the model with that value fixed)")
 
 

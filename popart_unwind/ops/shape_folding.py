@@ -16,12 +16,12 @@ is left to the canonicalizer), and no op with side effects or random draws is to
 
 from __future__ import annotations
 
-from popart_unwind.errors import IrError
+from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ops.registry import REGISTRY, OpRegistry
+from popart_unwind.ops.registry import REGISTRY, OpDef, OpRegistry
 from popart_unwind.ops.shape_inference import infer_op, infer_shapes
 from popart_unwind.rewrite import Rewriter
 from popart_unwind.rewrite.global_rules import (
@@ -74,17 +74,31 @@ def value_dependent_shape(ir: Ir, registry: OpRegistry = REGISTRY
             continue
         if any(tensor.shape is None for tensor in op.inputs):
             continue
-        sources = _graph_inputs_read(op, graph)
+        sources = _graph_inputs_read(_needed_inputs(op, opdef), graph)
         if sources:
             return op, sources
     return None
 
 
-def _graph_inputs_read(op: Op, graph: Graph) -> list[Tensor]:
-    """The graph inputs whose values flow into ``op``, in the graph's input order."""
+def _needed_inputs(op: Op, opdef: OpDef) -> list[Tensor]:
+    """The input whose value ``op``'s shape rule lacks, where it says (``constant_input``
+    does); else every input."""
+    try:
+        opdef.infer(op)
+    except ShapeUndecided as undecided:
+        needed = [tensor for tensor in op.inputs if tensor.id == undecided.needs]
+        if needed:
+            return needed[:1]
+    except ShapeError:
+        pass
+    return list(op.inputs)
+
+
+def _graph_inputs_read(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
+    """The graph inputs whose values flow into ``tensors``, in the graph's input order."""
     inputs = set(graph.input_ids)
     seen: set[str] = set()
-    stack = list(op.inputs)
+    stack = list(tensors)
     while stack:
         tensor = stack.pop()
         if tensor.id in seen:
