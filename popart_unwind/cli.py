@@ -84,6 +84,19 @@ def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def _dim(text: str) -> tuple[str, int]:
+    """``NAME=VALUE``: a symbolic dimension's name (an ONNX ``dim_param``) and its size."""
+    name, equals, value = text.rpartition("=")
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if not equals or not name or size < 1:
+        raise argparse.ArgumentTypeError(
+            f"--dim takes NAME=VALUE with a positive whole size (e.g. batch=2), got {text!r}")
+    return name, size
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="PLAN.json", type=Path,
                         help="write the plan (tile mappings, methods, summary) as JSON")
@@ -152,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
                       action="append", default=[], dest="input_shapes",
                       help="the shape of an ONNX graph input whose dimensions the model "
                            "leaves symbolic, e.g. input_ids=1,128 (repeatable)")
+    plan.add_argument("--dim", metavar="NAME=VALUE", type=_dim, action="append", default=[],
+                      dest="dims",
+                      help="the size of a symbolic dimension (an ONNX dim_param such as "
+                           "batch or sequence) in every graph input that has it, e.g. "
+                           "sequence=128 (repeatable)")
     _add_safety_options(plan, model_options=True)
     demo = commands.add_parser("demo", help="plan the embedded example (no files needed)",
                                description="Plan one training step of a small GPT-2 (tied "
@@ -424,7 +442,13 @@ def _import(args: argparse.Namespace) -> Any:
             raise ModelImportError(f"--input-shape gives input {name!r} two shapes, "
                                    f"{list(shapes[name])} and {list(shape)}")
         shapes[name] = shape
-    return load_model(args.model, args.training, allow, shapes)
+    dims: dict[str, int] = {}
+    for name, size in args.dims:
+        if dims.get(name, size) != size:
+            raise ModelImportError(f"--dim gives dimension {name!r} two sizes, {dims[name]} "
+                                   f"and {size}")
+        dims[name] = size
+    return load_model(args.model, args.training, allow, shapes, dims)
 
 
 if __name__ == "__main__":

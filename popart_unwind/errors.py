@@ -32,7 +32,12 @@ class ShapeError(PopartUnwindError, ValueError):
 
 class ShapeUndecided(ShapeError):
     """A shape rule cannot decide (a data-dependent output, a shape input computed at run
-    time): the op's outputs keep the shapes they were seeded with, or stay unknown."""
+    time): the op's outputs keep the shapes they were seeded with, or stay unknown.
+    ``needs`` is the id of the input whose value the rule lacks, where one input is it."""
+
+    def __init__(self, message: str, needs: str | None = None) -> None:
+        super().__init__(message)
+        self.needs = needs
 
 
 class GraphError(PopartUnwindError, ValueError):
@@ -65,6 +70,12 @@ class PlanError(PopartUnwindError, ValueError):
 
 class OptionError(PopartUnwindError, ValueError):
     """A session option was named or valued wrongly (``--option KEY=VALUE``)."""
+
+
+class DynamicShapeError(ModelImportError):
+    """A shape is not static: a graph input's dimension is left symbolic (give it with
+    ``--dim`` or ``--input-shape``), or a shape depends on what a graph input holds, not
+    only on its shape. PopART, and so the plan, needs every shape before running."""
 
 
 class UnsupportedModelError(ModelImportError):

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popart_unwind.errors import IrError, ModelImportError, ShapeError
+from popart_unwind.errors import DynamicShapeError, IrError, ModelImportError, ShapeError
 from popart_unwind.frontends.input_file import require_regular_file
 from popart_unwind.frontends.onnx_checks import check_op_types, check_versions
+from popart_unwind.frontends.onnx_dims import fix_input_shapes
 from popart_unwind.frontends.onnx_lazy import (
     DataSpan,
     WireFormatError,
@@ -33,6 +34,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
+from popart_unwind.ops.shape_folding import fold_shape_computations, value_dependent_shape
 from popart_unwind.ops.shape_inference import infer_shapes
 from popart_unwind.options import SessionOptions
 
@@ -47,16 +49,22 @@ _PLACEMENT = {onnx_name: field for field, onnx_name in PLACEMENT_ATTRIBUTES.item
 def import_onnx(model: str | Path | bytes | onnx.ModelProto,
                 options: SessionOptions | None = None, *,
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
+                dims: Mapping[str, int] | None = None,
                 base_dir: str | Path | None = None,
                 allow_unknown_ops: bool | None = None) -> Ir:
     """Import ``model`` (a path, serialized bytes or a ModelProto) into a new Ir.
 
     ``input_shapes`` fixes dimensions the model leaves symbolic (PopART's
-    ``InputShapeInfo``); ``base_dir`` is where a ModelProto's external data lives (a path's
-    own folder is used otherwise). Raises ModelImportError with one line saying what is wrong;
-    UnsupportedModelError for an IR version or opset the installed onnx does not know, no
-    default-domain opset import, or op types the registry does not know — unless
-    ``allow_unknown_ops`` (default: the session option) imports those as opaque barriers,
+    ``InputShapeInfo``), input by input; ``dims`` fixes them by name (an exporter's
+    ``dim_param``, e.g. ``{"batch": 2, "sequence": 128}``) in every input that has them.
+    Shape computations the model does at run time are then folded
+    (``ops/shape_folding.py``); a dimension left symbolic, or a shape that depends on what
+    an input holds, is refused with a DynamicShapeError. ``base_dir`` is where a
+    ModelProto's external data lives (a path's own folder is used otherwise). Raises
+    ModelImportError with one line saying what is wrong; UnsupportedModelError for an IR
+    version or opset the installed onnx does not know, no default-domain opset import, or
+    op types the registry does not know — unless ``allow_unknown_ops`` (default: the
+    session option) imports those as opaque barriers,
     warning with an UnknownOpsWarning that lists them.
     """
     proto, folder, source, spans = _load(model, base_dir)
@@ -64,12 +72,14 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         allow_unknown_ops = (options or SessionOptions()).allow_unknown_ops
     opsets = check_versions(proto, source)
     try:
-        proto, initializers = _prepare(proto, input_shapes or {})
+        proto, initializers = _prepare(proto, input_shapes or {}, dims or {})
         check_op_types(proto, opsets, source, allow_unknown_ops)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
         _Importer(ir, proto, folder, initializers, spans).run()
         infer_shapes(ir, trust_seeded=True)
+        fold_shape_computations(ir)
+        refuse_value_dependent_shapes(ir)
     except ModelImportError:
         raise
     except (IrError, ShapeError) as error:
@@ -134,12 +144,12 @@ def load_light(path: Path) -> tuple[onnx.ModelProto, dict[str, DataSpan]]:
         return onnx.load(str(path), load_external_data=False), {}
 
 
-def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
-             ) -> tuple[onnx.ModelProto, Sequence[onnx.TensorProto]]:
-    """Inline local functions, fix the given input shapes, seed shapes by ONNX's inference
-    (``_with_inferred_shapes``: the model to import, and its main graph's initializers)."""
+def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]],
+             dims: Mapping[str, int]) -> tuple[onnx.ModelProto, Sequence[onnx.TensorProto]]:
+    """Inline local functions, fix the given input shapes and named dimensions
+    (``onnx_dims``), seed shapes by ONNX's inference (``_with_inferred_shapes``: the model to
+    import, and its main graph's initializers)."""
     import onnx.inliner
-    import onnx.shape_inference
 
     if proto.functions:
         try:
@@ -150,15 +160,7 @@ def _prepare(proto: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
     initialized = {tensor.name for tensor in proto.graph.initializer}
     inputs = {value.name: value for value in proto.graph.input
               if value.name not in initialized}
-    for name, shape in sorted(input_shapes.items()):
-        if name not in inputs:
-            raise ModelImportError(f"a shape is given for {name!r}, which is not a graph "
-                                   f"input; inputs are {sorted(inputs)}")
-        _check_given_shape(inputs[name], [int(size) for size in shape])
-        dims = inputs[name].type.tensor_type.shape
-        dims.Clear()
-        for size in shape:
-            dims.dim.add().dim_value = int(size)
+    fix_input_shapes(inputs, input_shapes, dims)
     return _with_inferred_shapes(proto)
 
 
@@ -208,30 +210,6 @@ def _copy_fields(source: Any, target: Any, skip: str) -> None:
             getattr(target, field.name).CopyFrom(value)
         else:
             setattr(target, field.name, value)
-
-
-def _check_given_shape(value: onnx.ValueInfoProto, shape: list[int]) -> None:
-    """A shape given for graph input ``value`` must fit what the model declares: as many
-    dimensions, each positive, and equal to every dimension the model fixes (only
-    symbolic or unknown ones are filled in)."""
-    if any(size < 1 for size in shape):
-        raise ModelImportError(f"the shape given for input {value.name!r}, {shape}, has a "
-                               f"dimension below 1")
-    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
-    if tensor_type is None or not tensor_type.HasField("shape"):
-        return  # the model declares no shape: any is taken
-    declared = [dim.dim_value if dim.HasField("dim_value") else
-                (dim.dim_param or "?") for dim in tensor_type.shape.dim]
-    if len(declared) != len(shape):
-        raise ModelImportError(f"input {value.name!r} has {len(declared)} dimensions "
-                               f"{declared}; the shape given for it, {shape}, has {len(shape)}")
-    fixed = [(axis, size, given)
-             for axis, (size, given) in enumerate(zip(declared, shape, strict=True))
-             if isinstance(size, int) and size > 0 and size != given]
-    if fixed:
-        axis, size, given = fixed[0]
-        raise ModelImportError(f"input {value.name!r} has dimension {axis} fixed at {size} "
-                               f"{declared}; the shape given for it, {shape}, says {given}")
 
 
 def _metadata(proto: onnx.ModelProto, source: str) -> dict[str, str]:
@@ -363,6 +341,34 @@ def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
     return [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
 
 
+def _no_static_type(value: onnx.ValueInfoProto) -> str:
+    """Why graph input ``value`` cannot be imported as it is, and how to give its shape (by
+    its dimensions' names where it has them)."""
+    symbols = _symbolic_dims(value) if value.type.HasField("tensor_type") else []
+    named = [symbol for symbol in symbols if symbol != "?"]
+    by_name = "".join(f"--dim {symbol}=N " for symbol in dict.fromkeys(named))
+    python = (f"dims={{{', '.join(f'{s!r}: N' for s in dict.fromkeys(named))}}} or "
+              if named else "")
+    return (f"graph input {value.name!r} has no static type (unknown dimensions {symbols}); "
+            f"give its shape: {by_name}{'or ' if by_name else ''}--input-shape "
+            f"{value.name}=D1,D2,... on the command line, {python}"
+            f"input_shapes={{{value.name!r}: [...]}} from Python")
+
+
+def refuse_value_dependent_shapes(ir: Ir) -> None:
+    """Refuse a model whose shapes stay unknown after folding because they depend on what
+    a graph input holds (a Reshape to a shape read from an input, say), naming the input."""
+    found = value_dependent_shape(ir)
+    if found is None:
+        return
+    op, sources = found
+    names = ", ".join(repr(tensor.id) for tensor in sources)
+    inputs, whose = ("graph input", "its") if len(sources) == 1 else ("graph inputs", "their")
+    raise DynamicShapeError(f"the output shape of op {op.debug_name()} depends on the values "
+                            f"of {inputs} {names}, not only on {whose} shapes; shapes must be "
+                            f"known before running (export the model with that value fixed)")
+
+
 # -- building graphs ----------------------------------------------------------------------------
 class _Scope:
     """The graph being built, and the outer-scope values it captured (implicit inputs)."""
@@ -410,11 +416,7 @@ class _Importer:
                 continue
             dtype, shape = _value_info(value)
             if main and (dtype is None or shape is None):
-                symbols = _symbolic_dims(value) if value.type.HasField("tensor_type") else []
-                raise ModelImportError(
-                    f"graph input {value.name!r} has no static type (unknown dimensions "
-                    f"{symbols}); give its shape: --input-shape {value.name}=D1,D2,... on "
-                    f"the command line, input_shapes={{{value.name!r}: [...]}} from Python")
+                raise DynamicShapeError(_no_static_type(value))
             kind = TensorType.STREAM if main else TensorType.ACT_GRAD
             graph.add_input(value.name, dtype or "float32", shape, kind)
         for position, node in enumerate(_topological(onnx_graph)):

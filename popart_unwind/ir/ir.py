@@ -148,7 +148,8 @@ class Ir:
     def from_onnx(cls, model: str | Path | bytes | onnx.ModelProto,
                   options: SessionOptions | None = None, **import_options: Any) -> Ir:
         """Import an ONNX model (a path, with external data beside it, bytes or a
-        ModelProto); ``import_options``: ``input_shapes``, ``base_dir`` (see the importer)."""
+        ModelProto); ``import_options``: ``input_shapes``, ``dims``, ``base_dir`` (see the
+        importer)."""
         return entry_point("onnx")(model, options=options, **import_options)
 
     @classmethod

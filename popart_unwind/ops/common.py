@@ -39,7 +39,8 @@ def constant_input(op: Op, index: int, what: str) -> np.ndarray:
     value = constant_value(op.input(index))
     if value is None:
         raise ShapeUndecided(f"op {op.debug_name()}: {what} (input {index}, "
-                             f"{op.input(index).id!r}) must be a constant to know the shape")
+                             f"{op.input(index).id!r}) must be a constant to know the shape",
+                             needs=op.input(index).id)
     return value
 
 

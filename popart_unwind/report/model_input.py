@@ -29,21 +29,24 @@ def is_factory(model: str) -> bool:
 
 
 def load_model(model: str, training: bool, allow_unknown_ops: bool = False,
-               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Ir:
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               dims: Mapping[str, int] | None = None) -> Ir:
     """The model as an Ir (shapes inferred), or ModelImportError saying what is wrong.
     ``allow_unknown_ops`` plans ONNX op types the registry does not know as barriers (the
     PyTorch front end keeps ATen ops it does not convert as opaque ops in any case);
-    ``input_shapes`` fixes an ONNX model's symbolic input dimensions."""
+    ``input_shapes`` (per input) and ``dims`` (per dimension name) fix an ONNX model's
+    symbolic input dimensions."""
     if is_factory(model):
-        if input_shapes:
-            raise ModelImportError("--input-shape applies to ONNX models; a PyTorch factory "
-                                   "gives its example inputs, whose shapes are used")
+        for given, flag in ((input_shapes, "--input-shape"), (dims, "--dim")):
+            if given:
+                raise ModelImportError(f"{flag} applies to ONNX models; a PyTorch factory "
+                                       f"gives its example inputs, whose shapes are used")
         return _load_factory(model, training)
     if training:
         raise ModelImportError("--training applies to PyTorch models (module:factory); an "
                                "ONNX model is planned as it is")
     return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops,
-                        input_shapes=dict(input_shapes or {}))
+                        input_shapes=dict(input_shapes or {}), dims=dict(dims or {}))
 
 
 def input_files(model: str) -> list[InputFile]:

@@ -312,6 +312,40 @@ def _export_onnx(name: str, kind: str, size: str, path: Path) -> None:
         onnx_program.save(str(path), external_data=size == "real")
 
 
+#: The names exporters give the dynamic axes of ``export_with_dynamic_axes``'s files.
+BATCH, SEQUENCE = "batch", "sequence"
+
+
+def dynamic_axes(name: str) -> dict[str, dict[int, str]]:
+    """Each forward input's dynamic axes, as users export them: batch and sequence for
+    text, the batch for images."""
+    return {input_name: {0: BATCH} if input_name == "pixel_values" else {0: BATCH, 1: SEQUENCE}
+            for input_name in input_names(name)}
+
+
+def export_with_dynamic_axes(name: str, path: Path, *, dynamo: bool) -> Path:
+    """Export the tiny forward model ``name`` with dynamic axes (``dynamic_axes``): by the
+    TorchScript exporter (``dynamo=False``) or by ``torch.export`` (``dynamo=True``, the
+    axes as ``dynamic_shapes``), as users export them, without our optimizer settings."""
+    import torch
+
+    module, args = tiny_model(name)
+    names = list(input_names(name))
+    axes = dynamic_axes(name)
+    with contextlib.redirect_stdout(sys.stderr):  # the exporters report on stdout
+        if not dynamo:
+            torch.onnx.export(module, args, str(path), dynamo=False, input_names=names,
+                              output_names=["output"], dynamic_axes=axes)
+            return path
+        dims = {BATCH: torch.export.Dim(BATCH, min=1, max=64),
+                SEQUENCE: torch.export.Dim(SEQUENCE, min=2, max=120)}
+        shapes = tuple({axis: dims[label] for axis, label in axes[n].items()} for n in names)
+        program = torch.onnx.export(module, args, dynamo=True, input_names=names,
+                                    output_names=["output"], dynamic_shapes=(shapes,))
+        program.save(str(path))
+    return path
+
+
 def _optimize_keeping_parameters(onnx_program: Any) -> None:
     """Run the exporter's optimizer without letting it touch parameters and buffers.
 

@@ -1,0 +1,159 @@
+"""Folding the shape computations an exporter writes, once the graph inputs are static.
+
+An export with dynamic axes computes its shapes at run time: ``Shape`` → ``Gather`` /
+``Slice`` → ``Concat`` → ``Reshape`` / ``Expand`` / ``Range`` / ``ConstantOfShape``, with
+casts and comparisons on the way. PopART needs static input shapes, and with them a
+``Shape`` op's value is a constant; its constant-expression folding then computes every op
+whose inputs are all constant at import. Here the same happens op by op: shape inference
+types an op, its fold (``OpDef.fold``) computes its value where that is known, the value
+becomes a Const tensor, and the next op's shape rule can decide. A pass runs in schedule
+order; passes repeat (with a whole inference walk between them, which also types called
+subgraphs) until one changes nothing.
+
+Only values are folded, never identities (an op whose fold hands back an existing tensor
+is left to the canonicalizer), and no op with side effects or random draws is touched.
+"""
+
+from __future__ import annotations
+
+from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.registry import REGISTRY, OpDef, OpRegistry
+from popart_unwind.ops.shape_inference import infer_op, infer_shapes
+from popart_unwind.rewrite import Rewriter
+from popart_unwind.rewrite.global_rules import (
+    constant_operands,
+    is_dead,
+    remove_dead_constants,
+)
+
+#: Passes are bounded: each one that changes something folds at least one op away, so this
+#: is reached only by a graph with more shape-dependent links than any real export has.
+MAX_PASSES = 64
+
+
+def has_unknown_shapes(ir: Ir) -> bool:
+    """Whether any op output of any graph still lacks a shape."""
+    return any(tensor.shape is None for graph in ir.graphs for op in graph.ops
+               for tensor in op.outputs)
+
+
+def fold_shape_computations(ir: Ir, registry: OpRegistry = REGISTRY,
+                            rewriter: Rewriter | None = None) -> bool:
+    """Alternate shape inference and constant folding until no shape is left unknown or
+    nothing changes; returns whether anything changed. Seeded shapes are trusted where a
+    rule cannot decide, as at import."""
+    rewriter = rewriter if rewriter is not None else Rewriter(registry)
+    changed = False
+    for _ in range(MAX_PASSES):
+        if not has_unknown_shapes(ir):
+            break
+        folded = False
+        for graph in list(ir.graphs):
+            folded |= _fold_pass(graph, registry, rewriter)
+        changed |= infer_shapes(ir, registry, trust_seeded=True, rewriter=rewriter) or folded
+        if not folded:
+            break
+    return changed
+
+
+def value_dependent_shape(ir: Ir, registry: OpRegistry = REGISTRY
+                          ) -> tuple[Op, list[Tensor]] | None:
+    """The first main-graph op (in schedule order) whose shape rule could not decide although
+    every input has a shape, with the main graph's inputs whose values reach it; None if
+    there is none, or its undecided shape reads no graph input (a weight's values, say)."""
+    graph = ir.main_graph
+    for op in graph.schedule():
+        opdef = registry.lookup(op)
+        if opdef is None or opdef.infer is None:
+            continue  # an opaque op keeps the shapes ONNX gave it
+        if all(tensor.shape is not None for tensor in op.outputs):
+            continue
+        if any(tensor.shape is None for tensor in op.inputs):
+            continue
+        sources = _graph_inputs_read(_needed_inputs(op, opdef), graph)
+        if sources:
+            return op, sources
+    return None
+
+
+def _needed_inputs(op: Op, opdef: OpDef) -> list[Tensor]:
+    """The input whose value ``op``'s shape rule lacks, where it says (``constant_input``
+    does); else every input."""
+    try:
+        opdef.infer(op)
+    except ShapeUndecided as undecided:
+        needed = [tensor for tensor in op.inputs if tensor.id == undecided.needs]
+        if needed:
+            return needed[:1]
+    except ShapeError:
+        pass
+    return list(op.inputs)
+
+
+def _graph_inputs_read(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
+    """The graph inputs whose values flow into ``tensors``, in the graph's input order."""
+    inputs = set(graph.input_ids)
+    seen: set[str] = set()
+    stack = list(tensors)
+    while stack:
+        tensor = stack.pop()
+        if tensor.id in seen:
+            continue
+        seen.add(tensor.id)
+        if tensor.producer is not None:
+            stack += tensor.producer.inputs
+    return [graph.tensor(name) for name in graph.input_ids if name in inputs & seen]
+
+
+def _fold_pass(graph: Graph, registry: OpRegistry, rewriter: Rewriter) -> bool:
+    """Type and fold each op of ``graph`` in schedule order; True if any op was folded."""
+    folded = False
+    rewriter.take_record()
+    for op in graph.schedule():
+        if not _alive(op):
+            continue
+        infer_op(op, registry, trust_seeded=True, rewriter=rewriter)
+        producers = [tensor.producer for tensor in op.inputs if tensor.producer is not None]
+        if _fold_values(op, registry, rewriter):
+            folded = True
+            _erase_unread(producers, registry, rewriter)
+    loose = rewriter.take_record()[2]
+    remove_dead_constants(graph, loose, rewriter)
+    rewriter.take_record()
+    return folded
+
+
+def _fold_values(op: Op, registry: OpRegistry, rewriter: Rewriter) -> bool:
+    """Replace ``op`` by the constants its fold computes; False where the fold gives
+    nothing, or hands back an existing tensor for some output."""
+    opdef = registry.lookup(op)
+    if opdef is None or opdef.fold is None or opdef.has_side_effects(op) or opdef.random:
+        return False
+    values = opdef.fold(op, constant_operands(op))
+    if values is None or any(isinstance(value, Tensor) for value in values):
+        return False
+    return rewriter.replace_op(op, list(values))
+
+
+def _erase_unread(producers: list[Op], registry: OpRegistry, rewriter: Rewriter) -> None:
+    """Erase the producers a fold left unread, and theirs in turn (an ``Unsqueeze`` whose
+    value only the folded ``Concat`` read, say)."""
+    stack = list(producers)
+    while stack:
+        producer = stack.pop()
+        if not _alive(producer) or not is_dead(producer, registry.lookup(producer)):
+            continue
+        inputs = list(producer.inputs)
+        rewriter.erase_op(producer)
+        stack += [tensor.producer for tensor in inputs if tensor.producer is not None]
+
+
+def _alive(op: Op) -> bool:
+    try:
+        return op.graph.op(op.id) is op
+    except IrError:
+        return False
