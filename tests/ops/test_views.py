@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
 from op_building import computing_ops, folded_to, passed_on_ids
 
 from popart_unwind.errors import ShapeError
@@ -125,9 +126,26 @@ def test_flatten_matches_numpy(shape, data):
     array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     axis = data.draw(st.integers(-len(shape), len(shape)))
     graph, x = graph_with(array)
-    cut = axis % (len(shape) + 1)
+    cut = axis + len(shape) if axis < 0 else axis  # ONNX: a negative axis counts from the back
     expected = array.reshape(int(np.prod(shape[:cut])), int(np.prod(shape[cut:])))
     check(make(graph, "Flatten", [x], {"axis": axis}), expected)
+
+
+@pytest.mark.parametrize("name", ["test_flatten_negative_axis1", "test_flatten_negative_axis2",
+                                  "test_flatten_negative_axis3", "test_flatten_negative_axis4",
+                                  "test_flatten_axis2", "test_flatten_default_axis"])
+def test_flatten_gives_the_shapes_of_onnx_node_tests(name):
+    case = node_cases("flatten")[name]
+    for ir in import_every_way(case.model):
+        assert output_types(ir) == expected_types(case)
+
+
+def test_flatten_with_a_negative_axis_folds_and_lays_out_as_numpy_reshapes():
+    array = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    graph, x = graph_with(array)
+    op = make(graph, "Flatten", [x], {"axis": -1})
+    check(op, array.reshape(6, 4))
+    assert REGISTRY.lookup(op).layout.steps(op, 0) == [("reshape", (6, 4))]
 
 
 @given(st.lists(st.sampled_from([1, 1, 2, 3]), max_size=5).map(tuple), st.data(),
