@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
-from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
+from onnx_node_cases import (
+    expected_types,
+    import_alone,
+    import_every_way,
+    node_cases,
+    output_types,
+)
 from op_building import computing_ops, folded_to, passed_on_ids
 
 from popart_unwind.errors import ShapeError
@@ -280,6 +286,42 @@ def test_split_without_sizes_cuts_evenly_and_num_outputs_leaves_a_short_last_par
           [array[:3], array[3:]])
     with pytest.raises(ShapeError, match="cannot split 10 evenly into 3"):
         make(graph, "Split", [x], outputs=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 6))
+def test_split_into_num_outputs_slices_as_onnxs_reference_implementation(dim, count):
+    """Too few elements for the last parts (5 into 4) leaves them short or empty, never
+    of negative size."""
+    from onnx import TensorProto
+    from onnx import helper as oh
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"y{i}" for i in range(count)]
+    node = oh.make_node("Split", ["x"], names, num_outputs=count)
+    model = oh.make_model(oh.make_graph(
+        [node], "split", [oh.make_tensor_value_info("x", TensorProto.FLOAT, (dim,))],
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names]),
+        opset_imports=[oh.make_opsetid("", 18)])
+    array = np.arange(dim, dtype=np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"x": array})
+    graph, x = graph_with(array)
+    check(make(graph, "Split", [x], {"num_outputs": count}, version=18, outputs=count),
+          [np.asarray(part) for part in expected])
+
+
+@pytest.mark.parametrize("name", ["test_affine_grid_3d_expanded",
+                                  "test_affine_grid_3d_align_corners_expanded"])
+def test_affine_grid_expansion_imports_with_its_untaken_split_branch_typed(name):
+    """The expansion's 2-d branch splits the 5-d size into 4 parts: 2, 2, 1 and 0, not -1.
+    Its grid's shape depends on the size input's value, so it stays unknown."""
+    case = node_cases("affinegrid")[name]
+    ir = import_alone(case.model)
+    branches = [graph for graph in ir.graphs if graph is not ir.main_graph]
+    shapes = {t.id.rsplit("_", 2)[-2]: t.shape for graph in branches for t in graph.tensors
+              if t.id.endswith("_then") and t.id.rsplit("_", 2)[-2] in ("N", "C", "H", "W")}
+    assert shapes == {"N": (2,), "C": (2,), "H": (1,), "W": (0,)}
+    assert output_types(ir) == [("float32", None)]
 
 
 # -- patterns -------------------------------------------------------------------------------
