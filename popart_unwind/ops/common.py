@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import Any
 
 import numpy as np
 
@@ -40,18 +39,30 @@ COMPUTED_VALUE_ELEMENTS = 1 << 10
 COMPUTED_VALUE_DEPTH = 48
 
 
-def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH) -> np.ndarray | None:
+def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH,
+                   seen: dict[int, np.ndarray | None] | None = None) -> np.ndarray | None:
     """The value of ``tensor`` if it is a Const tensor or a small value computed from
     constants and known shapes (``Concat(Shape(x), [-1])``), else None.
 
     Expanded ONNX functions build their shape operands so; ONNX's inference propagates such
     values, and so do the shape rules through this. Each producer is evaluated by its own
     fold hook (the family states it), never by naming an op type here; ops with side
-    effects or random draws, and values that grow large, stop the evaluation.
+    effects or random draws, and values that grow large, stop the evaluation. ``seen``
+    remembers each tensor's answer within one evaluation, so shared producers are
+    evaluated once.
     """
     value = constant_value(tensor)
     if value is not None or tensor.producer is None or depth <= 0:
         return value
+    seen = {} if seen is None else seen
+    if id(tensor) not in seen:
+        seen[id(tensor)] = _evaluated(tensor, depth, seen)
+    return seen[id(tensor)]
+
+
+def _evaluated(tensor: Tensor, depth: int,
+               seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    """``tensor``'s value by its producer's fold hook (see :func:`computed_value`)."""
     from popart_unwind.ops.registry import REGISTRY  # the families register into it
 
     op = tensor.producer
@@ -60,13 +71,13 @@ def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH) -> np.ndar
             or op.called_graphs()):
         return None
     index = next((i for i, out in op.output_map().items() if out is tensor), None)
-    shape = tensor.shape if tensor.shape is not None else _ruled_shape(op, opdef, index)
-    if index is None or shape is None or prod(shape) > COMPUTED_VALUE_ELEMENTS:
-        return None  # only values known to be small are computed
+    if index is None or tensor.shape is None or prod(tensor.shape) > COMPUTED_VALUE_ELEMENTS:
+        return None  # only values typed as small are computed (inference types in order)
     inputs = op.input_map()
     operands: list[np.ndarray | None] = []
     for position in range(max(inputs, default=-1) + 1):
-        operand = computed_value(inputs[position], depth - 1) if position in inputs else None
+        operand = (computed_value(inputs[position], depth - 1, seen) if position in inputs
+                   else None)
         small = operand is not None and operand.size <= COMPUTED_VALUE_ELEMENTS
         operands.append(operand if small else None)
     try:
@@ -77,22 +88,9 @@ def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH) -> np.ndar
         return None
     result = results[index]
     if isinstance(result, Tensor):
-        return None if result is tensor else computed_value(result, depth - 1)
+        return None if result is tensor else computed_value(result, depth - 1, seen)
     result = np.asarray(result)
     return result if result.size <= COMPUTED_VALUE_ELEMENTS else None
-
-
-def _ruled_shape(op: Op, opdef: Any, index: int | None) -> tuple[int, ...] | None:
-    """Output ``index``'s shape by the op's shape rule, or None if it cannot say."""
-    if index is None or opdef.infer is None or any(t.shape is None for t in op.inputs):
-        return None
-    try:
-        inferred = list(opdef.infer(op))
-    except (PopartUnwindError, ValueError, TypeError, IndexError, ArithmeticError):
-        return None
-    if index >= len(inferred) or inferred[index][1] is None:
-        return None
-    return tuple(inferred[index][1])
 
 
 def constant_input(op: Op, index: int, what: str) -> np.ndarray:

@@ -173,3 +173,16 @@ def test_a_shape_operand_that_depends_on_data_or_a_variable_stays_undecided():
 def test_expanded_onnx_functions_get_their_shapes_from_our_rules_alone(module, name):
     case = node_cases(module)[name]
     assert output_types(import_alone(case.model)) == expected_types(case)
+
+
+def test_a_shape_operand_read_by_many_paths_is_evaluated_once_per_tensor():
+    """Thirty levels of Max(t, t) over Shape(x): 2**30 paths, thirty tensors."""
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3, 4))
+    target = onnx_op(graph, "Shape", [x]).output(0)
+    for _ in range(30):
+        target = onnx_op(graph, "Max", [target, target], version=13).output(0)
+    reshape = onnx_op(graph, "Reshape", [x, target])
+    infer_shapes(ir)
+    assert reshape.output(0).shape == (2, 3, 4)
