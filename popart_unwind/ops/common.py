@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import prod
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.errors import PopartUnwindError, ShapeError, ShapeUndecided
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 
@@ -32,11 +33,72 @@ def input_shape(op: Op, index: int) -> tuple[int, ...]:
     return tensor.shape
 
 
+#: A shape operand computed from shapes is evaluated only while it stays this small, and
+#: through at most ``COMPUTED_VALUE_DEPTH`` producers.
+COMPUTED_VALUE_ELEMENTS = 1 << 10
+COMPUTED_VALUE_DEPTH = 48
+
+
+def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH,
+                   seen: dict[int, np.ndarray | None] | None = None) -> np.ndarray | None:
+    """The value of ``tensor`` if it is a Const tensor or a small value computed from
+    constants and known shapes (``Concat(Shape(x), [-1])``), else None.
+
+    Expanded ONNX functions build their shape operands so; ONNX's inference propagates such
+    values, and so do the shape rules through this. Each producer is evaluated by its own
+    fold hook (the family states it), never by naming an op type here; ops with side
+    effects or random draws, and values that grow large, stop the evaluation. ``seen``
+    remembers each tensor's answer within one evaluation, so shared producers are
+    evaluated once.
+    """
+    value = constant_value(tensor)
+    if value is not None or tensor.producer is None or depth <= 0:
+        return value
+    seen = {} if seen is None else seen
+    if id(tensor) not in seen:
+        seen[id(tensor)] = _evaluated(tensor, depth, seen)
+    return seen[id(tensor)]
+
+
+def _evaluated(tensor: Tensor, depth: int,
+               seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    """``tensor``'s value by its producer's fold hook (see :func:`computed_value`)."""
+    from popart_unwind.ops.registry import REGISTRY  # the families register into it
+
+    op = tensor.producer
+    opdef = REGISTRY.lookup(op)
+    if (opdef is None or opdef.fold is None or opdef.random or opdef.has_side_effects(op)
+            or op.called_graphs()):
+        return None
+    index = next((i for i, out in op.output_map().items() if out is tensor), None)
+    if index is None or tensor.shape is None or prod(tensor.shape) > COMPUTED_VALUE_ELEMENTS:
+        return None  # only values typed as small are computed (inference types in order)
+    inputs = op.input_map()
+    operands: list[np.ndarray | None] = []
+    for position in range(max(inputs, default=-1) + 1):
+        operand = (computed_value(inputs[position], depth - 1, seen) if position in inputs
+                   else None)
+        small = operand is not None and operand.size <= COMPUTED_VALUE_ELEMENTS
+        operands.append(operand if small else None)
+    try:
+        results = opdef.fold(op, operands)
+    except (PopartUnwindError, ValueError, TypeError, IndexError, ArithmeticError):
+        return None
+    if results is None or index >= len(results):
+        return None
+    result = results[index]
+    if isinstance(result, Tensor):
+        return None if result is tensor else computed_value(result, depth - 1, seen)
+    result = np.asarray(result)
+    return result if result.size <= COMPUTED_VALUE_ELEMENTS else None
+
+
 def constant_input(op: Op, index: int, what: str) -> np.ndarray:
-    """The constant value of input ``index`` (e.g. Reshape's target shape), or ShapeError."""
+    """The value of input ``index`` (e.g. Reshape's target shape): a constant, or a small
+    value computed from constants and known shapes; ShapeUndecided if neither."""
     if not op.has_input(index):
         raise ShapeError(f"op {op.debug_name()} needs input {index} ({what})")
-    value = constant_value(op.input(index))
+    value = computed_value(op.input(index))
     if value is None:
         raise ShapeUndecided(f"op {op.debug_name()}: {what} (input {index}, "
                              f"{op.input(index).id!r}) must be a constant to know the shape",

@@ -125,6 +125,17 @@ def _fold_concat(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | No
     return unchanged(op, filled[0]) if len(filled) == 1 else None
 
 
+def num_outputs_sizes(dim: int, count: int) -> list[int]:
+    """Split's ``num_outputs`` parts of an axis of ``dim``: ``ceil(dim / count)`` elements
+    each, cut in order, so the last part is shorter. When too few elements remain for the
+    last parts (5 into 4: 2, 2, 1, 0), each part keeps what is left of the axis, as ONNX's
+    reference implementation slices it, rather than a negative size: such a Split sits in a
+    branch that never runs on these shapes (AffineGrid's expansion splits a 5-d size into
+    4 in its 2-d branch)."""
+    chunk = -(-dim // count) if count > 0 else 0
+    return [min(chunk, max(dim - chunk * part, 0)) for part in range(count)]
+
+
 def split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
     """The split axis and the size of each output along it."""
     axis = normalize_axis(op, int(op.attributes.get("axis", 0)), len(in_shape))
@@ -135,8 +146,7 @@ def split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
         sizes = ints(op.attributes["split"])
     elif op.type.version >= 18 and "num_outputs" in op.attributes:
         count = int(op.attributes["num_outputs"])
-        chunk = -(-dim // count) if count > 0 else 0
-        sizes = [chunk] * (count - 1) + [dim - chunk * (count - 1)]
+        sizes = num_outputs_sizes(dim, count)
     elif count and dim % count == 0:
         sizes = [dim // count] * count
     else:

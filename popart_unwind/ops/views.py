@@ -111,11 +111,17 @@ def _infer_reshape(op: Op) -> InferredOutputs:
     return [(_same_dtype(op), reshape_shape(op, input_shape(op, 0), reshape_target(op)))]
 
 
-def flatten_shape(op: Op, in_shape: Shape) -> Shape:
+def flatten_axis(op: Op, rank: int) -> int:
+    """ONNX Flatten's split point in ``[0, rank]``: a negative axis counts from the back
+    (``axis + rank``), so ``-1`` keeps the last dim apart, as ``rank - 1`` does."""
     axis = int(op.attributes.get("axis", 1))
-    if not -len(in_shape) <= axis <= len(in_shape):
-        raise ShapeError(f"op {op.debug_name()}: axis {axis} out of range for {in_shape}")
-    axis %= len(in_shape) + 1
+    if not -rank <= axis <= rank:
+        raise ShapeError(f"op {op.debug_name()}: axis {axis} out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def flatten_shape(op: Op, in_shape: Shape) -> Shape:
+    axis = flatten_axis(op, len(in_shape))
     return prod(in_shape[:axis]), prod(in_shape[axis:])
 
 

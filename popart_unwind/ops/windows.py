@@ -3,8 +3,9 @@ pools (``ops/pools.py``): the window attributes, the output sizes, a window's ge
 (``ConvGeometry``) and which window positions read which input elements.
 
 Output sizes follow ONNX's rule for every window (``pads``, ``strides``, ``dilations``,
-``auto_pad``, ``ceil_mode`` for pools, counted as ONNX's own shape inference counts them, so
-imported shapes agree).
+``auto_pad``, ``ceil_mode`` for pools, counted as ONNX's own shape inference counts them at
+the op's opset, so imported shapes agree: from opset 22 on, a ceil-mode window that would
+start in the end padding is dropped, as PyTorch drops it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def shape_window(op: Op, n: int) -> tuple[list[int], list[int], str, list[int]]:
     return strides, dilations, auto_pad, pads
 
 
+#: The opset from which ONNX's pools ignore a ceil-mode window that would start in the end
+#: padding ("Sliding windows that would start in the right padded region are ignored").
+DROPS_WINDOWS_IN_END_PADDING_SINCE = 22
+
+
+def drops_windows_in_end_padding(op: Op) -> bool:
+    """Whether a ceil-mode window starting in the end padding is ignored, as PyTorch
+    ignores it: ONNX says so from opset 22 on; its earlier pools (and ONNX's inference of
+    them) count that window, so models of those opsets keep their shapes."""
+    return op.type.version >= DROPS_WINDOWS_IN_END_PADDING_SINCE
+
+
 def spatial_dims(op: Op, x: tuple[int, ...], kernel: Sequence[int], ceil_mode: bool = False
                  ) -> list[int]:
     """Output sizes of a sliding window over the spatial axes (ONNX conv/pool rule)."""
@@ -61,9 +74,9 @@ def spatial_dims(op: Op, x: tuple[int, ...], kernel: Sequence[int], ceil_mode: b
         if padded < window:
             raise ShapeError(f"op {op.debug_name()}: window {window} is larger than the "
                              f"padded spatial axis {axis} ({padded})")
-        # As ONNX's own shape inference counts (it keeps a last ceil-mode window that would
-        # start in the end padding, where PyTorch drops it): imported shapes must agree.
         count = -(-(padded - window) // s) if ceil_mode else (padded - window) // s
+        if ceil_mode and count * s >= size + pads[axis] and drops_windows_in_end_padding(op):
+            count -= 1
         out.append(count + 1)
     return out
 

@@ -158,6 +158,8 @@ class _Driver:
         opdef = self.registry.lookup(op)
         rewriter = self.rewriter
         rules: list[tuple[str, Callable[[], Any]]] = [
+            (global_rules.TYPE_OUTPUTS,
+             partial(global_rules.type_outputs, op, opdef, rewriter)),
             (global_rules.DEAD_CODE, partial(global_rules.erase_if_dead, op, opdef, rewriter)),
             (global_rules.fold_rule_name(op),
              partial(global_rules.apply_fold, op, opdef, rewriter)),
@@ -165,13 +167,19 @@ class _Driver:
         ]
         rules += [(p.name, partial(p.match_and_rewrite, op, rewriter))
                   for p in self.registry.patterns_for(op) if p.roots_at(op)]
+        touched: list[Op] = []
         for name, rule in rules:
             if self.rewrites >= self.max_rewrites:
                 self.capped = True
-                return []
+                return touched
             if self._attempt(name, op, rule):
-                return self._after_change(name, op)
-        return []
+                if name != global_rules.TYPE_OUTPUTS:
+                    return touched + self._after_change(name, op)
+                touched += self._after_change(name, op)
+                if _alive(op.graph, op.id) is not op:  # erased with readers left dead
+                    return touched
+                # typed, the op may now fold: the other rules go on
+        return touched
 
     def _attempt(self, name: str, op: Op, rule: Callable[[], Any]) -> bool:
         """Run one rule and hold its claim of success against the rewriter's record."""

@@ -1,5 +1,8 @@
 """The rules MLIR's canonicalizer applies to every op, whatever its type, read for this IR.
 
+- untyped outputs: an op whose output has no shape yet gets its shape rule's answer as soon
+  as every input's shape is known (a fold may have just made a shape operand constant), so
+  folds and the replacements they make are checked against known shapes.
 - dead ops: an op none of whose outputs is read (graph outputs count as reads) and whose
   OpDef says it has no side effects is erased; ops the registry does not know are kept.
 - folding: an op's ``fold`` hook sees, per input, the constant value or None; what it
@@ -16,11 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from popart_unwind.errors import ShapeUndecided
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.rewrite.rewriter import Rewriter, is_constant
 
+TYPE_OUTPUTS = "type-outputs"
 DEAD_CODE = "dead-code"
 COMMUTE = "constant-operand-to-right"
 UNIQUE_CONSTANTS = "unique-constants"
@@ -36,6 +41,27 @@ def is_dead(op: Op, opdef: Any) -> bool:
     if opdef is None or opdef.has_side_effects(op):
         return False
     return not any(t.num_uses() or t.is_graph_output() for t in op.outputs)
+
+
+def type_outputs(op: Op, opdef: Any, rewriter: Rewriter) -> bool:
+    """Give the outputs that have no shape the op's shape rule's dtype and shape, once every
+    input's shape is known. Shape inference could not type them (a shape operand was not yet
+    constant); a fold upstream may since have made it so. A rule that cannot decide yet
+    changes nothing; one that finds the op inconsistent raises its ShapeError."""
+    if opdef is None or opdef.infer is None:
+        return False
+    untyped = {index: t for index, t in op.output_map().items() if t.shape is None}
+    if not untyped or any(t.shape is None for t in op.inputs):
+        return False
+    try:
+        inferred = list(opdef.infer(op))
+    except ShapeUndecided:
+        return False
+    for index, tensor in untyped.items():
+        if index < len(inferred) and inferred[index][1] is not None:
+            dtype, shape = inferred[index]
+            rewriter.set_type(tensor, dtype, shape)
+    return any(t.shape is not None for t in untyped.values())
 
 
 def erase_if_dead(op: Op, opdef: Any, rewriter: Rewriter) -> bool:

@@ -138,7 +138,8 @@ class Rewriter:
         if tensor.dtype == dtype and tensor.shape == shape:
             return
         tensor.dtype, tensor.shape = check_dtype(dtype, tensor.id), shape
-        self._record(f"{tensor.id!r} is now {dtype} {shape}")
+        # its readers may fold, or be typed, now that the shape is known
+        self._record(f"{tensor.id!r} is now {dtype} {shape}", tensor.consumers)
 
     def set_tile_mapping(self, tensor: Tensor,
                          mapping: TileMapping | TileIntervals | None) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
+from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
 from op_building import build, shapes_of
 
 from popart_unwind.errors import ShapeError
@@ -88,11 +89,11 @@ def pool_case(draw):
 
 
 @SETTINGS
-@given(pool_case())
-def test_pool_shape_agrees_with_onnx_inference(case):
+@given(pool_case(), st.sampled_from([19, 22]))
+def test_pool_shape_agrees_with_onnx_inference(case, version):
     op_type, specs, attributes = case
-    assert ours(op_type, specs, attributes, 1, 19) == onnx_shapes(op_type, specs, attributes,
-                                                                  1, 19)
+    assert ours(op_type, specs, attributes, 1, version) == onnx_shapes(
+        op_type, specs, attributes, 1, version)
 
 
 @SETTINGS
@@ -105,6 +106,35 @@ def test_conv_transpose_agrees_with_onnx_inference(spatial, stride, kernel, pad,
         attributes["output_padding"] = [1] * spatial
     expected = onnx_shapes("ConvTranspose", [x, w], attributes, 1, 18)
     assert ours("ConvTranspose", [x, w], attributes, 1, 18) == expected
+
+
+@pytest.mark.parametrize(("module", "name"), [
+    ("averagepool", "test_averagepool_2d_ceil"),
+    ("averagepool", "test_averagepool_2d_ceil_last_window_starts_on_pad"),
+    ("averagepool", "test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True"),
+    ("maxpool", "test_maxpool_2d_ceil"),
+    ("maxpool", "test_maxpool_2d_ceil_output_size_reduce_by_one"),
+])
+def test_ceil_mode_pools_give_the_shapes_of_onnx_node_tests(module, name):
+    case = node_cases(module)[name]
+    for ir in import_every_way(case.model):
+        assert output_types(ir) == expected_types(case)
+
+
+def test_ceil_mode_drops_a_last_window_that_would_start_in_the_end_padding_from_opset_22():
+    # 2 elements, pads 1 and 1, windows of 3 every 3: the second window would start at
+    # padded position 3, past the data (1 and 2) and in the end padding
+    attributes = {"kernel_shape": [3], "strides": [3], "pads": [1, 1], "ceil_mode": 1}
+    assert shapes_of("AveragePool", [(1, 1, 2)], attributes, version=22) == [
+        ("float32", (1, 1, 1))]
+    # a window starting on the last element stays, although it reaches past the padding
+    attributes = {"kernel_shape": [3], "strides": [2], "ceil_mode": 1}
+    assert shapes_of("MaxPool", [(1, 1, 5)], attributes, version=22) == [("float32", (1, 1, 2))]
+    assert shapes_of("MaxPool", [(1, 1, 6)], attributes, version=22) == [("float32", (1, 1, 3))]
+    # before opset 22, ONNX (its spec and its inference) counts the window in the padding
+    attributes = {"kernel_shape": [1], "strides": [2], "ceil_mode": 1}
+    assert shapes_of("MaxPool", [(1, 1, 2)], attributes, version=19) == [("float32", (1, 1, 2))]
+    assert shapes_of("MaxPool", [(1, 1, 2)], attributes, version=22) == [("float32", (1, 1, 1))]
 
 
 def test_max_pool_indices_are_int64_and_global_pool_keeps_rank():
@@ -138,9 +168,9 @@ def window_case(draw):
                 bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
 
 
-def _fold(op_type, arrays, attributes, outputs=1):
+def _fold(op_type, arrays, attributes, outputs=1, version=18):
     op = build(op_type, [a.shape if a is not None else None for a in arrays], attributes,
-               outputs)
+               outputs, version)
     infer_op(op)
     return REGISTRY.lookup(op).fold(op, [None if a is None else np.asarray(a)
                                          for a in arrays])
@@ -204,3 +234,28 @@ def test_max_pool_fold_gives_torchs_values_and_flat_indices(case):
                                                       *[1] * case["spatial"]) * plane
     np.testing.assert_array_equal(result[1] - indices.numpy(), np.broadcast_to(
         base, indices.shape))
+
+
+@settings(max_examples=60, deadline=None)
+@given(window_case(), st.sampled_from(["MaxPool", "AveragePool"]))
+def test_ceil_mode_pool_shapes_and_max_pool_fold_agree_with_torch_from_opset_22(case, op_type):
+    torch = pytest.importorskip("torch")
+
+    x = torch.randn(1, case["channels"], *case["sizes"],
+                    generator=torch.Generator().manual_seed(case["seed"]))
+    kernel, pads = case["kernel"], [min(p, k // 2) for p, k in zip(case["pads"],
+                                                                 case["kernel"], strict=True)]
+    attributes = {"kernel_shape": kernel, "strides": case["strides"], "pads": pads * 2,
+                  "ceil_mode": 1}
+    functional = torch.nn.functional
+    if op_type == "AveragePool":
+        pool = [functional.avg_pool1d, functional.avg_pool2d][case["spatial"] - 1]
+        expected = pool(x, kernel, case["strides"], pads, ceil_mode=True)
+        assert shapes_of(op_type, [tuple(x.shape)], attributes, version=22) == [
+            ("float32", tuple(expected.shape))]
+        return
+    pool = [functional.max_pool1d, functional.max_pool2d][case["spatial"] - 1]
+    expected = pool(x, kernel, case["strides"], pads, case["dilations"], ceil_mode=True)
+    [values] = _fold("MaxPool", [x.numpy()], {**attributes, "dilations": case["dilations"]},
+                     version=22)
+    np.testing.assert_array_equal(values, expected.numpy())

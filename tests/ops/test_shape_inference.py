@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx_node_cases import expected_types, import_alone, node_cases, output_types
 
 from popart_unwind.errors import IrError, ShapeError
 from popart_unwind.ir import GRAPHCORE_DOMAIN, Ir, OpType
@@ -131,3 +132,57 @@ def test_inference_is_deterministic_json():
         infer_shapes(ir)
         texts.add(ir.to_json())
     assert len(texts) == 1
+
+
+# -- shape operands computed from shapes ----------------------------------------------------
+def test_a_shape_operand_computed_from_shapes_and_constants_decides_the_shape():
+    """Reshape x (2, 3, 4) to Concat(Shape(x)[:1], [-1]): (2, 12), as ONNX's inference
+    propagates the value, with no Const tensor for the target."""
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3, 4))
+    shape = onnx_op(graph, "Shape", [x], {"end": 1}).output(0)
+    rest = graph.add_constant("rest", np.array([-1], np.int64))
+    target = onnx_op(graph, "Concat", [shape, rest], {"axis": 0}).output(0)
+    reshape = onnx_op(graph, "Reshape", [x, target])
+    graph.mark_output(reshape.output(0))
+    infer_shapes(ir)
+    assert reshape.output(0).shape == (2, 12)
+
+
+def test_a_shape_operand_that_depends_on_data_or_a_variable_stays_undecided():
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3, 4))
+    streamed = graph.add_input("target", "int64", (2,))
+    weight = graph.add_variable("weight", np.array([2, 12], np.int64))
+    doubled = onnx_op(graph, "Add", [weight, weight]).output(0)
+    by_stream = onnx_op(graph, "Reshape", [x, streamed])
+    by_variable = onnx_op(graph, "Reshape", [x, doubled])
+    infer_shapes(ir)
+    assert by_stream.output(0).shape is None and by_variable.output(0).shape is None
+
+
+@pytest.mark.parametrize(("module", "name"), [
+    ("attention", "test_attention_3d_expanded"),
+    ("attention", "test_attention_4d_attn_mask_expanded"),
+    ("rotaryembedding", "test_rotary_embedding_expanded"),
+    ("groupnormalization", "test_group_normalization_example_expanded"),
+    ("flexattention", "test_flexattention_expanded_ver26"),
+])
+def test_expanded_onnx_functions_get_their_shapes_from_our_rules_alone(module, name):
+    case = node_cases(module)[name]
+    assert output_types(import_alone(case.model)) == expected_types(case)
+
+
+def test_a_shape_operand_read_by_many_paths_is_evaluated_once_per_tensor():
+    """Thirty levels of Max(t, t) over Shape(x): 2**30 paths, thirty tensors."""
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3, 4))
+    target = onnx_op(graph, "Shape", [x]).output(0)
+    for _ in range(30):
+        target = onnx_op(graph, "Max", [target, target], version=13).output(0)
+    reshape = onnx_op(graph, "Reshape", [x, target])
+    infer_shapes(ir)
+    assert reshape.output(0).shape == (2, 3, 4)

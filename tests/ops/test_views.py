@@ -9,6 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
+from onnx_node_cases import (
+    expected_types,
+    import_alone,
+    import_every_way,
+    node_cases,
+    output_types,
+)
 from op_building import computing_ops, folded_to, passed_on_ids
 
 from popart_unwind.errors import ShapeError
@@ -125,9 +132,26 @@ def test_flatten_matches_numpy(shape, data):
     array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
     axis = data.draw(st.integers(-len(shape), len(shape)))
     graph, x = graph_with(array)
-    cut = axis % (len(shape) + 1)
+    cut = axis + len(shape) if axis < 0 else axis  # ONNX: a negative axis counts from the back
     expected = array.reshape(int(np.prod(shape[:cut])), int(np.prod(shape[cut:])))
     check(make(graph, "Flatten", [x], {"axis": axis}), expected)
+
+
+@pytest.mark.parametrize("name", ["test_flatten_negative_axis1", "test_flatten_negative_axis2",
+                                  "test_flatten_negative_axis3", "test_flatten_negative_axis4",
+                                  "test_flatten_axis2", "test_flatten_default_axis"])
+def test_flatten_gives_the_shapes_of_onnx_node_tests(name):
+    case = node_cases("flatten")[name]
+    for ir in import_every_way(case.model):
+        assert output_types(ir) == expected_types(case)
+
+
+def test_flatten_with_a_negative_axis_folds_and_lays_out_as_numpy_reshapes():
+    array = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    graph, x = graph_with(array)
+    op = make(graph, "Flatten", [x], {"axis": -1})
+    check(op, array.reshape(6, 4))
+    assert REGISTRY.lookup(op).layout.steps(op, 0) == [("reshape", (6, 4))]
 
 
 @given(st.lists(st.sampled_from([1, 1, 2, 3]), max_size=5).map(tuple), st.data(),
@@ -262,6 +286,42 @@ def test_split_without_sizes_cuts_evenly_and_num_outputs_leaves_a_short_last_par
           [array[:3], array[3:]])
     with pytest.raises(ShapeError, match="cannot split 10 evenly into 3"):
         make(graph, "Split", [x], outputs=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 12), st.integers(1, 6))
+def test_split_into_num_outputs_slices_as_onnxs_reference_implementation(dim, count):
+    """Too few elements for the last parts (5 into 4) leaves them short or empty, never
+    of negative size."""
+    from onnx import TensorProto
+    from onnx import helper as oh
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"y{i}" for i in range(count)]
+    node = oh.make_node("Split", ["x"], names, num_outputs=count)
+    model = oh.make_model(oh.make_graph(
+        [node], "split", [oh.make_tensor_value_info("x", TensorProto.FLOAT, (dim,))],
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names]),
+        opset_imports=[oh.make_opsetid("", 18)])
+    array = np.arange(dim, dtype=np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"x": array})
+    graph, x = graph_with(array)
+    check(make(graph, "Split", [x], {"num_outputs": count}, version=18, outputs=count),
+          [np.asarray(part) for part in expected])
+
+
+@pytest.mark.parametrize("name", ["test_affine_grid_3d_expanded",
+                                  "test_affine_grid_3d_align_corners_expanded"])
+def test_affine_grid_expansion_imports_with_its_untaken_split_branch_typed(name):
+    """The expansion's 2-d branch splits the 5-d size into 4 parts: 2, 2, 1 and 0, not -1.
+    Its grid's shape depends on the size input's value, so it stays unknown."""
+    case = node_cases("affinegrid")[name]
+    ir = import_alone(case.model)
+    branches = [graph for graph in ir.graphs if graph is not ir.main_graph]
+    shapes = {t.id.rsplit("_", 2)[-2]: t.shape for graph in branches for t in graph.tensors
+              if t.id.endswith("_then") and t.id.rsplit("_", 2)[-2] in ("N", "C", "H", "W")}
+    assert shapes == {"N": (2,), "C": (2,), "H": (1,), "W": (0,)}
+    assert output_types(ir) == [("float32", None)]
 
 
 # -- patterns -------------------------------------------------------------------------------

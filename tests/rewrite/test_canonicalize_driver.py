@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
 
 from popart_unwind.errors import CanonicalizationError
 from popart_unwind.ir import Ir, OpType
@@ -214,6 +215,54 @@ def test_a_fold_giving_the_wrong_shape_is_caught():
     ir, _ = one_op_graph(registry)
     with pytest.raises(CanonicalizationError, match=r"\(float32 \(2,\)\) cannot be replaced"):
         canonicalize(ir, registry)
+
+
+def shape_operand_ir(output_shape):
+    """x (2, 3, 4) reshaped to ``Shape(y)`` of a y (6, 4), then passed on by an Identity to
+    an output typed ``output_shape``: the reshape's shape is unknown until Shape folds."""
+    ir = Ir()
+    graph = ir.main_graph
+    x = graph.add_input("x", "float32", (2, 3, 4))
+    y = graph.add_input("y", "float32", (6, 4))
+    target = make(graph, "Shape", [y]).output(0)
+    reshape = graph.create_op(OpType("ai.onnx", "Reshape", 13), [x, target], 1)
+    reshaped = reshape.output(0)
+    reshaped.dtype = "float32"  # typed by dtype only, as inference leaves it
+    identity = graph.create_op(OpType("ai.onnx", "Identity", 13), [reshaped], 1)
+    out = identity.output(0)
+    out.dtype, out.shape = "float32", output_shape
+    graph.mark_output(out)
+    return ir, out.id
+
+
+def test_an_output_whose_shape_waits_for_a_fold_is_typed_before_it_is_replaced():
+    ir, name = shape_operand_ir((6, 4))
+    stats = canonicalize(ir, REGISTRY, test_convergence=True)
+    graph = ir.main_graph
+    [op] = graph.ops
+    assert op.type.name == "Reshape" and op.input(1).data.tolist() == [6, 4]
+    assert graph.output_ids == [name] and graph.outputs[0].shape == (6, 4)
+    assert dict(stats.applied)["type-outputs"] == 1
+
+
+def test_a_replacement_contradicting_a_typed_output_is_still_refused():
+    ir, _ = shape_operand_ir((4, 6))
+    with pytest.raises(CanonicalizationError, match=r"\(float32 \(4, 6\)\) cannot be replaced"):
+        canonicalize(ir, REGISTRY)
+
+
+@pytest.mark.parametrize(("module", "name"), [
+    ("softmax_cross_entropy_loss", "test_sce_none_log_prob_expanded"),
+    ("softmax_cross_entropy_loss", "test_sce_mean_weight_ii_4d_log_prob_expanded"),
+    ("softmax_cross_entropy_loss", "test_sce_NCd1d2d3d4d5_mean_weight_log_prob_expanded"),
+    ("attention", "test_attention_4d_gqa_causal_nonpad_decode_expanded"),
+])
+def test_expanded_onnx_losses_and_attention_canonicalize_keeping_their_outputs(module, name):
+    case = node_cases(module)[name]
+    for ir in import_every_way(case.model):
+        canonicalize(ir, REGISTRY)
+        assert ir.main_graph.output_ids == [o.name for o in case.model.graph.output]
+        assert output_types(ir) == expected_types(case)
 
 
 # -- global rules -------------------------------------------------------------------------
