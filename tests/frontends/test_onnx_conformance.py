@@ -10,7 +10,6 @@ are what the benchmark (``benchmarks/onnx_conformance.py``) counts over all 1,88
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -33,34 +32,12 @@ FAMILIES = frozenset({
     "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
 })
 
-_FLATTEN_NEGATIVE_AXIS = "Flatten with a negative axis gets the wrong shape"
-#: Cases whose shape rules are known to be wrong today, by a pattern matching exactly them.
-KNOWN_WRONG = {
-    r"test_flatten_negative_axis\d": _FLATTEN_NEGATIVE_AXIS,
-    r"test_layer_normalization_\w*(negative_\d|default_axis)\w*_expanded(_ver18)?":
-        _FLATTEN_NEGATIVE_AXIS + " (in LayerNormalization's expansion)",
-    r"test_averagepool_2d_ceil_last_window_starts_on_pad":
-        "AveragePool with ceil_mode keeps a last window that starts in the padding",
-    r"test_maxpool_2d_ceil_output_size_reduce_by_one":
-        "MaxPool with ceil_mode keeps a last window that starts in the padding",
-}
-
 CASES = [case for case in judge.conformance_cases() if case.op_type in FAMILIES]
 
 
-def _known_wrong(name: str) -> str | None:
-    return next((reason for pattern, reason in KNOWN_WRONG.items()
-                 if re.fullmatch(pattern, name)), None)
-
-
 def _params() -> list:
-    params = []
-    for case in CASES:
-        reason = _known_wrong(case.name)
-        marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-        params += [pytest.param(case, view, id=f"{case.name}-{view}", marks=marks)
-                   for view in judge.VIEWS]
-    return params
+    return [pytest.param(case, view, id=f"{case.name}-{view}")
+            for case in CASES for view in judge.VIEWS]
 
 
 @pytest.mark.parametrize(("case", "view"), _params())
@@ -74,11 +51,3 @@ def test_node_case_matches_onnx(case: judge.ConformanceCase, view: str) -> None:
 def test_families_are_covered() -> None:
     """Every listed family has node tests (a renamed op would silently test nothing)."""
     assert {case.op_type for case in CASES} == FAMILIES
-
-
-def test_known_wrong_patterns_name_cases() -> None:
-    """Each known-wrong pattern still matches some case of the families (so that fixed or
-    renamed cases are noticed)."""
-    names = [case.name for case in CASES]
-    for pattern in KNOWN_WRONG:
-        assert any(re.fullmatch(pattern, name) for name in names), pattern
