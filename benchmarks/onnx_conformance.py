@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-CASES_DIR = Path(__file__).resolve().parent.parent / "tests" / "frontends"
+CASES_DIR = Path(__file__).resolve().parent.parent / "tests"
 if str(CASES_DIR) not in sys.path:
     sys.path.insert(0, str(CASES_DIR))
 

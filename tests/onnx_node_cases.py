@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from unittest import mock
 
 import numpy as np
 import onnx
-import onnx.shape_inference
 from onnx.backend.test.case.test_case import TestCase
+from onnx_conformance_cases import onnx_inference_unavailable, without_declared_shapes
 
 from popart_unwind.ir import Ir
 
@@ -35,25 +34,10 @@ def node_cases(module: str) -> dict[str, TestCase]:
     return {case.name: case for case in cases}
 
 
-def without_declared_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose outputs and value infos say nothing about shapes."""
-    bare = onnx.ModelProto()
-    bare.CopyFrom(model)
-    for output in bare.graph.output:
-        if output.type.HasField("tensor_type"):
-            output.type.tensor_type.ClearField("shape")
-    del bare.graph.value_info[:]
-    return bare
-
-
-def _no_onnx_inference(*args: object, **kwargs: object) -> onnx.ModelProto:
-    raise RuntimeError("ONNX's shape inference is switched off for this test")
-
-
 def import_alone(model: onnx.ModelProto) -> Ir:
     """``model`` imported with our shape rules alone (no ONNX inference, no declared
     output shapes)."""
-    with mock.patch.object(onnx.shape_inference, "infer_shapes", _no_onnx_inference):
+    with onnx_inference_unavailable():
         return Ir.from_onnx(without_declared_shapes(model))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from popart_unwind.ops.shape_folding import refuse_value_dependent_shapes
 from popart_unwind.ops.shape_inference import infer_shapes
 
 from .base import ALL_CONDITIONS, Transform
@@ -23,7 +24,10 @@ class InferShapes(Transform):
 
     Guarantees SHAPES_KNOWN (a rule that cannot type an op raises ShapeError naming it;
     an opaque op keeps the shapes its model gave, so one without them breaks the guarantee
-    and the checker names the tensor). Preserves every other condition because it writes
+    and the checker names the tensor); a model whose shapes depend on what a graph input
+    holds, not only on its shape, is refused naming that input (DynamicShapeError): the
+    import keeps such a model, as ONNX's shape inference does, but nothing can be planned
+    for it. Preserves every other condition because it writes
     only dtypes and shapes: no op is added, removed, moved or rewired.
     """
 
@@ -33,4 +37,6 @@ class InferShapes(Transform):
     preserves = ALL_CONDITIONS
 
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
-        return infer_shapes(graph.ir, self.op_registry, rewriter=rewriter)
+        changed = infer_shapes(graph.ir, self.op_registry, rewriter=rewriter)
+        refuse_value_dependent_shapes(graph.ir, self.op_registry)
+        return changed

@@ -34,7 +34,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
 from popart_unwind.ir.tensor import Tensor, TensorType
-from popart_unwind.ops.shape_folding import fold_shape_computations, value_dependent_shape
+from popart_unwind.ops.shape_folding import fold_shape_computations
 from popart_unwind.ops.shape_inference import infer_shapes
 from popart_unwind.options import SessionOptions
 
@@ -58,8 +58,9 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     ``InputShapeInfo``), input by input; ``dims`` fixes them by name (an exporter's
     ``dim_param``, e.g. ``{"batch": 2, "sequence": 128}``) in every input that has them.
     Shape computations the model does at run time are then folded
-    (``ops/shape_folding.py``); a dimension left symbolic, or a shape that depends on what
-    an input holds, is refused with a DynamicShapeError. ``base_dir`` is where a
+    (``ops/shape_folding.py``); a dimension left symbolic is refused with a
+    DynamicShapeError (a shape that depends on what an input holds is kept unknown, as
+    ONNX's inference keeps it, and refused by InferShapes before planning). ``base_dir`` is where a
     ModelProto's external data lives (a path's own folder is used otherwise). Raises
     ModelImportError with one line saying what is wrong; UnsupportedModelError for an IR
     version or opset the installed onnx does not know, no default-domain opset import, or
@@ -79,7 +80,6 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
         _Importer(ir, proto, folder, initializers, spans).run()
         infer_shapes(ir, trust_seeded=True)
         fold_shape_computations(ir)
-        refuse_value_dependent_shapes(ir)
     except ModelImportError:
         raise
     except (IrError, ShapeError) as error:
@@ -353,20 +353,6 @@ def _no_static_type(value: onnx.ValueInfoProto) -> str:
             f"give its shape: {by_name}{'or ' if by_name else ''}--input-shape "
             f"{value.name}=D1,D2,... on the command line, {python}"
             f"input_shapes={{{value.name!r}: [...]}} from Python")
-
-
-def refuse_value_dependent_shapes(ir: Ir) -> None:
-    """Refuse a model whose shapes stay unknown after folding because they depend on what
-    a graph input holds (a Reshape to a shape read from an input, say), naming the input."""
-    found = value_dependent_shape(ir)
-    if found is None:
-        return
-    op, sources = found
-    names = ", ".join(repr(tensor.id) for tensor in sources)
-    inputs, whose = ("graph input", "its") if len(sources) == 1 else ("graph inputs", "their")
-    raise DynamicShapeError(f"the output shape of op {op.debug_name()} depends on the values "
-                            f"of {inputs} {names}, not only on {whose} shapes; shapes must be "
-                            f"known before running (export the model with that value fixed)")
 
 
 # -- building graphs ----------------------------------------------------------------------------

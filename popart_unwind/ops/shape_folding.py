@@ -16,7 +16,7 @@ is left to the canonicalizer), and no op with side effects or random draws is to
 
 from __future__ import annotations
 
-from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
+from popart_unwind.errors import DynamicShapeError, IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
@@ -157,3 +157,17 @@ def _alive(op: Op) -> bool:
         return op.graph.op(op.id) is op
     except IrError:
         return False
+
+
+def refuse_value_dependent_shapes(ir: Ir, registry: OpRegistry = REGISTRY) -> None:
+    """Refuse a model whose shapes stay unknown after folding because they depend on what
+    a graph input holds (a Reshape to a shape read from an input, say), naming the input."""
+    found = value_dependent_shape(ir, registry)
+    if found is None:
+        return
+    op, sources = found
+    names = ", ".join(repr(tensor.id) for tensor in sources)
+    inputs, whose = ("graph input", "its") if len(sources) == 1 else ("graph inputs", "their")
+    raise DynamicShapeError(f"the output shape of op {op.debug_name()} depends on the values "
+                            f"of {inputs} {names}, not only on {whose} shapes; shapes must be "
+                            f"known before running (export the model with that value fixed)")

@@ -10,14 +10,8 @@ are what the benchmark (``benchmarks/onnx_conformance.py``) counts over all 1,88
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import onnx_conformance_cases as judge
+import pytest
 
 #: The main op types whose node tests run here: the families models are made of.
 FAMILIES = frozenset({
