@@ -177,8 +177,8 @@ def test_validate_plan_needs_the_key():
 #: The registered op types with no layout rule today (docs/cli.md names them).
 REGISTERED_WITHOUT_RULE = {
     "Constant", "ConstantOfShape",
-    "CumSum", "Dropout", "Einsum", "GatherND",
-    "GlobalLpPool",
+    "CumSum", "Dropout", "Einsum", "EyeLike", "GatherND",
+    "GlobalLpPool", "InstanceNormalization", "LpNormalization", "LRN",
     "MatMulInteger", "NegativeLogLikelihoodLoss", "NonZero", "OneHot", "Pad", "Range",
     "Resize", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
 
