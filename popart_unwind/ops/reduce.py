@@ -317,14 +317,24 @@ def _infer_softmax(op: Op) -> list:
     return [(_floats(op, 0), shape)]
 
 
-def _fold_softmax(op: Op, constants) -> list | None:
-    x = constants[0]
-    if x is None or x.size > FOLD_MAX_ELEMENTS or x.ndim == 0:
+def _softmax_view(op: Op, x: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """The array a softmax-like op works on and the axis it normalises along: before opset
+    13 the input is seen as 2-D (axes before ``axis`` x the rest), from 13 as it is. None
+    when the input is too large to fold or a scalar."""
+    if x.size > FOLD_MAX_ELEMENTS or x.ndim == 0:
         return None
     axis = _softmax_axis(op, x.ndim)
-    # Before opset 13 the input is seen as 2-D: axes before ``axis`` x the rest.
-    work = x if op.type.version >= 13 else x.reshape(math.prod(x.shape[:axis]), -1)
-    reduce_axis = axis if op.type.version >= 13 else 1
+    if op.type.version >= 13:
+        return x, axis
+    return x.reshape(math.prod(x.shape[:axis]), -1), 1
+
+
+def _fold_softmax(op: Op, constants) -> list | None:
+    x = constants[0]
+    view = None if x is None else _softmax_view(op, x)
+    if view is None:
+        return None
+    work, reduce_axis = view
     shifted = work - work.max(axis=reduce_axis, keepdims=True)
     log_sum = np.log(np.exp(shifted).sum(axis=reduce_axis, keepdims=True))
     log_probs = shifted - log_sum
@@ -336,11 +346,10 @@ def _fold_hardmax(op: Op, constants) -> list | None:
     """ONNX's Hardmax: 1 where the first maximum along the axis lies (before opset 13, along
     the 2-D view's rows, as Softmax), 0 elsewhere."""
     x = constants[0]
-    if x is None or x.size > FOLD_MAX_ELEMENTS or x.ndim == 0:
+    view = None if x is None else _softmax_view(op, x)
+    if view is None:
         return None
-    axis = _softmax_axis(op, x.ndim)
-    work = x if op.type.version >= 13 else x.reshape(math.prod(x.shape[:axis]), -1)
-    along = axis if op.type.version >= 13 else 1
+    work, along = view
     result = np.zeros_like(work)
     if work.size:
         first = np.expand_dims(np.argmax(work, axis=along), along)
