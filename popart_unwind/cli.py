@@ -114,7 +114,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                              "or more, or a model placed on several IPUs)")
     parser.add_argument("--algo", metavar="NAME", default=None,
                         help="unwinding solver: " + ", ".join(_algorithms())
-                        + " (default: the session option, deferral)")
+                        + f" (default: the session option, {_default_algorithm()})")
     parser.add_argument("--baseline", choices=("popart", "linear", "none"), default="popart",
                         help="compare with PopART's heuristic and linear mapping (popart, "
                              "the default), with linear mapping only, or with nothing")
@@ -141,6 +141,13 @@ def _algorithms() -> list[str]:
     from popart_unwind.unwind.solvers import SOLVERS
 
     return sorted(SOLVERS)
+
+
+def _default_algorithm() -> str:
+    """The solver a session uses unless told otherwise (what the plan file records)."""
+    from popart_unwind.options import SessionOptions
+
+    return SessionOptions().unwind_algorithm
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -143,3 +143,11 @@ def test_demo_takes_options_too(out_dir):
     from popart_unwind.cli import main
     assert main(["demo", "--tiles", "16", "--quiet", "--option",
                  "unwind_algorithm=greedy0"], stdout=out) == 0
+
+
+def test_plan_help_names_the_solver_sessions_use_by_default(capsys):
+    from popart_unwind.options import SessionOptions
+
+    assert run("plan", "--help")[0] == 0
+    shown = " ".join(capsys.readouterr().out.split())  # argparse prints help itself
+    assert f"(default: the session option, {SessionOptions().unwind_algorithm})" in shown
