@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
+from onnx_node_cases import expected_types, import_alone, node_cases, output_types
 
 from popart_unwind import transforms
 from popart_unwind.errors import DynamicShapeError, ModelImportError
@@ -157,3 +158,13 @@ def test_wrong_dims_are_refused_in_one_line(dims, words):
     assert "\n" not in message
     for word in words:
         assert word in message
+
+
+@pytest.mark.parametrize("name", ["test_rms_normalization_2d_axis_negative_1_expanded",
+                                  "test_rms_normalization_4d_axis_negative_3_expanded"])
+def test_a_reduction_over_axes_computed_from_a_shape_is_typed_by_the_import_folds(name):
+    """RMSNormalization's expansion reduces over ``Range(axis, Size(Shape(X)))``: a chain no
+    shape rule computes on its own (unfolded, the ReduceMean stays untyped). Folded at
+    import, the output gets ONNX's shape with our rules alone."""
+    case = node_cases("rmsnormalization")[name]
+    assert output_types(import_alone(case.model)) == expected_types(case)
