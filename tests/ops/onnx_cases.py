@@ -3,14 +3,12 @@ backend node test cases (one-node models with inputs and the outputs ONNX expect
 
 from __future__ import annotations
 
-import warnings
-from functools import lru_cache
-
 import numpy as np
 import onnx
 from onnx import helper as oh
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx_conformance_cases import onnx_node_tests
 
 from popart_unwind.ir import Ir, OpType
 from popart_unwind.ops import REGISTRY
@@ -67,18 +65,9 @@ def folded(op_type: str, inputs: list[np.ndarray | None], attributes: dict, vers
     return shapes, values
 
 
-@lru_cache(maxsize=1)
-def _all_cases() -> tuple:
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return tuple(collect_testcases())
-
-
 def backend_cases(op_type: str) -> list:
     """ONNX's backend node test cases whose model is one ``op_type`` node."""
-    return [case for case in _all_cases()
+    return [case for case in onnx_node_tests()
             if [n.op_type for n in case.model.graph.node] == [op_type]]
 
 
