@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -101,10 +102,12 @@ template <typename T> void bindFills(py::module_ &m) {
 TileParams makeParams(std::size_t numTiles, std::size_t elementBytes, std::size_t grainElements,
                       std::size_t minElementsPerTile, std::size_t partialBytesPerElement,
                       std::size_t exchangeBytesPerCycle, std::size_t macsPerCycle,
-                      std::size_t syncCycles) {
+                      std::size_t syncCycles, bool vertexCosts,
+                      std::optional<std::size_t> tempBytesLimit) {
   const TileParams params{numTiles,         elementBytes,          grainElements,
                           minElementsPerTile, partialBytesPerElement, exchangeBytesPerCycle,
-                          macsPerCycle,     syncCycles};
+                          macsPerCycle,     syncCycles,            vertexCosts,
+                          tempBytesLimit.value_or(static_cast<std::size_t>(-1))};
   params.check();
   return params;
 }
@@ -119,7 +122,8 @@ PYBIND11_MODULE(_hooks, m) {
       .def(py::init(&makeParams), py::kw_only(), py::arg("num_tiles"), py::arg("element_bytes"),
            py::arg("grain_elements"), py::arg("min_elements_per_tile"),
            py::arg("partial_bytes_per_element"), py::arg("exchange_bytes_per_cycle"),
-           py::arg("macs_per_cycle"), py::arg("sync_cycles"))
+           py::arg("macs_per_cycle"), py::arg("sync_cycles"), py::arg("vertex_costs") = true,
+           py::arg("temp_bytes_limit") = py::none())
       .def_readonly("num_tiles", &TileParams::numTiles)
       .def_readonly("element_bytes", &TileParams::elementBytes)
       .def_readonly("grain_elements", &TileParams::grainElements)
@@ -127,7 +131,9 @@ PYBIND11_MODULE(_hooks, m) {
       .def_readonly("partial_bytes_per_element", &TileParams::partialBytesPerElement)
       .def_readonly("exchange_bytes_per_cycle", &TileParams::exchangeBytesPerCycle)
       .def_readonly("macs_per_cycle", &TileParams::macsPerCycle)
-      .def_readonly("sync_cycles", &TileParams::syncCycles);
+      .def_readonly("sync_cycles", &TileParams::syncCycles)
+      .def_readonly("vertex_costs", &TileParams::vertexCosts)
+      .def_readonly("temp_bytes_limit", &TileParams::tempBytesLimit);
 
   m.def(
       "plan_matmul",

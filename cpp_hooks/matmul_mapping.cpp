@@ -1,5 +1,7 @@
 #include "matmul_mapping.hpp"
 
+#include "vertex_costs.hpp"
+
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -103,7 +105,19 @@ MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
   const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
   const std::uint64_t nB = ceilDiv(shape.cols, splits.cols);
   MatmulCost cost;
-  cost.compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
+  if (params.vertexCosts) {
+    // The AMP vertex over the tile's block, then the reduce vertex adding the inner split's
+    // partials (or, unsplit, the cast of float partials to a half result).
+    cost.compute = ampMatmulCycles(params, gB, mB, kB, nB);
+    if (splits.inner > 1) {
+      cost.compute += reduceVertexCycles(ceilDiv(gB * mB * nB, splits.inner), splits.inner,
+                                         params.elementBytes > 2);
+    } else if (params.elementBytes <= 2) {
+      cost.compute += castVertexCycles(gB * mB * nB);
+    }
+  } else {
+    cost.compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
+  }
   // A tile already holds its own share of each operand block and receives the rest.
   const std::uint64_t lhsBlock = gB * mB * kB;
   const std::uint64_t rhsBlock = gB * kB * nB;
@@ -111,7 +125,9 @@ MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
       (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
   cost.exchange =
       ceilDiv(received * params.elementBytes, params.exchangeBytesPerCycle) + params.syncCycles;
-  cost.tempBytes = received * params.elementBytes;
+  // The vertex writes the tile's output block as float partials (Poplibs counts them as the
+  // convolution's temporary memory whether or not they are then reduced across tiles).
+  cost.tempBytes = received * params.elementBytes + gB * mB * nB * params.partialBytesPerElement;
   if (splits.inner > 1) {
     // Each of the gK tiles of an output block sums one share of it: it receives that share's
     // partials from the other gK - 1 tiles, and holds its own partial block meanwhile.
@@ -120,7 +136,7 @@ MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
     cost.reduction =
         ceilDiv(partials * params.partialBytesPerElement, params.exchangeBytesPerCycle) +
         params.syncCycles;
-    cost.tempBytes += (gB * mB * nB + partials) * params.partialBytesPerElement;
+    cost.tempBytes += partials * params.partialBytesPerElement;
   }
   return cost;
 }
@@ -149,8 +165,10 @@ std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
   for (const auto &axes : passes) {
     shapes.push_back(passShape(cube, axes));
   }
-  using Key = std::tuple<std::uint64_t, std::size_t, std::size_t, std::size_t, std::size_t,
-                         std::size_t>;
+  // As Poplibs' planner: the quickest partition whose temporary bytes on a tile stay within
+  // the limit in every pass; when none does, the one needing the fewest.
+  using Key = std::tuple<bool, std::uint64_t, std::uint64_t, std::size_t, std::size_t,
+                         std::size_t, std::size_t, std::size_t>;
   std::vector<Key> best; // sorted, at most `count`
   const std::size_t numTiles = params.numTiles;
   for (std::size_t gG = 1; gG <= std::min(cube.groups, numTiles); ++gG) {
@@ -162,10 +180,14 @@ std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
         for (std::size_t gN = 1; gN <= std::min(cube.cols, afterK); ++gN) {
           const MatmulSplits splits{gG, gM, gK, gN};
           std::uint64_t cycles = 0;
+          std::uint64_t tempBytes = 0;
           for (std::size_t p = 0; p < passes.size(); ++p) {
-            cycles += partitionCost(shapes[p], passSplits(splits, passes[p]), params).cycles();
+            const MatmulCost cost = partitionCost(shapes[p], passSplits(splits, passes[p]), params);
+            cycles += cost.cycles();
+            tempBytes = std::max(tempBytes, cost.tempBytes);
           }
-          const Key key{cycles, splits.tilesUsed(), gG, gM, gK, gN};
+          const bool over = tempBytes > params.tempBytesLimit;
+          const Key key{over, over ? tempBytes : 0, cycles, splits.tilesUsed(), gG, gM, gK, gN};
           if (best.size() == count && !(key < best.back())) {
             continue;
           }
@@ -179,7 +201,7 @@ std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
   }
   std::vector<MatmulSplits> result;
   for (const auto &key : best) {
-    result.push_back({std::get<2>(key), std::get<3>(key), std::get<4>(key), std::get<5>(key)});
+    result.push_back({std::get<4>(key), std::get<5>(key), std::get<6>(key), std::get<7>(key)});
   }
   return result;
 }

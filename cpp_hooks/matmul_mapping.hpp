@@ -41,7 +41,8 @@ void checkMatmulSplits(const MatmulShape &shape, const MatmulSplits &splits,
                        std::size_t numTiles);
 
 // What one partition of a matmul costs, in cycles of the busiest tile, and the temporary bytes
-// it needs on a tile: the multiply-accumulates; the exchange of the operand parts the tile does
+// it needs on a tile: the vertices' compute (Poplibs' AMP, reduce and cast estimates,
+// vertex_costs.hpp; or the multiply-accumulates at peak rate alone); the exchange of the operand parts the tile does
 // not hold, plus one sync; when the inner axis is split, the exchange of partial sums for the
 // reduction plus another sync; the received operand parts and the partial sums it holds.
 struct MatmulCost {

@@ -20,6 +20,10 @@ struct TileParams {
   std::size_t exchangeBytesPerCycle = 4;  // bytes one tile receives per cycle
   std::size_t macsPerCycle = 1;           // matmul: multiply-accumulates per tile per cycle
   std::size_t syncCycles = 0;             // cycles of one BSP sync
+  bool vertexCosts = true;                // matmul: Poplibs' vertex estimates, or peak MACs only
+  // matmul plans: a tile's temporary bytes the plan may use (Poplibs'
+  // availableMemoryProportion of the tile); over it, the plan of least temporary memory
+  std::size_t tempBytesLimit = static_cast<std::size_t>(-1);
 
   // Throws std::invalid_argument (Python: ValueError) naming the first figure out of range.
   void check() const {

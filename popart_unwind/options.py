@@ -159,6 +159,12 @@ class SessionOptions:
     #: later stage of its IPU is kept in a stash (Pipeline). Needs ``ipus`` > 1 (the
     #: transforms refuse it otherwise).
     enable_pipelining: bool = False
+    #: The share of a tile's memory a matmul or convolution plan may hold as temporary data
+    #: (PopART's ``availableMemoryProportion`` matmul and convolution option, 0.6 by default
+    #: as in Poplibs): plans, ours and the PopART baseline's, take the quickest partition
+    #: within it, or the one of least temporary memory when none is (0: always).
+    #: Per-op ``__available_memory_proportion`` attributes are not read.
+    available_memory_proportion: float = 0.6
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -188,6 +194,11 @@ class SessionOptions:
             if not (isinstance(value, int | float) and 0.0 <= value < float("inf")):
                 raise OptionError(f"option {name} must be a finite number >= 0; got "
                                   f"{value!r}")
+        proportion = self.available_memory_proportion
+        if (isinstance(proportion, bool) or not isinstance(proportion, int | float)
+                or not 0.0 <= proportion <= 1.0):
+            raise OptionError(f"option available_memory_proportion must be a number from 0 "
+                              f"to 1; got {proportion!r}")
 
     def _check_placement(self) -> None:
         if self.virtual_graph_mode not in VIRTUAL_GRAPH_MODES:

@@ -295,6 +295,11 @@ class TileMachine(abc.ABC):
         """Elements of ``dtype`` a tile's vector unit processes per cycle."""
 
     @abc.abstractmethod
+    def elementwise_cycles(self, elements: int, dtype: str) -> int:
+        """Cycles of one tile's vertex computing ``elements`` elements of ``dtype`` where
+        they lie (0 for none)."""
+
+    @abc.abstractmethod
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """``compute()``'s answer, computed once per key and read-only thereafter: rules
         ask the same matmul, table and convolution questions for every layer."""

@@ -25,6 +25,21 @@ DTYPE_SIZES: Mapping[str, int] = MappingProxyType({
 #: Graphcore quotes 320 GB/s of IPU-Link bandwidth per GC200 (chip to chip), at a clock of
 #: 1.35 GHz: 320·10⁹ / 1.35·10⁹ ≈ 237 bytes per cycle (docs/ipu-model.md).
 IPU_LINK_BYTES_PER_CYCLE = 237
+#: An exchange step's syncs on one IPU: two of 118 cycles each, as measured on a Mk2 IPU by
+#: the ELK artifact's cost model (docs/ipu-model.md).
+SYNC_CYCLES = 2 * 118
+#: Poplibs' default share of a tile's memory a matmul or convolution plan may use for
+#: temporary data (``availableMemoryProportion``, lib/poplin/ConvOptions.hpp).
+AVAILABLE_MEMORY_PROPORTION = 0.6
+#: Worker contexts of a tile: a supervisor vertex splits its elements over them, and each
+#: runs at a sixth of the tile's issue rate (Poplibs' cycle estimates count them so).
+WORKER_CONTEXTS = 6
+#: Poplibs' estimate of an elementwise supervisor vertex (``BinaryOp1D``,
+#: lib/popops/popopsCycleEstimators.cpp): fixed worker cycles for half and for float
+#: operands, and the supervisor's own (``basicOpSupervisorOverhead``).
+ELEMENTWISE_WORKER_CYCLES_HALF = 26
+ELEMENTWISE_WORKER_CYCLES_FLOAT = 29
+ELEMENTWISE_SUPERVISOR_CYCLES = 11
 #: An assumed sync across IPUs before an IpuCopy (docs/ipu-model.md says why this figure).
 IPU_COPY_SYNC_CYCLES = 1000
 
@@ -41,11 +56,17 @@ class IpuModel:
     """One IPU as the planner sees it (defaults: a Mk2 GC200).
 
     ``tiles_per_ipu`` and ``bytes_per_tile``: 1472 tiles of 624 KiB. ``exchange_bytes_per_cycle``:
-    bytes one tile receives per cycle. ``sync_cycles``: assumed cost of one BSP sync.
+    bytes one tile receives per cycle. ``sync_cycles``: the syncs of one exchange step.
     ``min_bytes_per_tile`` and ``grain_bytes``: Poplibs' linear mapping puts at least 128 bytes
     on a used tile, in grains of one 64-bit vector. ``macs_per_cycle_half`` / ``_float``:
     multiply-accumulates per tile per cycle of 2-byte and wider operands.
-    ``partial_bytes_per_element``: matmul partial sums are float32.
+    ``partial_bytes_per_element``: matmul partial sums are float32. ``vertex_costs``: a
+    matmul's compute as Poplibs estimates its vertices (AMP, reduce, cast: fixed costs per
+    vertex and per channel group beside the core loop), or ``False`` for the multiply-accumulates
+    at peak rate alone (the model before those estimates, kept for comparison).
+    ``available_memory_proportion``: the share of a tile's bytes a matmul plan may hold as
+    temporary data (Poplibs' option, 0.6 by default): its planner takes the quickest
+    partition within it, or the one of least temporary memory when none is (0: always).
 
     ``ipus``: how many such IPUs the machine joins (an IPU-M2000 holds 4).
     ``ipu_link_bytes_per_cycle`` and ``ipu_copy_sync_cycles``: what an IpuCopy between two
@@ -55,7 +76,7 @@ class IpuModel:
     tiles_per_ipu: int = 1472
     bytes_per_tile: int = 624 * 1024
     exchange_bytes_per_cycle: int = 4
-    sync_cycles: int = 90
+    sync_cycles: int = SYNC_CYCLES
     min_bytes_per_tile: int = 128
     grain_bytes: int = 8
     macs_per_cycle_half: int = 64
@@ -64,6 +85,8 @@ class IpuModel:
     ipus: int = 1
     ipu_link_bytes_per_cycle: int = IPU_LINK_BYTES_PER_CYCLE
     ipu_copy_sync_cycles: int = IPU_COPY_SYNC_CYCLES
+    vertex_costs: bool = True
+    available_memory_proportion: float = AVAILABLE_MEMORY_PROPORTION
     dtype_sizes: Mapping[str, int] = field(default_factory=lambda: DTYPE_SIZES, hash=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +96,14 @@ class IpuModel:
             _check_int(name, getattr(self, name), 1)
         for name in ("sync_cycles", "min_bytes_per_tile", "ipu_copy_sync_cycles"):
             _check_int(name, getattr(self, name), 0)
+        proportion = self.available_memory_proportion
+        if (isinstance(proportion, bool) or not isinstance(proportion, int | float)
+                or not 0 <= proportion <= 1):
+            raise TargetError(f"IpuModel.available_memory_proportion must be a number from 0 "
+                              f"to 1, got {proportion!r}")
+        if not isinstance(self.vertex_costs, bool):
+            raise TargetError(f"IpuModel.vertex_costs must be True or False, "
+                              f"got {self.vertex_costs!r}")
         if not isinstance(self.dtype_sizes, Mapping) or not self.dtype_sizes:
             raise TargetError(f"IpuModel.dtype_sizes must be a non-empty mapping, "
                               f"got {self.dtype_sizes!r}")
@@ -108,6 +139,23 @@ class IpuModel:
             return self.macs_per_cycle_half
         return self.macs_per_cycle_float
 
+    def elementwise_cycles(self, elements: int, dtype: str) -> int:
+        """One tile's elementwise vertex over ``elements`` elements of ``dtype``: with
+        ``vertex_costs``, Poplibs' BinaryOp1D estimate (the elements split over the six
+        workers, one vector per worker cycle after a fixed start, six worker cycles per tile
+        cycle, and the supervisor's cycles); without, one vector per cycle and nothing fixed.
+        Approximate for other ops: docs/ipu-model.md, "Cycles of a step"."""
+        if elements <= 0:
+            return 0
+        vector = self.grain_size(dtype)
+        if not self.vertex_costs:
+            return -(-elements // vector)
+        fixed = (ELEMENTWISE_WORKER_CYCLES_HALF if self.dtype_size(dtype) <= 2
+                 else ELEMENTWISE_WORKER_CYCLES_FLOAT)
+        per_worker = -(-elements // WORKER_CONTEXTS)
+        return (WORKER_CONTEXTS * (fixed + -(-per_worker // vector))
+                + ELEMENTWISE_SUPERVISOR_CYCLES)
+
     def tile_params(self, dtype: str) -> _hooks.TileParams:
         """Everything the C++ hooks need to lay out a tensor of ``dtype``, as one object."""
         self.dtype_size(dtype)  # an unknown (or unhashable) dtype is a TargetError
@@ -135,4 +183,6 @@ def _tile_params(model: IpuModel, dtype: str) -> _hooks.TileParams:
         min_elements_per_tile=model.min_elements_per_tile(dtype),
         partial_bytes_per_element=model.partial_bytes_per_element,
         exchange_bytes_per_cycle=model.exchange_bytes_per_cycle,
-        macs_per_cycle=model.macs_per_cycle(dtype), sync_cycles=model.sync_cycles)
+        macs_per_cycle=model.macs_per_cycle(dtype), sync_cycles=model.sync_cycles,
+        vertex_costs=model.vertex_costs,
+        temp_bytes_limit=int(model.available_memory_proportion * model.bytes_per_tile))

@@ -153,8 +153,8 @@ class LayoutRule:
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
         """What the op's tiles spend beyond receiving their inputs. The default is an op that
-        computes each element where it lies: its busiest tile's elements (of its largest
-        input or output there) at one vector per cycle; views compute nothing. An
+        computes each element where it lies: an elementwise vertex over its busiest tile's
+        elements (of its largest input or output there); views compute nothing. An
         approximation for every op but the matmuls and convolutions (docs/ipu-model.md)."""
         if self.aliases_outputs(op):
             return OpWork(0, 0)
@@ -165,8 +165,8 @@ class LayoutRule:
             flat = np.asarray(tiles).reshape(-1)
             if flat.size:
                 counts = tile_counts(flat, target.num_tiles)
-                busiest = max(busiest, -(-int(counts.max()) // target.vector_elements(
-                    tensor.dtype)))
+                busiest = max(busiest, target.elementwise_cycles(int(counts.max()),
+                                                                 tensor.dtype))
         return OpWork(busiest, 0)
 
     def persistent_outputs(self, op: Op) -> bool:

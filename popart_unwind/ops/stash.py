@@ -96,7 +96,7 @@ class StashRule(CopiedViewRule):
         if not flat.size:
             return OpWork(0, 0)
         busiest = int(tile_counts(flat, target.num_tiles).max())
-        return OpWork(-(-busiest // target.vector_elements(op.input(0).dtype)), 0)
+        return OpWork(target.elementwise_cycles(busiest, op.input(0).dtype), 0)
 
 
 class RestoreRule(CopiedViewRule):

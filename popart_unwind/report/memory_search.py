@@ -29,6 +29,7 @@ from popart_unwind.errors import PopartUnwindError
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import with_options
+from popart_unwind.report.session import machine_for
 
 #: The settings tried, each a list of ``--option`` assignments, cheapest first as
 #: measured on the benchmark models (benchmarks/RESULTS.md, memory_transforms).
@@ -132,7 +133,7 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
         try:
             ir.options = with_options(options, setting)
             baseline = transform(ir)
-            target = TileTarget(dataclasses.replace(model, ipus=ir.options.ipus))
+            target = TileTarget(machine_for(ir, model))
             plan = plan_ir(ir, target, write=False)
             report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
                                                     for p in plan.tensors},

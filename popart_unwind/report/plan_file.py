@@ -67,7 +67,8 @@ def target_entry(model: IpuModel) -> dict[str, Any]:
             "bytes_per_tile": model.bytes_per_tile,
             "exchange_bytes_per_cycle": model.exchange_bytes_per_cycle,
             "sync_cycles": model.sync_cycles, "min_bytes_per_tile": model.min_bytes_per_tile,
-            "grain_bytes": model.grain_bytes,
+            "grain_bytes": model.grain_bytes, "vertex_costs": model.vertex_costs,
+            "available_memory_proportion": model.available_memory_proportion,
             **({"ipus": model.ipus, "ipu_link_bytes_per_cycle": model.ipu_link_bytes_per_cycle,
                 "ipu_copy_sync_cycles": model.ipu_copy_sync_cycles} if model.ipus > 1 else {})}
 

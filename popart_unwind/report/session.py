@@ -255,10 +255,14 @@ def _decision(entry: Any, ipu: int) -> TensorDecision:
 
 
 def machine_for(ir: Ir, model: IpuModel) -> IpuModel:
-    """``model`` with as many IPUs as the session's options give (``ipus``)."""
-    if model.ipus == ir.options.ipus:
+    """``model`` with as many IPUs as the session's options give (``ipus``), and the share
+    of tile memory they give matmul plans (``available_memory_proportion``)."""
+    options = ir.options
+    if (model.ipus, model.available_memory_proportion) == (
+            options.ipus, options.available_memory_proportion):
         return model
-    return dataclasses.replace(model, ipus=ir.options.ipus)
+    return dataclasses.replace(model, ipus=options.ipus,
+                               available_memory_proportion=options.available_memory_proportion)
 
 
 def placed_options(ir: Ir, ipus: int | None, pipelined: bool = False) -> SessionOptions:

@@ -116,6 +116,13 @@ def test_an_option_reaches_the_planner(model_path, out_dir):
     assert json.loads(plan.read_text())["planner"]["algorithm"] == "greedy0"
 
 
+def test_the_available_memory_proportion_reaches_the_machine(model_path, out_dir):
+    plan = out_dir / "plan.json"
+    assert run("plan", str(model_path), "--out", str(plan), "--tiles", "8", "--quiet",
+               "--option", "available_memory_proportion=0.25")[0] == 0
+    assert json.loads(plan.read_text())["target"]["available_memory_proportion"] == 0.25
+
+
 def test_algo_overrides_the_option(model_path, out_dir):
     plan = out_dir / "plan.json"
     assert run("plan", str(model_path), "--out", str(plan), "--tiles", "8", "--quiet",

@@ -13,7 +13,7 @@ from popart_unwind.cost import evaluate, tile_bytes
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import ONNX_DOMAIN, Builder, Ir, OpType
 from popart_unwind.ir.tile_mapping import tile_mapping
-from popart_unwind.machine import read_need
+from popart_unwind.machine import IpuModel, TileTarget, read_need
 
 SHAPE = (4, 8)
 NUMEL = 32
@@ -278,8 +278,10 @@ def test_loop_copies_in_out_and_between_iterations():
 
 
 def test_compute_cycles_count_the_busiest_tile_a_vector_per_cycle():
-    """An elementwise op computes its busiest tile's elements at one 64-bit vector (two
-    float32) per cycle; a view computes nothing."""
+    """An elementwise op computes its busiest tile's elements as Poplibs' elementwise vertex
+    does: split over six workers, one 64-bit vector (two float32) per worker cycle after 29
+    fixed ones, six worker cycles per tile cycle, 11 supervisor cycles; without vertex
+    costs, one vector per cycle. A view computes nothing."""
     b = Builder()
     a = b.add_input_tensor("float32", SHAPE, "a")
     c = b.add_input_tensor("float32", SHAPE, "c")
@@ -289,9 +291,12 @@ def test_compute_cycles_count_the_busiest_tile_a_vector_per_cycle():
     tiles = np.repeat(np.array([0, 1, 2], np.int16), [20, 8, 4])  # 20 on the busiest tile
     report = evaluate(ir, small_target(), {("", "a"): tiles, ("", "c"): tiles.copy()})
     rows = {row.name: row for row in report.ops}
-    assert rows["add"].compute_cycles == 20 // 2
+    assert rows["add"].compute_cycles == 6 * (29 + 2) + 11  # ceil(20 / 6) = 4: two vectors
     assert rows["flat"].compute_cycles == 0
     assert report.compute_cycles == sum(row.compute_cycles for row in report.ops)
+    peak_only = TileTarget(IpuModel(tiles_per_ipu=16, vertex_costs=False))
+    report = evaluate(ir, peak_only, {("", "a"): tiles, ("", "c"): tiles.copy()})
+    assert {row.name: row.compute_cycles for row in report.ops}["add"] == 20 // 2
 
 
 def test_a_lookup_computes_its_rows_not_its_table():
@@ -303,5 +308,6 @@ def test_a_lookup_computes_its_rows_not_its_table():
     target = small_target()
     on_one_tile = {("", "table"): np.zeros(8000, np.int16), ("", "ids"): np.zeros(4, np.int16)}
     row = next(r for r in evaluate(ir, target, on_one_tile).ops if r.name == "lookup")
-    # at most the 32 output elements (or the 4 ids) on one tile: 16 cycles, not 4,000
-    assert row.compute_cycles <= 32 // 2
+    # at most the 32 output elements (or the 4 ids) on one tile, not the 8,000 of the table
+    assert row.compute_cycles <= target.elementwise_cycles(32, "float32")
+    assert row.compute_cycles < target.elementwise_cycles(8000, "float32") // 10

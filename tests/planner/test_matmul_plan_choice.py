@@ -63,6 +63,13 @@ def training_step(widths: tuple[int, ...], rows: int = 24) -> Ir:
     return ir
 
 
+#: A layer this small is planned jointly (one partition for its three passes) under the IPU
+#: Model's former figures (matmul compute at the peak rate alone, a 90-cycle sync); under
+#: Poplibs' vertex estimates and the measured syncs its passes are cheaper planned apart.
+#: The tests of what a joint plan implies use the former.
+JOINT_WINS = {"vertex_costs": False, "sync_cycles": 90}
+
+
 def small_target() -> TileTarget:
     return TileTarget(IpuModel(tiles_per_ipu=32, min_bytes_per_tile=16))
 
@@ -109,7 +116,7 @@ def test_passes_sharing_a_partition_want_the_weight_where_the_update_has_its_gra
 @pytest.mark.parametrize("how", ["with_layouts", "poplibs"])
 def test_a_joint_layer_leaves_nothing_to_save_on_its_weight(how):
     ir = training_step((64, 48))
-    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    target = TileTarget(IpuModel(tiles_per_ipu=64, **JOINT_WINS))
     ir.options = dataclasses.replace(ir.options, matmul_plans=how)
     plan, cost = plan_and_cost(ir, target)
     assert all(p.joint for p in plan.op_plans.values()) and len(plan.op_plans) == 3
@@ -239,7 +246,7 @@ def test_a_plan_broadcasts_its_operands_as_the_cost_model_counts(cube, choice, a
 
 def test_the_baseline_plans_layers_as_poplibs_and_lays_the_weight_out_for_them():
     ir = training_step((64, 48))
-    target = TileTarget(IpuModel(tiles_per_ipu=64))
+    target = TileTarget(IpuModel(tiles_per_ipu=64, **JOINT_WINS))
     baseline = popart_baseline(ir, target)
     assert baseline.op_plans == choose_plans(ir, target, REGISTRY, "poplibs")
     assert popart_baseline(ir, target, fully_connected_pass=False).op_plans == {}
