@@ -102,6 +102,11 @@ class UnknownOpsWarning(UserWarning):
     (``allow_unknown_ops``): the plan maps their results linearly and counts no exchange."""
 
 
+class IgnoredAttributeWarning(UserWarning):
+    """The model carries an attribute the planner understands but does not read (PopART's
+    per-op ``__available_memory_proportion``): what applies instead is said."""
+
+
 class TransformWarning(UserWarning):
     """A transform was asked for something the model does not allow (recomputation in a
     graph with no loss, say) and left the IR as it was."""

@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.cost.walk import evaluate
-from popart_unwind.errors import PlanError, TransformError, TransformWarning
+from popart_unwind.errors import (
+    IgnoredAttributeWarning,
+    PlanError,
+    TransformError,
+    TransformWarning,
+)
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ir.tile_mapping import (
     ExpandedLayouts,
@@ -177,6 +182,7 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
 
     options = ir.options
     model = machine_for(ir, model)
+    _warn_unread_memory_proportions(ir, model)
     if algorithm is not None:
         options = dataclasses.replace(options, unwind_algorithm=algorithm)
     with progress.stage("plan"):
@@ -252,6 +258,22 @@ def _decision(entry: Any, ipu: int) -> TensorDecision:
     return TensorDecision(entry.graph_id, entry.tensor_id, tuple(int(d) for d in entry.shape),
                           str(entry.dtype), entry.tile_mapping, str(entry.method),
                           str(entry.explanation), ipu)
+
+
+#: PopART's per-op availableMemoryProportion (``Builder::setAvailableMemoryProportion``).
+MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
+
+
+def _warn_unread_memory_proportions(ir: Ir, model: IpuModel) -> None:
+    """Per-op proportions are not read (every plan takes the session's): say so once."""
+    carriers = sorted(op.debug_name() for op in ir.all_ops()
+                      if MEMORY_PROPORTION_ATTRIBUTE in op.attributes)
+    if carriers:
+        warnings.warn(f"{len(carriers)} op(s) carry PopART's per-op "
+                      f"{MEMORY_PROPORTION_ATTRIBUTE} (first: {carriers[0]}), which is not "
+                      f"read: every matmul and convolution plan takes the session's "
+                      f"available_memory_proportion ({model.available_memory_proportion})",
+                      IgnoredAttributeWarning, stacklevel=2)
 
 
 def machine_for(ir: Ir, model: IpuModel) -> IpuModel:

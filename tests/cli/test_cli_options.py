@@ -123,6 +123,26 @@ def test_the_available_memory_proportion_reaches_the_machine(model_path, out_dir
     assert json.loads(plan.read_text())["target"]["available_memory_proportion"] == 0.25
 
 
+def test_a_per_op_memory_proportion_is_said_to_be_unread(tmp_path, out_dir):
+    """PopART's Builder writes ``__available_memory_proportion`` on an op; the planner does
+    not read it and says so, naming the op and what applies instead."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("MatMul", ["a", "b"], ["c"], name="mm",
+                            __available_memory_proportion=0.3)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 16]),
+                      helper.make_tensor_value_info("b", TensorProto.FLOAT, [16, 8])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [8, 8])])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    status, _, err = run("plan", str(path), "--out", str(out_dir / "plan.json"), "--tiles", "8",
+                         "--quiet")
+    assert status == 0
+    assert "__available_memory_proportion" in err and "'mm'" in err and "(0.6)" in err
+
+
 def test_algo_overrides_the_option(model_path, out_dir):
     plan = out_dir / "plan.json"
     assert run("plan", str(model_path), "--out", str(plan), "--tiles", "8", "--quiet",

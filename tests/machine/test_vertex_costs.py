@@ -24,13 +24,14 @@ def compute(dims: tuple[int, int, int, int], dtype: str, partition: MatmulPartit
 
 
 def test_worked_example_by_hand():
-    """A [6, 16] x [16, 16] half matmul on one tile. AMP vertex, rows as the field: each of
-    six workers takes one row, 31 + 1 - 7 = 25 worker cycles, 150 tile cycles, and 14 more
-    as all six are busy: 164; the supervisor adds 50 + 6 * 7 (retention) + 13 + 11 + (18 + 7
-    + 32 weight loads) = 173: 337. Swapped (16 rows of field, six output channels in one
-    group of 16) it would take 391. The cast of 96 float partials to half: 16 per worker,
-    max(8, 4) + 26 = 34 worker cycles, 204 tile cycles. In all 541."""
-    assert compute((1, 6, 16, 16), "float16") == 541
+    """A [6, 16] x [16, 16] half matmul on one tile. AMP vertex with the operands swapped:
+    the 16 columns are the field, the six rows output channels (one group of 16), the 16
+    inner channels one input group. Four workers take three columns (37 - 7 = 30 worker
+    cycles), two take two (40 + 1 - 7 = 34); six times the slowest, but at least 14 more
+    than six times the quickest: 218. The supervisor adds 50 + 6 * 7 (retention) + 13 + 11
+    + (18 + 7 + 32 weight loads) = 173: 391. The cast of 96 float partials to half: 16 per
+    worker, max(8, 4) + 26 = 34 worker cycles, 204 tile cycles. In all 595."""
+    assert compute((1, 6, 16, 16), "float16") == 595
 
 
 def test_peak_rate_alone_is_the_former_model():
