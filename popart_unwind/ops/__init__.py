@@ -15,6 +15,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     norms,
     pools,
     positional,
+    recurrent,
     reduce,
     resizing,
     slicing,
