@@ -5,6 +5,10 @@ Shrink, Celu, Mish, Swish, PRelu) fold as ONNX's reference implementation comput
 attributes defaulting to the float32 values of ONNX's schema; PRelu's slope broadcasts to X
 one way, as ONNX defines.
 
+The bitwise ops (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitShift, and PopART's
+ai.graphcore BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseXnor, BitwiseNot) fold on integers
+only; BitShift as ONNX defines it for every shift amount.
+
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
 and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
 first data input. Folds compute with numpy on constant inputs (integer Div truncates toward
@@ -32,7 +36,7 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
-from popart_unwind.ir.op import ONNX_DOMAIN, Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
@@ -236,6 +240,39 @@ def _modulo(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
     if _is_int(b) and np.any(b == 0):
         return None
     return np.fmod(a, b) if op.attributes.get("fmod", 0) else np.mod(a, b)
+
+
+def _integers(function: Callable[..., np.ndarray]) -> Kernel:
+    """A bitwise kernel: integer operands only (ONNX types the ops so); None otherwise."""
+    def kernel(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+        if not all(_is_int(v) for v in values):
+            return None
+        return function(*values)
+
+    return kernel
+
+
+def _bit_shift(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    """ONNX's BitShift: left shifts wrap around the width (signed values shifted as their
+    bits); right shifts of signed values keep the sign. A shift by a negative amount or by
+    the width or more leaves no bits: 0, or -1 for a negative value shifted right."""
+    x, amount = values
+    direction = op.attributes.get("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ShapeError(f"op {op.debug_name()}: direction is {direction!r}, expected LEFT or "
+                         f"RIGHT")
+    if not (_is_int(x) and _is_int(amount)):
+        return None
+    x, amount = np.broadcast_arrays(x, amount.astype(np.int64))
+    inside = (amount >= 0) & (amount < 8 * x.itemsize)
+    steps = np.where(inside, amount, 0)
+    if direction == "RIGHT":
+        shifted = np.right_shift(x, steps.astype(x.dtype))
+        beyond = np.where(x < 0, -1, 0) if x.dtype.kind == "i" else np.zeros_like(x)
+        return np.where(inside, shifted, beyond).astype(x.dtype)
+    bits = np.dtype(f"u{x.itemsize}")
+    shifted = np.left_shift(x.view(bits), steps.astype(bits)).view(x.dtype)
+    return np.where(inside, shifted, 0).astype(x.dtype)
 
 
 def _variadic(function: np.ufunc) -> Kernel:
@@ -636,6 +673,7 @@ _UNARY: dict[str, Kernel] = {
     "Round": _unary(np.round),  # half to even, as ONNX
     "Sign": _unary(np.sign),
     "Not": _unary(np.logical_not),
+    "BitwiseNot": _integers(np.invert),
 }
 _UNARY_BOOL: dict[str, Kernel] = {
     "IsNaN": _unary(np.isnan),
@@ -648,6 +686,18 @@ _BINARY: dict[str, Kernel] = {
     "Div": _divide,
     "Pow": _power,
     "Mod": _modulo,
+    "BitShift": _bit_shift,
+    "BitwiseAnd": _integers(np.bitwise_and),
+    "BitwiseOr": _integers(np.bitwise_or),
+    "BitwiseXor": _integers(np.bitwise_xor),
+}
+#: PopART's own bitwise ops (its ai.graphcore opset 1), with the ONNX ops' meaning, and Xnor.
+_GRAPHCORE_BITWISE: dict[str, tuple[Kernel, int]] = {
+    "BitwiseNot": (_integers(np.invert), 1),
+    "BitwiseAnd": (_integers(np.bitwise_and), 2),
+    "BitwiseOr": (_integers(np.bitwise_or), 2),
+    "BitwiseXor": (_integers(np.bitwise_xor), 2),
+    "BitwiseXnor": (_integers(lambda a, b: np.invert(np.bitwise_xor(a, b))), 2),
 }
 _COMPARISONS: dict[str, Kernel] = {
     "Equal": lambda op, v: np.equal(*v),
@@ -667,7 +717,7 @@ _VARIADIC: dict[str, Kernel] = {
 }
 #: Operands may be swapped (only binary instances are, by the canonicalizer).
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal", "Sum",
-                         "Mean"})
+                         "Mean", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseXnor"})
 
 _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 
@@ -699,5 +749,7 @@ _INFER["PRelu"] = _infer_prelu
 _define("PRelu", _prelu, "same", 2, broadcast=True)  # the slope a broadcast operand
 _INFER["Clip"] = _infer_clip
 _define("Clip", _clip, "same", None, broadcast=True)  # the bounds broadcast as scalars
+for _name, (_kernel, _arity) in _GRAPHCORE_BITWISE.items():
+    _define(_name, _kernel, "same", _arity, broadcast=_arity > 1, domain=GRAPHCORE_DOMAIN)
 for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):
     _define("Gelu", lambda op, v: _gelu(op, v[0]), "same", 1, broadcast=False, domain=_domain)

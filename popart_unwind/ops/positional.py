@@ -1,6 +1,7 @@
-"""Op family: positional ops — Trilu, CumSum, OneHot, TopK, NonZero: results defined by
-where elements lie along their axes (a triangle kept, running sums, a position set, the
-positions of the largest or of the non-zero elements), with ONNX semantics.
+"""Op family: positional ops — Trilu, CumSum, CumProd, OneHot, TopK, NonZero: results
+defined by where elements lie along their axes (a triangle kept, running sums and products,
+a position set, the positions of the largest or of the non-zero elements), with ONNX
+semantics.
 
 Where the result's shape depends on an input's values (OneHot's depth, TopK's k) the shape
 rule needs that input to be a constant and otherwise cannot decide; NonZero's output
@@ -57,21 +58,28 @@ def _infer_cumsum(op: Op) -> list:
     return [(op.input(0).dtype, shape)]
 
 
-def _fold_cumsum(op: Op, constants) -> list | None:
-    x, axis = constants[0], constants[1]
-    if not small_constants(x) or axis is None or x.ndim == 0:
-        return None
-    axis = normalize_axis(op, ints(axis)[0], x.ndim)
-    reverse = op.attributes.get("reverse", 0)
-    work = np.flip(x, axis) if reverse else x
-    total = np.cumsum(work, axis=axis, dtype=x.dtype)
-    if op.attributes.get("exclusive", 0):
-        head = np.zeros_like(np.take(total, [0], axis=axis))
-        total = np.concatenate([head, np.take(total, range(x.shape[axis] - 1), axis=axis)],
-                               axis=axis)
-    return [np.flip(total, axis) if reverse else total]
+def _cumulative(running, unit: int):
+    """The fold of a running sum (``np.cumsum``, unit 0) or product (``np.cumprod``, unit 1)
+    along the axis input, with ONNX's ``exclusive`` and ``reverse``."""
+    def fold(op: Op, constants) -> list | None:
+        x, axis = constants[0], constants[1]
+        if not small_constants(x) or axis is None or x.ndim == 0:
+            return None
+        axis = normalize_axis(op, ints(axis)[0], x.ndim)
+        reverse = op.attributes.get("reverse", 0)
+        work = np.flip(x, axis) if reverse else x
+        total = running(work, axis=axis, dtype=x.dtype)
+        if op.attributes.get("exclusive", 0):
+            head = np.full_like(np.take(total, [0], axis=axis), unit)
+            total = np.concatenate(
+                [head, np.take(total, range(x.shape[axis] - 1), axis=axis)], axis=axis)
+        return [np.flip(total, axis) if reverse else total]
 
-register(OpDef("CumSum", infer=_infer_cumsum, fold=_fold_cumsum))
+    return fold
+
+
+register(OpDef("CumSum", infer=_infer_cumsum, fold=_cumulative(np.cumsum, 0)))
+register(OpDef("CumProd", infer=_infer_cumsum, fold=_cumulative(np.cumprod, 1)))
 
 
 # -- OneHot, TopK, NonZero ------------------------------------------------------------------
