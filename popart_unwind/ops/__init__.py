@@ -18,6 +18,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     recurrent,
     reduce,
     resizing,
+    sampling,
     slicing,
     stash,
     stochastic,
