@@ -9,6 +9,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     conv,
     depth_space,
     elementwise,
+    graphcore,
     indexing,
     ipu_copy,
     linalg,
