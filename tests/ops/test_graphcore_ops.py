@@ -1,6 +1,6 @@
-"""PopART's own ops of its ai.graphcore opset 1 (elementwise ones and Subsample, Reverse,
-IdentityLoss): shapes, and folds against the formulas PopART's operator tests check them
-with, written out here."""
+"""PopART's own ops of its ai.graphcore opset 1 (elementwise ones, Subsample, Reverse,
+IdentityLoss, GroupNormalization, the dynamic slices, Init): shapes, and folds against the
+formulas PopART's operator tests check them with, written out here."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ SETTINGS = settings(max_examples=25, deadline=None)
 floats = st.floats(-3, 3, width=32)
 
 
-def graphcore_op(name, values, attributes=None):
+def graphcore_op(name, values, attributes=None, outputs=1):
     """One ai.graphcore op on constants, typed by its shape rule."""
     graph = Ir().main_graph
     inputs = [graph.add_constant(f"c{i}", np.asarray(v)) for i, v in enumerate(values)]
-    op = graph.create_op(OpType(GRAPHCORE_DOMAIN, name, 1), inputs, 1, attributes or {})
+    op = graph.create_op(OpType(GRAPHCORE_DOMAIN, name, 1), inputs, outputs,
+                         attributes or {})
     infer_op(op)
     return op
 
@@ -127,7 +128,55 @@ def test_identity_loss(reduction, want):
     assert out.shape == (() if reduction != "None" else (2, 2))
 
 
+@SETTINGS
+@given(st.integers(1, 3), st.sampled_from([(4, 1), (4, 2), (6, 3), (6, 6)]),
+       st.integers(1, 3), st.integers(0, 99))
+def test_group_normalization(n, channels_groups, side, seed):
+    """Each sample's channel groups normalised (biased variance), then scaled and shifted
+    per channel; the means and inverse standard deviations as outputs 1 and 2."""
+    channels, groups = channels_groups
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, (n, channels, side)).astype(np.float32)
+    scale, bias = rng.uniform(-1, 1, (2, channels)).astype(np.float32)
+    op = graphcore_op("GroupNormalization", [x, scale, bias],
+                      {"num_groups": groups, "epsilon": 0.01}, outputs=3)
+    y, mean, inv_std = REGISTRY.lookup(op).fold(op, [x, scale, bias])
+    assert [t.shape for t in op.outputs] == [x.shape, (n * groups,), (n * groups,)]
+    per = channels // groups
+    for b in range(n):
+        for g in range(groups):
+            block = x[b, g * per:(g + 1) * per].astype(np.float64)
+            want_mean, want_inv = block.mean(), 1 / math.sqrt(block.var() + 0.01)
+            np.testing.assert_allclose(mean[b * groups + g], want_mean, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(inv_std[b * groups + g], want_inv, rtol=1e-5)
+            for c in range(g * per, (g + 1) * per):
+                np.testing.assert_allclose(
+                    y[b, c], (x[b, c] - want_mean) * want_inv * scale[c] + bias[c],
+                    rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_slices_and_init():
+    x = np.zeros((4, 6, 2), np.float32)
+    offset = np.array([1, 2], np.uint32)
+    attributes = {"axes": [0, 1], "sizes": [2, 3]}
+    assert graphcore_op("DynamicSlice", [x, offset], attributes).output(0).shape == (2, 3, 2)
+    slab = np.ones((2, 3, 2), np.float32)
+    for name in ("DynamicUpdate", "DynamicAdd"):
+        assert graphcore_op(name, [x, offset, slab], attributes).output(0).shape == x.shape
+    assert graphcore_op("DynamicZero", [x, offset], attributes).output(0).shape == x.shape
+    with pytest.raises(ShapeError):
+        graphcore_op("DynamicUpdate", [x, offset, slab[:1]], attributes)
+    with pytest.raises(ShapeError):
+        graphcore_op("DynamicSlice", [x, offset], {"axes": [0], "sizes": [5]})
+    init = graphcore_op("Init", [], {"shape": [3, 2], "data_type": 12, "tensor_type": 0,
+                                     "init_type": 1})
+    assert (init.output(0).dtype, init.output(0).shape) == ("float16", (3, 2))
+    with pytest.raises(ShapeError):  # PopART's FLOAT8_143
+        graphcore_op("Init", [], {"shape": [3], "data_type": 2})
+
+
 @pytest.mark.parametrize(("name", "attributes"), [
+    ("GroupNormalization", {"num_groups": 2}),  # 3 channels
     ("Subsample", {"strides": [1]}), ("Subsample", {"strides": [0, 1]}),
     ("Reverse", {"dimensions": [0, 0]}), ("Reverse", {"dimensions": [2]}),
     ("IdentityLoss", {"reduction": "Max"})])
