@@ -18,6 +18,10 @@ onnxruntime reads them; ONNX's text leaves the pairing loose). A ``sequence_lens
 than the sequence for some batch entry leaves the op unfolded (runtimes differ on what the
 padding steps give), and so does a sequence holding more than the fold cap.
 
+PopART's own ai.graphcore LSTM (its Builder's ``lstm``: one weight tensor for input and
+state, Output and CellState outputs) has an exact shape rule and no fold: how its Poplibs
+cell orders the gates is not stated here.
+
 Layouts are not modelled: each op is a barrier (its results laid out linearly, its
 exchange not counted), as PopART's ``LSTMOpx``, ``GRUOpx`` and ``RNNOpx`` create their
 own weights and state. PopART takes a subset of these attributes (its LSTM and RNN only the
@@ -34,7 +38,7 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import numpy_dtype
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape, ints
 from popart_unwind.ops.registry import (
     HIGH_OUTLINE_VALUE,
@@ -298,3 +302,33 @@ def _fold(op: Op, constants: Constants) -> FoldResult:
 
 for _name in _GATES:
     register(OpDef(_name, infer=_infer, fold=_fold, outline_value=HIGH_OUTLINE_VALUE))
+
+
+# -- PopART's own LSTM ------------------------------------------------------------------------
+def _infer_popart_lstm(op: Op) -> InferredOutputs:
+    """PopART's ai.graphcore LSTM: X [seq, batch, input], Weights [4, input + hidden,
+    hidden], the optional Bias [4, hidden], InitState [2, batch, hidden] and SeqLengths
+    [batch]; Output [seq, batch, hidden] (``output_full_sequence``, the default) or
+    [batch, hidden], and CellState [batch, hidden]."""
+    x = input_shape(op, 0)
+    if len(x) != 3 or op.input(0).dtype not in _FLOATS:
+        raise ShapeError(f"op {op.debug_name()}: X must be a 3-D float tensor, got "
+                         f"{op.input(0).dtype} {x}")
+    seq, batch, size = x
+    weights = input_shape(op, 1)
+    if len(weights) != 3 or weights[0] != 4 or weights[1] <= size:
+        raise ShapeError(f"op {op.debug_name()}: Weights of shape {weights} are not [4, "
+                         f"{size} + hidden, hidden]")
+    hidden = weights[2]
+    _expect(op, 1, "Weights", (4, size + hidden, hidden))
+    _expect(op, 2, "Bias", (4, hidden))
+    _expect(op, 3, "InitState", (2, batch, hidden))
+    _expect(op, 4, "SeqLengths", (batch,))
+    full = bool(op.attributes.get("output_full_sequence", 1))
+    dtype = op.input(0).dtype
+    return [(dtype, (seq, batch, hidden) if full else (batch, hidden)),
+            (dtype, (batch, hidden))]
+
+
+register(OpDef("LSTM", domain=GRAPHCORE_DOMAIN, infer=_infer_popart_lstm,
+               outline_value=HIGH_OUTLINE_VALUE))

@@ -217,7 +217,8 @@ REGISTERED_WITHOUT_RULE = {
     "TopK", "Trilu", "Upsample",
     "ai.graphcore::DynamicAdd", "ai.graphcore::DynamicSlice", "ai.graphcore::DynamicUpdate",
     "ai.graphcore::DynamicZero", "ai.graphcore::GroupNormalization",
-    "ai.graphcore::IdentityLoss", "ai.graphcore::Init", "ai.graphcore::Reverse",
+    "ai.graphcore::IdentityLoss", "ai.graphcore::Init", "ai.graphcore::LSTM",
+    "ai.graphcore::Reverse",
     "ai.graphcore::Subsample"}
 
 

@@ -21,7 +21,8 @@ from onnx_cases import (
 from op_building import build
 
 from popart_unwind.errors import ShapeError
-from popart_unwind.ir import Ir
+from popart_unwind.ir import Ir, OpType
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import BARRIER
 from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE
@@ -194,3 +195,24 @@ def test_layouts_are_barriers_worth_outlining():
         op = build(name, [(3, 2, 5), (1, 4 * GATES[name], 5), (1, 4 * GATES[name], 4)])
         assert REGISTRY.layout_rule(op) is BARRIER
         assert REGISTRY.outline_value(op) == HIGH_OUTLINE_VALUE
+
+
+@pytest.mark.parametrize(("attributes", "output"), [({}, (5, 2, 4)),
+                                                    ({"output_full_sequence": 0}, (2, 4))])
+def test_popart_lstm_shapes(attributes, output):
+    graph = Ir().main_graph
+    specs = [(5, 2, 3), (4, 7, 4), (4, 4), (2, 2, 4)]
+    inputs = [graph.add_input(f"x{i}", "float32", spec) for i, spec in enumerate(specs)]
+    op = graph.create_op(OpType(GRAPHCORE_DOMAIN, "LSTM", 1), inputs, 2, attributes)
+    infer_op(op)
+    assert [t.shape for t in op.outputs] == [output, (2, 4)]
+    assert REGISTRY.layout_rule(op) is BARRIER
+
+
+def test_popart_lstm_refuses_mismatched_weights():
+    graph = Ir().main_graph
+    inputs = [graph.add_input("x", "float32", (5, 2, 3)),
+              graph.add_input("w", "float32", (4, 6, 4))]  # input 3 + hidden 4 is 7
+    op = graph.create_op(OpType(GRAPHCORE_DOMAIN, "LSTM", 1), inputs, 2)
+    with pytest.raises(ShapeError):
+        infer_op(op)
