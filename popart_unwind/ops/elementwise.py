@@ -647,6 +647,9 @@ ADD = ElementwiseRule(popart_unwinds=False)
 #: PopART's ``BaseWhereOpx`` answers Deadend for every input (``getInputCreatorType``,
 #: willow/src/popx/op/wherex.cpp: unwinding through it is left for later there).
 WHERE = ElementwiseRule(popart_unwinds=False)
+#: PopART's ``ScaledAddOpx`` and ``NopOpx`` (``willow/src/popx/op/scaledaddx.cpp``,
+#: ``nopx.cpp``) derive from ``Opx`` itself, whose creator type is Deadend.
+OPX_DEADEND = ElementwiseRule(popart_unwinds=False)
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -763,7 +766,9 @@ def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: 
     key = name if domain == ONNX_DOMAIN else f"{domain}.{name}"
     infer = _INFER.setdefault(key, _infer_rule(kind, arity, broadcast))
     layout = (FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add"
-              else WHERE if name == "Where" else ELEMENTWISE)
+              else WHERE if name == "Where"
+              else OPX_DEADEND if domain == GRAPHCORE_DOMAIN and name in ("ScaledAdd", "Nop")
+              else ELEMENTWISE)
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
                    commutative=name in COMMUTATIVE, layout=layout))
 

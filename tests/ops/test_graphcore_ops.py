@@ -16,7 +16,7 @@ from popart_unwind.errors import ShapeError
 from popart_unwind.ir import Ir, OpType
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.elementwise import ELEMENTWISE
+from popart_unwind.ops.elementwise import ELEMENTWISE, OPX_DEADEND
 from popart_unwind.ops.layout_rule import BARRIER
 from popart_unwind.ops.shape_inference import infer_op
 
@@ -186,8 +186,13 @@ def test_bad_attributes_are_refused(name, attributes):
 
 
 def test_layouts():
+    """Elementwise rows; PopART's creator search stops at ScaledAdd and Nop (their Opxs keep
+    Opx's Deadend), the other barriers are not modelled."""
     assert REGISTRY.layout_rule(graphcore_op("Swish", [np.zeros(2, np.float32)])) \
         is ELEMENTWISE
+    two = [np.zeros(2, np.float32)] * 2
+    for op in (graphcore_op("ScaledAdd", two), graphcore_op("Nop", two[:1])):
+        assert REGISTRY.layout_rule(op) is OPX_DEADEND and not OPX_DEADEND.popart_unwinds
     for name, attributes in (("Subsample", {"strides": [1]}), ("Reverse", {}),
                              ("IdentityLoss", {"reduction": "Sum"})):
         op = graphcore_op(name, [np.zeros(2, np.float32)], attributes)
