@@ -29,7 +29,7 @@ from popart_unwind.frontends.onnx_lazy import (
     mapped_array,
     read_without_large_data,
 )
-from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, popart_element_type_note
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpSettings, OpType
@@ -318,7 +318,7 @@ def _dtype(elem_type: int, what: str) -> str:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
             onnx.TensorProto.DataType.values() else str(elem_type)
         raise ModelImportError(f"{what} has ONNX element type {name}, which the IR does not "
-                               f"model") from None
+                               f"model; {popart_element_type_note(elem_type)}") from None
 
 
 def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...] | None]:

@@ -13,6 +13,24 @@ ONNX_DTYPES: dict[str, int] = {
 }
 DTYPE_OF_ONNX: dict[int, str] = {number: name for name, number in ONNX_DTYPES.items()}
 
+#: How PopART's ONNX import treats the ONNX element types the IR does not model (its
+#: ``onnxutil::getDataType``): string and complex tensors it takes as types of its own; the
+#: float8 types it refuses, though its IR has two (FLOAT8_143 and FLOAT8_152), which no ONNX
+#: element type maps to; everything else it refuses.
+_POPART_TAKES = {8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128"}
+_FLOAT8 = frozenset({17, 18, 19, 20})
+
+
+def popart_element_type_note(number: int) -> str:
+    """Whether PopART's ONNX import takes the ONNX element type ``number``, which the IR
+    does not model: a clause for the importer's refusal."""
+    if number in _POPART_TAKES:
+        return f"PopART's ONNX import takes it as its {_POPART_TAKES[number]} type"
+    if number in _FLOAT8:
+        return ("PopART's ONNX import refuses it too (no ONNX element type maps to PopART's "
+                "float8 types FLOAT8_143 and FLOAT8_152)")
+    return "PopART's ONNX import refuses it too"
+
 
 def check_dtype(dtype: str, tensor_id: str) -> str:
     if dtype not in ONNX_DTYPES:

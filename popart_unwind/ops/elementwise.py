@@ -5,6 +5,12 @@ Shrink, Celu, Mish, Swish, PRelu) fold as ONNX's reference implementation comput
 attributes defaulting to the float32 values of ONNX's schema; PRelu's slope broadcasts to X
 one way, as ONNX defines.
 
+The bitwise ops (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitShift) fold on integers
+only; BitShift as ONNX defines it for every shift amount. PopART's own elementwise ops of
+its ai.graphcore opset 1 (the bitwise ones and Xnor, Atan2, Fmod, Remainder, Expm1, Log1p,
+NearbyInt, Round, Gelu, GeluErf, Swish, Scale, ScaledAdd, Detach, Nop) are rows of the same
+table in that domain (``_GRAPHCORE`` says what each computes).
+
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
 and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
 first data input. Folds compute with numpy on constant inputs (integer Div truncates toward
@@ -32,7 +38,7 @@ import numpy as np
 
 from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
-from popart_unwind.ir.op import ONNX_DOMAIN, Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
@@ -124,6 +130,20 @@ def _gelu(op: Op, x: np.ndarray) -> np.ndarray:
         inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
         return 0.5 * x * (1 + np.tanh(inner))
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _scaled_add(op: Op, values: list[np.ndarray]) -> np.ndarray:
+    """PopART's ScaledAdd: scale0 * X + scale1 * Y, the scales as attributes or as the
+    tensors A and B."""
+    if len(values) == 4:
+        x, y, a, b = values
+        return a * x + b * y
+    x, y = values
+    return _attribute(op, "scale0", 1.0) * x + _attribute(op, "scale1", 1.0) * y
 
 
 def _is_inf(op: Op, x: np.ndarray) -> np.ndarray:
@@ -236,6 +256,39 @@ def _modulo(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
     if _is_int(b) and np.any(b == 0):
         return None
     return np.fmod(a, b) if op.attributes.get("fmod", 0) else np.mod(a, b)
+
+
+def _integers(function: Callable[..., np.ndarray]) -> Kernel:
+    """A bitwise kernel: integer operands only (ONNX types the ops so); None otherwise."""
+    def kernel(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+        if not all(_is_int(v) for v in values):
+            return None
+        return function(*values)
+
+    return kernel
+
+
+def _bit_shift(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
+    """ONNX's BitShift: left shifts wrap around the width (signed values shifted as their
+    bits); right shifts of signed values keep the sign. A shift by a negative amount or by
+    the width or more leaves no bits: 0, or -1 for a negative value shifted right."""
+    x, amount = values
+    direction = op.attributes.get("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise ShapeError(f"op {op.debug_name()}: direction is {direction!r}, expected LEFT or "
+                         f"RIGHT")
+    if not (_is_int(x) and _is_int(amount)):
+        return None
+    x, amount = np.broadcast_arrays(x, amount.astype(np.int64))
+    inside = (amount >= 0) & (amount < 8 * x.itemsize)
+    steps = np.where(inside, amount, 0)
+    if direction == "RIGHT":
+        shifted = np.right_shift(x, steps.astype(x.dtype))
+        beyond = np.where(x < 0, -1, 0) if x.dtype.kind == "i" else np.zeros_like(x)
+        return np.where(inside, shifted, beyond).astype(x.dtype)
+    bits = np.dtype(f"u{x.itemsize}")
+    shifted = np.left_shift(x.view(bits), steps.astype(bits)).view(x.dtype)
+    return np.where(inside, shifted, 0).astype(x.dtype)
 
 
 def _variadic(function: np.ufunc) -> Kernel:
@@ -594,6 +647,9 @@ ADD = ElementwiseRule(popart_unwinds=False)
 #: PopART's ``BaseWhereOpx`` answers Deadend for every input (``getInputCreatorType``,
 #: willow/src/popx/op/wherex.cpp: unwinding through it is left for later there).
 WHERE = ElementwiseRule(popart_unwinds=False)
+#: PopART's ``ScaledAddOpx`` and ``NopOpx`` (``willow/src/popx/op/scaledaddx.cpp``,
+#: ``nopx.cpp``) derive from ``Opx`` itself, whose creator type is Deadend.
+OPX_DEADEND = ElementwiseRule(popart_unwinds=False)
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -636,6 +692,7 @@ _UNARY: dict[str, Kernel] = {
     "Round": _unary(np.round),  # half to even, as ONNX
     "Sign": _unary(np.sign),
     "Not": _unary(np.logical_not),
+    "BitwiseNot": _integers(np.invert),
 }
 _UNARY_BOOL: dict[str, Kernel] = {
     "IsNaN": _unary(np.isnan),
@@ -648,6 +705,38 @@ _BINARY: dict[str, Kernel] = {
     "Div": _divide,
     "Pow": _power,
     "Mod": _modulo,
+    "BitShift": _bit_shift,
+    "BitwiseAnd": _integers(np.bitwise_and),
+    "BitwiseOr": _integers(np.bitwise_or),
+    "BitwiseXor": _integers(np.bitwise_xor),
+}
+#: PopART's own elementwise ops (its ai.graphcore opset 1) and their arity (None: two or
+#: four). The bitwise ones mean what ONNX's do (and Xnor); Gelu is the tanh approximation
+#: and GeluErf the exact form, as PopART's operator tests check them; Remainder takes the
+#: divisor's sign (PopART rewrites it into Fmods that do so) and Fmod the dividend's;
+#: NearbyInt rounds half to even. Round is not folded: what PopART's Round does with
+#: halves is not stated here.
+_GRAPHCORE: dict[str, tuple[Kernel, int | None]] = {
+    "BitwiseNot": (_integers(np.invert), 1),
+    "BitwiseAnd": (_integers(np.bitwise_and), 2),
+    "BitwiseOr": (_integers(np.bitwise_or), 2),
+    "BitwiseXor": (_integers(np.bitwise_xor), 2),
+    "BitwiseXnor": (_integers(lambda a, b: np.invert(np.bitwise_xor(a, b))), 2),
+    "Atan2": (lambda op, v: np.arctan2(*v), 2),
+    "Fmod": (lambda op, v: None if _is_int(v[1]) and np.any(v[1] == 0) else np.fmod(*v), 2),
+    "Remainder": (lambda op, v: None if _is_int(v[1]) and np.any(v[1] == 0) else np.mod(*v),
+                  2),
+    "Expm1": (_unary(np.expm1), 1),
+    "Log1p": (_unary(np.log1p), 1),
+    "NearbyInt": (_unary(np.round), 1),
+    "Round": (lambda op, v: None, 1),
+    "Gelu": (lambda op, v: _gelu_tanh(v[0]), 1),
+    "GeluErf": (lambda op, v: 0.5 * v[0] * (1 + _erf(v[0] / math.sqrt(2))), 1),
+    "Swish": (_unary(lambda x: x / (1 + np.exp(-x))), 1),
+    "Scale": (lambda op, v: v[0] * _attribute(op, "scale", 1.0), 1),
+    "ScaledAdd": (lambda op, v: _scaled_add(op, v), None),
+    "Detach": (_unary(lambda x: x), 1),
+    "Nop": (_unary(lambda x: x), 1),
 }
 _COMPARISONS: dict[str, Kernel] = {
     "Equal": lambda op, v: np.equal(*v),
@@ -667,16 +756,19 @@ _VARIADIC: dict[str, Kernel] = {
 }
 #: Operands may be swapped (only binary instances are, by the canonicalizer).
 COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal", "Sum",
-                         "Mean"})
+                         "Mean", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseXnor"})
 
 _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 
 
 def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
             domain: str = ONNX_DOMAIN) -> None:
-    infer = _INFER.setdefault(name, _infer_rule(kind, arity, broadcast))
+    key = name if domain == ONNX_DOMAIN else f"{domain}.{name}"
+    infer = _INFER.setdefault(key, _infer_rule(kind, arity, broadcast))
     layout = (FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add"
-              else WHERE if name == "Where" else ELEMENTWISE)
+              else WHERE if name == "Where"
+              else OPX_DEADEND if domain == GRAPHCORE_DOMAIN and name in ("ScaledAdd", "Nop")
+              else ELEMENTWISE)
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
                    commutative=name in COMMUTATIVE, layout=layout))
 
@@ -699,5 +791,7 @@ _INFER["PRelu"] = _infer_prelu
 _define("PRelu", _prelu, "same", 2, broadcast=True)  # the slope a broadcast operand
 _INFER["Clip"] = _infer_clip
 _define("Clip", _clip, "same", None, broadcast=True)  # the bounds broadcast as scalars
+for _name, (_kernel, _arity) in _GRAPHCORE.items():
+    _define(_name, _kernel, "same", _arity, broadcast=_arity != 1, domain=GRAPHCORE_DOMAIN)
 for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):
     _define("Gelu", lambda op, v: _gelu(op, v[0]), "same", 1, broadcast=False, domain=_domain)

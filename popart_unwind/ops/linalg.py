@@ -1,4 +1,4 @@
-"""Op family: linear algebra (MatMul, MatMulInteger, Gemm, Einsum), with ONNX semantics.
+"""Op family: linear algebra (MatMul, MatMulInteger, Gemm, Einsum, Det), with ONNX semantics.
 
 Shapes come from the project's shape engine (``matmul_shape``, ``einsum_shape``) wherever it
 states the rule, an ellipsis anywhere in a term included; Einsum equations of more than two
@@ -9,7 +9,8 @@ Layouts: when a MatMul's or Gemm's product is the row-major flattening of a grou
 ``[G, M, K] x [G, K, N]`` (``matmul_groups``), each operand is tied to a Source carrying
 poplin's ``createMatMulInputLHS/RHS`` layout (the machine's matmul plan) and the result is a
 FixedPoint laid out by the plan; Gemm's C is added to the product like an elementwise
-partner. Any other product is left a barrier. PopART's ``MatMulOpx`` creates both operands,
+partner. Any other product is left a barrier, and so is Det (a determinant per square
+matrix of its input; folded with numpy). PopART's ``MatMulOpx`` creates both operands,
 at the default creator priority.
 """
 
@@ -130,6 +131,24 @@ def _fold_gemm(op: Op, constants) -> list | None:
     if c is not None:
         result = result + op.attributes.get("beta", 1.0) * c
     return [np.asarray(result).astype(a.dtype)]
+
+
+# -- Det ----------------------------------------------------------------------------------
+def _infer_det(op: Op) -> list:
+    """X [*, M, M] gives one determinant per matrix: [*]."""
+    shape = input_shape(op, 0)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ShapeError(f"op {op.debug_name()}: X must hold square matrices, got {shape}")
+    if op.input(0).dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise ShapeError(f"op {op.debug_name()}: X must be a float tensor")
+    return [(op.input(0).dtype, shape[:-2])]
+
+
+def _fold_det(op: Op, constants: Sequence[np.ndarray | None]) -> list | None:
+    x = constants[0]
+    if x is None or x.size > FOLD_MAX_ELEMENTS or x.dtype.kind != "f":
+        return None
+    return [np.asarray(np.linalg.det(x.astype(np.float64))).astype(x.dtype)]
 
 
 # -- Einsum -------------------------------------------------------------------------------
@@ -546,5 +565,6 @@ register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MatMulRu
 register(OpDef("MatMulInteger", infer=_infer_matmul_integer, outline_value=HIGH_OUTLINE_VALUE))
 register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=GemmRule(),
                outline_value=HIGH_OUTLINE_VALUE))
+register(OpDef("Det", infer=_infer_det, fold=_fold_det))
 register(OpDef("Einsum", infer=_infer_einsum, fold=_fold_einsum,
                outline_value=HIGH_OUTLINE_VALUE))

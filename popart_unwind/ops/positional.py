@@ -1,6 +1,7 @@
-"""Op family: positional ops — Trilu, CumSum, OneHot, TopK, NonZero: results defined by
-where elements lie along their axes (a triangle kept, running sums, a position set, the
-positions of the largest or of the non-zero elements), with ONNX semantics.
+"""Op family: positional ops — Trilu, CumSum, CumProd, ReverseSequence, OneHot, TopK,
+NonZero: results defined by where elements lie along their axes (a triangle kept, running
+sums and products, each sequence's first steps reversed, a position set, the positions of
+the largest or of the non-zero elements), with ONNX semantics.
 
 Where the result's shape depends on an input's values (OneHot's depth, TopK's k) the shape
 rule needs that input to be a constant and otherwise cannot decide; NonZero's output
@@ -57,21 +58,65 @@ def _infer_cumsum(op: Op) -> list:
     return [(op.input(0).dtype, shape)]
 
 
-def _fold_cumsum(op: Op, constants) -> list | None:
-    x, axis = constants[0], constants[1]
-    if not small_constants(x) or axis is None or x.ndim == 0:
-        return None
-    axis = normalize_axis(op, ints(axis)[0], x.ndim)
-    reverse = op.attributes.get("reverse", 0)
-    work = np.flip(x, axis) if reverse else x
-    total = np.cumsum(work, axis=axis, dtype=x.dtype)
-    if op.attributes.get("exclusive", 0):
-        head = np.zeros_like(np.take(total, [0], axis=axis))
-        total = np.concatenate([head, np.take(total, range(x.shape[axis] - 1), axis=axis)],
-                               axis=axis)
-    return [np.flip(total, axis) if reverse else total]
+def _cumulative(running, unit: int):
+    """The fold of a running sum (``np.cumsum``, unit 0) or product (``np.cumprod``, unit 1)
+    along the axis input, with ONNX's ``exclusive`` and ``reverse``."""
+    def fold(op: Op, constants) -> list | None:
+        x, axis = constants[0], constants[1]
+        if not small_constants(x) or axis is None or x.ndim == 0:
+            return None
+        axis = normalize_axis(op, ints(axis)[0], x.ndim)
+        reverse = op.attributes.get("reverse", 0)
+        work = np.flip(x, axis) if reverse else x
+        total = running(work, axis=axis, dtype=x.dtype)
+        if op.attributes.get("exclusive", 0):
+            head = np.full_like(np.take(total, [0], axis=axis), unit)
+            total = np.concatenate(
+                [head, np.take(total, range(x.shape[axis] - 1), axis=axis)], axis=axis)
+        return [np.flip(total, axis) if reverse else total]
 
-register(OpDef("CumSum", infer=_infer_cumsum, fold=_fold_cumsum))
+    return fold
+
+
+register(OpDef("CumSum", infer=_infer_cumsum, fold=_cumulative(np.cumsum, 0)))
+register(OpDef("CumProd", infer=_infer_cumsum, fold=_cumulative(np.cumprod, 1)))
+
+
+# -- ReverseSequence ------------------------------------------------------------------------
+def _sequence_axes(op: Op, rank: int) -> tuple[int, int]:
+    time = int(op.attributes.get("time_axis", 0))
+    batch = int(op.attributes.get("batch_axis", 1))
+    if {time, batch} != {0, 1} or rank < 2:
+        raise ShapeError(f"op {op.debug_name()}: time_axis {time} and batch_axis {batch} must "
+                         f"be 0 and 1 in some order, of an input of rank >= 2")
+    return time, batch
+
+
+def _infer_reverse_sequence(op: Op) -> list:
+    """The first ``sequence_lens[b]`` steps of each batch entry reversed: same shape."""
+    shape = input_shape(op, 0)
+    _, batch = _sequence_axes(op, len(shape))
+    if input_shape(op, 1) != (shape[batch],) or op.input(1).dtype != "int64":
+        raise ShapeError(f"op {op.debug_name()}: sequence_lens must be int64 of shape "
+                         f"({shape[batch]},), got {op.input(1).dtype} {input_shape(op, 1)}")
+    return [(op.input(0).dtype, shape)]
+
+
+def _fold_reverse_sequence(op: Op, constants) -> list | None:
+    x, lengths = constants[0], constants[1]
+    if not small_constants(x) or lengths is None:
+        return None
+    time, batch = _sequence_axes(op, x.ndim)
+    steps = np.moveaxis(x, (batch, time), (0, 1)).copy()  # [batch, time, ...]
+    for b, length in enumerate(ints(lengths)):
+        if not 0 <= length <= steps.shape[1]:
+            return None
+        steps[b, :length] = steps[b, :length][::-1]
+    return [np.moveaxis(steps, (0, 1), (batch, time))]
+
+
+register(OpDef("ReverseSequence", infer=_infer_reverse_sequence,
+               fold=_fold_reverse_sequence))
 
 
 # -- OneHot, TopK, NonZero ------------------------------------------------------------------

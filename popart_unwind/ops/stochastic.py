@@ -1,9 +1,10 @@
-"""Op family: ops that draw random numbers (Dropout, RandomUniformLike,
-RandomNormalLike), with ONNX semantics.
+"""Op family: ops that draw random numbers (Dropout, RandomUniform, RandomNormal,
+RandomUniformLike, RandomNormalLike), with ONNX semantics.
 
 Two such ops give different values from the same inputs, so their OpDefs say ``random``
 and they are never merged; outside training Dropout is the identity and folds away.
-RandomUniformLike and RandomNormalLike read only their input's type and shape.
+RandomUniformLike and RandomNormalLike read only their input's type and shape;
+RandomUniform and RandomNormal take no input, their shape and type being attributes.
 """
 
 from __future__ import annotations
@@ -59,6 +60,19 @@ def _infer_random_like(op: Op) -> list:
     return [(DTYPE_OF_ONNX[code], shape)]
 
 
+def _infer_random(op: Op) -> list:
+    """The ``shape`` attribute; the ``dtype`` attribute's type (float32 by default)."""
+    shape = op.attributes.get("shape")
+    if shape is None or any(int(n) < 0 for n in shape):
+        raise ShapeError(f"op {op.debug_name()} needs a 'shape' of non-negative sizes, got "
+                         f"{shape!r}")
+    code = op.attributes.get("dtype", 1)
+    if DTYPE_OF_ONNX.get(code) not in ("float16", "bfloat16", "float32", "float64"):
+        raise ShapeError(f"op {op.debug_name()}: 'dtype' is {code!r}, expected an ONNX float "
+                         f"type number")
+    return [(DTYPE_OF_ONNX[code], tuple(int(n) for n in shape))]
+
+
 class RandomLikeRule(LayoutRule):
     """RandomUniformLike, RandomNormalLike: no input value is read, so nothing is
     exchanged and the input gets no pair; the result is mapped linearly, as PopART does
@@ -73,3 +87,7 @@ RANDOM_LIKE = RandomLikeRule()
 
 for _name in ("RandomUniformLike", "RandomNormalLike"):
     register(OpDef(_name, infer=_infer_random_like, random=True, layout=RANDOM_LIKE))
+# RandomUniform and RandomNormal read no tensor: the same rule (PopART's Opx draws into a
+# linearly mapped tensor) holds for them.
+for _name in ("RandomUniform", "RandomNormal"):
+    register(OpDef(_name, infer=_infer_random, random=True, layout=RANDOM_LIKE))

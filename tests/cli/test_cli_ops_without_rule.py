@@ -136,6 +136,39 @@ def test_a_fully_modelled_model_lists_none(model_path, out_dir):
     assert "Every op has a layout rule." in (report / "index.html").read_text()
 
 
+def recurrent_model() -> onnx.ModelProto:
+    """A GRU over a variable sequence, then a bitwise op and a CumProd on its results' shape:
+    the GRU and the CumProd are barriers, the bitwise op an elementwise row."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("w", (1, 12, 3)), ("r", (1, 12, 4)))]
+    axis = numpy_helper.from_array(np.array(0, np.int64), "axis")
+    nodes = [
+        helper.make_node("GRU", ["x", "w", "r"], ["", "h"], hidden_size=4, name="gru"),
+        helper.make_node("CumProd", ["h", "axis"], ["y"], name="cumprod"),
+        helper.make_node("BitwiseXor", ["i", "j"], ["k"], name="xor"),
+    ]
+    graph = helper.make_graph(
+        nodes, "recurrent",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3]),
+         helper.make_tensor_value_info("i", TensorProto.INT32, [8]),
+         helper.make_tensor_value_info("j", TensorProto.INT32, [8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4]),
+         helper.make_tensor_value_info("k", TensorProto.INT32, [8])],
+        initializer=[*weights, axis])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+
+
+def test_new_barriers_are_listed(tmp_path):
+    path = save_alone(recurrent_model(), tmp_path / "recurrent", "recurrent.onnx")
+    plan = tmp_path / "plan.json"
+    status, out, err = run("plan", str(path), "--tiles", "8", "--out", str(plan),
+                           "--baseline", "none")
+    assert (status, err) == (0, "")
+    assert json.loads(plan.read_text())["ops_without_rule"] == {"CumProd": 1, "GRU": 1}
+    assert f"{LINE}CumProd ×1, GRU ×1" in out.splitlines()
+
+
 def test_summary_line_orders_by_count_then_name():
     assert ops_without_rule_line({"b": 1, "a": 1, "Foo": 3}) == f"{LINE}Foo ×3, a ×1, b ×1"
 
@@ -177,10 +210,16 @@ def test_validate_plan_needs_the_key():
 #: The registered op types with no layout rule today (docs/cli.md names them).
 REGISTERED_WITHOUT_RULE = {
     "Constant", "ConstantOfShape",
-    "CumSum", "Dropout", "Einsum", "EyeLike", "GatherND",
-    "GlobalLpPool", "InstanceNormalization", "LpNormalization", "LRN",
-    "MatMulInteger", "NegativeLogLikelihoodLoss", "NonZero", "OneHot", "Pad", "Range",
-    "Resize", "Shape", "Size", "Tile", "TopK", "Trilu", "Upsample"}
+    "CumProd", "CumSum", "Det", "Dropout", "Einsum", "EyeLike", "GatherND",
+    "GlobalLpPool", "GridSample", "GRU", "InstanceNormalization", "LpNormalization", "LRN",
+    "LSTM", "MatMulInteger", "MaxUnpool", "NegativeLogLikelihoodLoss", "NonZero", "OneHot",
+    "Pad", "Range", "Resize", "ReverseSequence", "RNN", "RoiAlign", "Shape", "Size", "Tile",
+    "TopK", "Trilu", "Upsample",
+    "ai.graphcore::DynamicAdd", "ai.graphcore::DynamicSlice", "ai.graphcore::DynamicUpdate",
+    "ai.graphcore::DynamicZero", "ai.graphcore::GroupNormalization",
+    "ai.graphcore::IdentityLoss", "ai.graphcore::Init", "ai.graphcore::LSTM",
+    "ai.graphcore::Reverse",
+    "ai.graphcore::Subsample"}
 
 
 def test_registered_op_types_without_rule_are_the_documented_ones():
