@@ -210,11 +210,11 @@ LIBRARY_NOTICES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
 def _print_warnings(caught: list[warnings.WarningMessage], stderr: TextIO) -> None:
-    from popart_unwind.errors import UnknownOpsWarning
+    from popart_unwind.errors import OutputWarning, UnknownOpsWarning
 
     shown: set[str] = set()
     for warning in caught:
-        ours = issubclass(warning.category, UnknownOpsWarning)
+        ours = issubclass(warning.category, (UnknownOpsWarning, OutputWarning))
         if not ours and issubclass(warning.category, LIBRARY_NOTICES):
             continue
         text = _one_line(warning.message)
