@@ -150,7 +150,7 @@ def _reserve(option: str, given: Path, path: Path, folder: bool) -> Path:
     parent = path.parent
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {given}: folder {given.parent} is not writable")
-    prefix, suffix = f".{path.name}.", ".tmp"
+    prefix, suffix = _hidden(path), ".tmp"
     try:
         if folder:
             return Path(tempfile.mkdtemp(dir=parent, prefix=prefix, suffix=suffix))
@@ -162,12 +162,26 @@ def _reserve(option: str, given: Path, path: Path, folder: bool) -> Path:
                           f"{error.strerror or error}") from None
 
 
+#: The longest part of a target's name a temporary beside it repeats: the system's limit of
+#: 255 bytes per name leaves room for the dot, the random part and the suffix.
+NAME_KEPT = 200
+
+
+def _hidden(path: Path) -> str:
+    """The start of a hidden temporary's name beside ``path`` (at most NAME_KEPT bytes of
+    the name, cut on a character's boundary)."""
+    name = os.fsencode(path.name)
+    if len(name) <= NAME_KEPT:
+        return f".{path.name}."
+    return f".{name[:NAME_KEPT].decode('utf-8', errors='ignore')}."
+
+
 def _keep_old(path: Path) -> Path | None:
     """A second name (hard link) for the file at ``path``, so that it can be put back; None
     if nothing is there. Where hard links are not available the file is copied."""
     if not os.path.lexists(path):
         return None
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=_hidden(path), suffix=".old")
     os.close(handle)
     backup = Path(name)
     try:
@@ -203,7 +217,7 @@ def _swap_folder(report: FolderTarget, staging: Path) -> None:
             raise OutputError(f"cannot write {report.option} {report.given}: "
                               f"{error.strerror or error}") from None
         return
-    retired = Path(tempfile.mkdtemp(dir=report.path.parent, prefix=f".{report.path.name}.",
+    retired = Path(tempfile.mkdtemp(dir=report.path.parent, prefix=_hidden(report.path),
                                     suffix=".old"))
     old = retired / "report"
     try:

@@ -95,6 +95,8 @@ def resolve(option: str, given: Path) -> Path:
         if error.errno == errno.ENOTDIR:
             raise OutputError(f"{option} {given}: a part of the path is not a folder") \
                 from None
+        if error.errno != errno.ENOENT:  # too long a name, no permission to look, ...
+            raise OutputError(f"{option} {given}: {error.strerror or error}") from None
     return Path(os.path.realpath(given))
 
 

@@ -4,6 +4,7 @@ survives, and the run fails in one line, exit 2, with nothing replaced."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -114,3 +115,24 @@ def test_a_retired_report_loses_only_the_files_its_marker_lists(tmp_path: Path):
     (folder / "index.html").write_text("ours")
     assert atomic._remove_written(folder) is True
     assert not folder.exists()
+
+
+def test_a_name_as_long_as_the_system_allows_is_written(world):
+    """The temporary beside an output repeats only the start of a long name."""
+    name = "p" * 255
+    status, _, err = run(*PLAN, "--out", f"out/{name}", "--report", "r" * 255)
+    assert status == 0, err
+    assert (world / "out" / name).read_text().startswith("{")
+    assert (world / ("r" * 255) / "index.html").is_file()
+
+
+def test_a_full_disk_while_the_report_is_written_names_the_option(world, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/somewhere/.r.x.tmp/a.png")
+
+    monkeypatch.setattr(html, "write_report", full)
+    before = snapshot(world)
+    status, out, err = run(*PLAN, "--report", "out/r", "--out", "out/plan.json")
+    assert (status, out, err) == (2, "", "popart-unwind: error: cannot write --report out/r: "
+                                         "No space left on device\n")
+    assert snapshot(world) == before
