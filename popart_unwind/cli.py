@@ -9,6 +9,8 @@ place only when all of them are ready. docs/cli.md is the user's guide.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 import warnings
@@ -359,7 +361,17 @@ def _plan_safely(args: argparse.Namespace, model: Any, onnx_out: Path | None,
     from popart_unwind.report.interrupts import signals_raise
 
     files, report = _output_targets(args, onnx_out)
-    with signals_raise(), OutputTransaction(files, report) as outputs:
+    transaction = OutputTransaction(files, report)
+
+    def stuck(signum: int) -> None:
+        """The main thread is held in compiled code: end the run from here."""
+        if not transaction.abandon():
+            return  # the outputs are being moved into place: that finishes first
+        print(f"popart-unwind: stopped by {signal.Signals(signum).name}; nothing was "
+              f"written", file=stderr, flush=True)
+        os._exit(EXIT_SIGNAL_BASE + signum)
+
+    with signals_raise(stuck), transaction as outputs:
         run, title = _plan(args, model, onnx_out, outputs, stderr)
         outputs.commit()
     return run, title

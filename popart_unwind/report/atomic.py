@@ -44,6 +44,7 @@ class OutputTransaction:
         self._temps: dict[Path, Path] = {}  # target path -> its temporary file
         self._staging: Path | None = None
         self._committed = False
+        self._committing = False
 
     # -- reserving and writing ----------------------------------------------------------------
     def __enter__(self) -> OutputTransaction:
@@ -89,6 +90,21 @@ class OutputTransaction:
     def commit(self) -> None:
         """Move every output into place, or (on any failure) none: replaced files are
         restored and the new ones removed."""
+        self._committing = True
+        try:
+            self._commit()
+        finally:
+            self._committing = False
+
+    def abandon(self) -> bool:
+        """Remove every temporary now, from another thread, for a process about to end;
+        False (nothing done) while the outputs are being moved into place."""
+        if self._committing or self._committed:
+            return False
+        self._discard()
+        return True
+
+    def _commit(self) -> None:
         if self._staging is not None and self.report is not None:
             try:
                 names = os.listdir(self._staging)
