@@ -136,3 +136,28 @@ def test_a_full_disk_while_the_report_is_written_names_the_option(world, monkeyp
     assert (status, out, err) == (2, "", "popart-unwind: error: cannot write --report out/r: "
                                          "No space left on device\n")
     assert snapshot(world) == before
+
+
+def _no_controls(text: str) -> bool:
+    return not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text)
+
+
+def test_a_models_words_reach_the_summary_escaped(world):
+    """A tensor name and the model's file name holding terminal escapes, in the summary's
+    title and the fullest tile's line, and in the warning naming an unknown op type."""
+    import onnx
+    from conftest import linear_layer_model
+
+    model = linear_layer_model()
+    model.graph.initializer[0].name = "w\x1b[31m"
+    model.graph.node[0].input[0] = "w\x1b[31m"
+    model.graph.node[3].op_type = "Re\x1b[2Jlu"
+    path = world / "linear\x1b]0;title\x07.onnx"
+    onnx.save(model, str(path))
+    status, out, err = run("plan", path.name, "--tiles", "8", "--baseline", "none",
+                           "--allow-unknown-ops")
+    assert status == 0, err
+    assert _no_controls(out) and _no_controls(err), (out, err)
+    assert "popart-unwind plan linear\\x1b]0;title\\x07.onnx" in out
+    assert "w\\x1b[31m" in out  # the weight is the fullest tile's largest tensor
+    assert "Re\\x1b[2Jlu" in out and "Re\\x1b[2Jlu" in err
