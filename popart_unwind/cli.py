@@ -9,6 +9,8 @@ place only when all of them are ready. docs/cli.md is the user's guide.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 import warnings
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from popart_unwind.errors import ModelImportError, PopartUnwindError
+from popart_unwind.report.terminal_text import printable
 from popart_unwind.version import __version__
 
 EXIT_OK = 0
@@ -67,7 +70,13 @@ def _tiles(text: str) -> int:
 
 
 def _ipus(text: str) -> int:
-    return _positive("--ipus", text)
+    from popart_unwind.report.session import MAX_IPUS
+
+    value = _positive("--ipus", text)
+    if value > MAX_IPUS:
+        raise argparse.ArgumentTypeError(f"--ipus must be at most {MAX_IPUS:,} (a Bow "
+                                         f"Pod1024), got {value:,}")
+    return value
 
 
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -97,10 +106,25 @@ def _dim(text: str) -> tuple[str, int]:
     return name, size
 
 
+def _no_nul(option: str, text: str) -> str:
+    """``text`` unless it holds a NUL byte, which no path can (the system calls would raise
+    a bare ValueError)."""
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{option} {text!r} holds a NUL byte, which no path "
+                                         f"can hold")
+    return text
+
+
+def _path(option: str) -> Any:
+    def convert(text: str) -> Path:
+        return Path(_no_nul(option, text))
+    return convert
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", metavar="PLAN.json", type=Path,
+    parser.add_argument("--out", metavar="PLAN.json", type=_path("--out"),
                         help="write the plan (tile mappings, methods, summary) as JSON")
-    parser.add_argument("--report", metavar="DIR", type=Path,
+    parser.add_argument("--report", metavar="DIR", type=_path("--report"),
                         help="write an HTML report with pictures into this folder")
     parser.add_argument("--tiles", metavar="N", type=_tiles, default=DEFAULT_TILES,
                         help=f"tiles of the IPU Model (default {DEFAULT_TILES}, a GC200)")
@@ -161,12 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Plan the tile layouts of MODEL: an ONNX file, or "
                                "module:factory where factory() returns (torch module, "
                                "example_args).")
-    plan.add_argument("model", metavar="MODEL", help="model.onnx or module:factory")
+    plan.add_argument("model", metavar="MODEL", type=lambda text: _no_nul("MODEL", text),
+                      help="model.onnx or module:factory")
     _add_common(plan)
     plan.add_argument("--training", action="store_true",
                       help="plan one training step (forward, backward, update) of a PyTorch "
                            "model")
-    plan.add_argument("--onnx-out", metavar="PATH", type=Path,
+    plan.add_argument("--onnx-out", metavar="PATH", type=_path("--onnx-out"),
                       help="write a copy of the ONNX model with the plan in its metadata")
     plan.add_argument("--input-shape", metavar="NAME=D1,D2,...", type=_input_shape,
                       action="append", default=[], dest="input_shapes",
@@ -210,11 +235,12 @@ LIBRARY_NOTICES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
 
 def _print_warnings(caught: list[warnings.WarningMessage], stderr: TextIO) -> None:
-    from popart_unwind.errors import IgnoredAttributeWarning, UnknownOpsWarning
+    from popart_unwind.errors import IgnoredAttributeWarning, OutputWarning, UnknownOpsWarning
 
     shown: set[str] = set()
     for warning in caught:
-        ours = issubclass(warning.category, UnknownOpsWarning | IgnoredAttributeWarning)
+        ours = issubclass(warning.category,
+                          UnknownOpsWarning | OutputWarning | IgnoredAttributeWarning)
         if not ours and issubclass(warning.category, LIBRARY_NOTICES):
             continue
         text = _one_line(warning.message)
@@ -260,7 +286,15 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
+    """The error as one line; an OSError the tool did not word itself says what failed and
+    on which file, without Python's ``[Errno N]``."""
+    if isinstance(error, OSError) and not isinstance(error, PopartUnwindError) \
+            and error.strerror:
+        files = [f for f in (error.filename, error.filename2) if f is not None]
+        text = error.strerror + (f": {', '.join(map(str, files))}" if files else "")
+    else:
+        text = str(error)
+    text = printable(" ".join(text.split()))  # a model's words never reach the terminal raw
     return text or type(error).__name__
 
 
@@ -286,17 +320,17 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         sentence = verdict(run.summaries())
         if sentence is not None:
-            stdout.write(sentence + "\n")
+            _say(stdout, sentence)
         print_summary(run.summaries(), model.bytes_per_tile, stdout, title)
         _print_fullest_tile(run, model.bytes_per_tile, stdout)
         if run.memory_search is not None:
-            stdout.write(run.memory_search.line() + "\n")
+            _say(stdout, run.memory_search.line())
         if run.ops_without_rule:
-            stdout.write(ops_without_rule_line(run.ops_without_rule) + "\n")
+            _say(stdout, ops_without_rule_line(run.ops_without_rule))
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
-        stdout.write(f"{len(run.decisions)} tensors planned in "
+        _say(stdout, f"{len(run.decisions)} tensors planned in "
                      f"{time.perf_counter() - started:.1f} s"
-                     + (f"; wrote {', '.join(written)}" if written else "") + "\n")
+                     + (f"; wrote {', '.join(written)}" if written else ""))
     return EXIT_OK
 
 
@@ -308,11 +342,16 @@ def _print_fullest_tile(run: Any, budget: int, stdout: TextIO) -> None:
     several = run.model.ipus > 1
     if several:
         for line in ipu_holdings_lines(run.weights_by_ipu(), run.model.ipus):
-            stdout.write(line + "\n")
+            _say(stdout, line)
     fullest = run.costs["ours"].fullest_tile
     if fullest is not None:
-        stdout.write(fullest_tile_line(fullest, budget,
-                                       run.model.tiles_per_ipu if several else None) + "\n")
+        _say(stdout, fullest_tile_line(fullest, budget,
+                                       run.model.tiles_per_ipu if several else None))
+
+
+def _say(stdout: TextIO, line: str) -> None:
+    """One line of the summary, its tensor and op names (the model's words) escaped."""
+    stdout.write(printable(line) + "\n")
 
 
 def _plan_safely(args: argparse.Namespace, model: Any, onnx_out: Path | None,
@@ -323,7 +362,17 @@ def _plan_safely(args: argparse.Namespace, model: Any, onnx_out: Path | None,
     from popart_unwind.report.interrupts import signals_raise
 
     files, report = _output_targets(args, onnx_out)
-    with signals_raise(), OutputTransaction(files, report) as outputs:
+    transaction = OutputTransaction(files, report)
+
+    def stuck(signum: int) -> None:
+        """The main thread is held in compiled code: end the run from here."""
+        if not transaction.abandon():
+            return  # the outputs are being moved into place: that finishes first
+        print(f"popart-unwind: stopped by {signal.Signals(signum).name}; nothing was "
+              f"written", file=stderr, flush=True)
+        os._exit(EXIT_SIGNAL_BASE + signum)
+
+    with signals_raise(stuck), transaction as outputs:
         run, title = _plan(args, model, onnx_out, outputs, stderr)
         outputs.commit()
     return run, title
@@ -346,6 +395,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
           stderr: TextIO) -> tuple[Any, str]:
     """Every stage, then every output written into its temporary; returns the session's
     PlanRun and the title of the summary and report."""
+    from popart_unwind.errors import OutputError
     from popart_unwind.report.demo_model import DEMO_TITLE
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
@@ -400,7 +450,11 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
 
                 # the page is titled by the model's file name, never its path
                 page_title = title if demo else Path(str(args.model)).name
-                write_report(run, outputs.report_folder, page_title, progress.update)
+                try:
+                    write_report(run, outputs.report_folder, page_title, progress.update)
+                except OSError as error:  # a full disk names the option, not a temporary
+                    raise OutputError(f"cannot write --report {args.report}: "
+                                      f"{error.strerror or error}") from None
     return run, title
 
 

@@ -110,3 +110,8 @@ class IgnoredAttributeWarning(UserWarning):
 class TransformWarning(UserWarning):
     """A transform was asked for something the model does not allow (recomputation in a
     graph with no loss, say) and left the IR as it was."""
+
+
+class OutputWarning(UserWarning):
+    """An output was written, but something the tool did not write kept a folder it
+    retired from being removed (it is left where the warning says)."""

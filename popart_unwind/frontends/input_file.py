@@ -33,7 +33,10 @@ def path_kind(mode: int) -> str:
 
 def describe_unreadable(path: Path) -> str | None:
     """Why ``path`` cannot be read as a file (missing, a dangling or looping symbolic link,
-    a folder, a FIFO, a device), or None when it is a regular file."""
+    a folder, a FIFO, a device, a name holding a NUL byte), or None when it is a regular
+    file."""
+    if "\0" in str(path):
+        return "is no file name: it holds a NUL byte"
     try:
         info = os.stat(path)
     except OSError as error:
@@ -44,6 +47,8 @@ def describe_unreadable(path: Path) -> str | None:
                 else "no such file"
         if error.errno == errno.ENOTDIR:
             return "no such file (a part of the path is not a folder)"
+        if error.errno == errno.ENAMETOOLONG:
+            return "is a name too long for the system"
         return f"cannot be read: {error.strerror}"
     if stat.S_ISREG(info.st_mode):
         return None

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popart_unwind.errors import DynamicShapeError, IrError, ModelImportError, ShapeError
-from popart_unwind.frontends.input_file import require_regular_file
+from popart_unwind.frontends.input_file import describe_unreadable, require_regular_file
 from popart_unwind.frontends.onnx_checks import check_op_types, check_versions
 from popart_unwind.frontends.onnx_dims import fix_input_shapes
 from popart_unwind.frontends.onnx_lazy import (
@@ -250,6 +250,9 @@ def _external_path(tensor: onnx.TensorProto, folder: Path | None) -> Path:
     location = _external_info(tensor).get("location", "")
     if not location:
         raise ModelImportError(f"tensor {tensor.name!r} has external data without a location")
+    if "\0" in location:
+        raise ModelImportError(f"tensor {tensor.name!r}: external data location {location!r} "
+                               f"holds a NUL byte, which no file name can")
     if os.path.isabs(location) or PureWindowsPath(location).is_absolute() \
             or PureWindowsPath(location).drive or location.startswith(("/", "\\")):
         raise ModelImportError(f"tensor {tensor.name!r}: external data location {location!r} "
@@ -275,9 +278,10 @@ def _external_span(tensor: onnx.TensorProto, folder: Path | None, dtype: str) ->
     except ValueError as error:
         raise ModelImportError(f"tensor {tensor.name!r}: cannot read external data {path}: "
                                f"{error}") from None
-    if not path.is_file():
-        raise ModelImportError(f"tensor {tensor.name!r}: external data file {path} is "
-                               f"missing")
+    problem = describe_unreadable(path)
+    if problem is not None:  # a FIFO is called one (opening it would block), not "missing"
+        words = "is missing" if problem.startswith("no such file") else problem
+        raise ModelImportError(f"tensor {tensor.name!r}: external data file {path} {words}")
     if length < 0:
         itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
         length = itemsize * int(np.prod([int(d) for d in tensor.dims], dtype=np.int64))
@@ -334,6 +338,30 @@ def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...]
     if any(not d.HasField("dim_value") for d in dims):
         return dtype, None
     return dtype, tuple(int(d.dim_value) for d in dims)
+
+
+def _check_default(value: onnx.ValueInfoProto, initializer: Tensor) -> None:
+    """A graph input that shares its name with an initializer: by ONNX's IR the initializer
+    is the input's default value, and the import takes that value (a weight or constant,
+    not a stream); the input's declared type and the known dimensions of its shape must
+    agree with it."""
+    dtype = _value_info(value)[0]
+    if not value.type.HasField("tensor_type"):
+        return
+    declared = value.type.tensor_type
+    dims = list(declared.shape.dim) if declared.HasField("shape") else None
+    shape_agrees = dims is None or (len(dims) == len(initializer.shape) and all(
+        not d.HasField("dim_value") or d.dim_value == size
+        for d, size in zip(dims, initializer.shape, strict=True)))
+    if (dtype is None or dtype == initializer.dtype) and shape_agrees:
+        return
+    shown = "?" if dims is None else "[" + ", ".join(
+        str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+        for d in dims) + "]"
+    raise ModelImportError(
+        f"graph input {value.name!r} is declared {dtype or '?'} {shown}, but the initializer "
+        f"of the same name (its default value, which the import takes) is "
+        f"{initializer.dtype} {list(initializer.shape)}; make them agree")
 
 
 def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
@@ -399,6 +427,7 @@ class _Importer:
             initialized.add(tensor.name)
         for value in onnx_graph.input:
             if value.name in initialized:
+                _check_default(value, graph.tensor(value.name))
                 continue
             dtype, shape = _value_info(value)
             if main and (dtype is None or shape is None):
@@ -453,7 +482,7 @@ class _Importer:
         children: list[tuple[str, _Scope]] = []
         for attr in node.attribute:
             if attr.name in _PLACEMENT:
-                setattr(settings, _PLACEMENT[attr.name], int(attr.i))
+                setattr(settings, _PLACEMENT[attr.name], _placement(attr, label))
             else:
                 attributes[attr.name] = self.attribute(attr, node, position, scope, children)
         inputs: list[Tensor | None] = [None if not name else scope.lookup(name, label)
@@ -559,6 +588,28 @@ class _Importer:
         self.graph(onnx_graph, child)
         children.append((attr_name, child))
         return graph_id
+
+
+#: Placement attributes whose value is an index from 0 (PopART's -1 means "not set", which
+#: an ONNX model says by leaving the attribute out).
+_COUNTED_FROM_ZERO = ("__ipu_number", "__pipeline_stage")
+
+
+def _placement(attr: onnx.AttributeProto, label: str) -> int:
+    """A placement attribute's value, checked: an integer, an index from 0 where it is one
+    (the machine's size is checked once the session knows it, ``placed_options``)."""
+    import onnx
+
+    if attr.type != onnx.AttributeProto.INT:
+        shown = onnx.helper.get_attribute_value(attr)
+        if isinstance(shown, bytes):
+            shown = shown.decode("utf-8", errors="replace")
+        raise ModelImportError(f"{label}: placement attribute {attr.name} must be an "
+                               f"integer, got {shown!r}")
+    if attr.name in _COUNTED_FROM_ZERO and attr.i < 0:
+        raise ModelImportError(f"{label}: placement attribute {attr.name} must be 0 or more, "
+                               f"got {attr.i}")
+    return int(attr.i)
 
 
 def _densify(sparse: onnx.SparseTensorProto) -> onnx.TensorProto:

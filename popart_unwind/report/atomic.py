@@ -11,19 +11,25 @@ without a commit, by an error or a signal, removes every temporary.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from popart_unwind.errors import OutputError
+from popart_unwind.errors import OutputError, OutputWarning
+from popart_unwind.frontends.input_file import path_kind
 from popart_unwind.report.output_targets import (
     REPORT_MARKER,
     FileTarget,
     FolderTarget,
+    file_changed,
     marker_text,
+    read_marker,
+    unlisted_entries,
 )
 
 __all__ = ["OutputError", "OutputTransaction"]
@@ -38,6 +44,7 @@ class OutputTransaction:
         self._temps: dict[Path, Path] = {}  # target path -> its temporary file
         self._staging: Path | None = None
         self._committed = False
+        self._committing = False
 
     # -- reserving and writing ----------------------------------------------------------------
     def __enter__(self) -> OutputTransaction:
@@ -83,6 +90,21 @@ class OutputTransaction:
     def commit(self) -> None:
         """Move every output into place, or (on any failure) none: replaced files are
         restored and the new ones removed."""
+        self._committing = True
+        try:
+            self._commit()
+        finally:
+            self._committing = False
+
+    def abandon(self) -> bool:
+        """Remove every temporary now, from another thread, for a process about to end;
+        False (nothing done) while the outputs are being moved into place."""
+        if self._committing or self._committed:
+            return False
+        self._discard()
+        return True
+
+    def _commit(self) -> None:
         if self._staging is not None and self.report is not None:
             try:
                 names = os.listdir(self._staging)
@@ -97,6 +119,10 @@ class OutputTransaction:
             for target in self.files:
                 if target.in_report:
                     continue
+                changed = file_changed(target)  # checked again at the moment it is replaced
+                if changed is not None:
+                    raise OutputError(f"{target.option} {target.given} became {changed} while "
+                                      f"the plan ran; nothing was replaced")
                 try:
                     backup = _keep_old(target.path)
                 except OSError as error:
@@ -140,7 +166,7 @@ def _reserve(option: str, given: Path, path: Path, folder: bool) -> Path:
     parent = path.parent
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{option} {given}: folder {given.parent} is not writable")
-    prefix, suffix = f".{path.name}.", ".tmp"
+    prefix, suffix = _hidden(path), ".tmp"
     try:
         if folder:
             return Path(tempfile.mkdtemp(dir=parent, prefix=prefix, suffix=suffix))
@@ -152,12 +178,26 @@ def _reserve(option: str, given: Path, path: Path, folder: bool) -> Path:
                           f"{error.strerror or error}") from None
 
 
+#: The longest part of a target's name a temporary beside it repeats: the system's limit of
+#: 255 bytes per name leaves room for the dot, the random part and the suffix.
+NAME_KEPT = 200
+
+
+def _hidden(path: Path) -> str:
+    """The start of a hidden temporary's name beside ``path`` (at most NAME_KEPT bytes of
+    the name, cut on a character's boundary)."""
+    name = os.fsencode(path.name)
+    if len(name) <= NAME_KEPT:
+        return f".{path.name}."
+    return f".{name[:NAME_KEPT].decode('utf-8', errors='ignore')}."
+
+
 def _keep_old(path: Path) -> Path | None:
     """A second name (hard link) for the file at ``path``, so that it can be put back; None
     if nothing is there. Where hard links are not available the file is copied."""
     if not os.path.lexists(path):
         return None
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old")
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=_hidden(path), suffix=".old")
     os.close(handle)
     backup = Path(name)
     try:
@@ -176,19 +216,89 @@ def _move(option: str, given: Path, temp: Path, path: Path) -> None:
 
 
 def _swap_folder(report: FolderTarget, staging: Path) -> None:
-    """Put the staged report at ``report.path``: a rename over nothing or an empty folder;
-    over an earlier report, the old one is renamed aside first and removed afterwards."""
+    """Put the staged report at ``report.path``, checking the folder again at this moment:
+    a file the tool did not write is never removed, whenever it got there.
+
+    Over nothing or an empty folder, one rename, which the system refuses when a folder
+    there now holds anything (or a file is there). Over an earlier report, the old folder
+    is first renamed aside, where a user saving into the report's path can no longer reach
+    it, and checked again against its marker; a foreign entry puts it back and fails the
+    run. Afterwards only the files its marker lists are removed from it."""
     if report.state != "report":
-        _move(report.option, report.given, staging, report.path)
-        return
-    retired = Path(tempfile.mkdtemp(dir=report.path.parent, prefix=f".{report.path.name}.",
-                                    suffix=".old"))
-    try:
-        os.replace(report.path, retired / "report")
         try:
-            _move(report.option, report.given, staging, report.path)
-        except BaseException:
-            os.replace(retired / "report", report.path)
-            raise
-    finally:
-        shutil.rmtree(retired, ignore_errors=True)
+            os.replace(staging, report.path)
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise OutputError(_changed(report, _describe(report.path))) from None
+            raise OutputError(f"cannot write {report.option} {report.given}: "
+                              f"{error.strerror or error}") from None
+        return
+    retired = Path(tempfile.mkdtemp(dir=report.path.parent, prefix=_hidden(report.path),
+                                    suffix=".old"))
+    old = retired / "report"
+    try:
+        os.replace(report.path, old)
+    except OSError as error:
+        os.rmdir(retired)
+        raise OutputError(_changed(report, error.strerror or str(error))) from None
+    try:
+        foreign = unlisted_entries(old)
+        if foreign is None or foreign:
+            raise OutputError(_changed(report, f"it now holds {foreign[0]!r}, which "
+                                       f"popart-unwind did not write" if foreign
+                                       else f"its {REPORT_MARKER} file is gone"))
+        _move(report.option, report.given, staging, report.path)
+    except BaseException:
+        try:
+            os.replace(old, report.path)
+            os.rmdir(retired)
+        except OSError:
+            raise OutputError(f"{report.option} {report.given} changed while the plan ran; "
+                              f"the earlier report is kept in {old}") from None
+        raise
+    if not _remove_written(old):
+        warnings.warn(f"{report.option} {report.given}: the earlier report gained files "
+                      f"popart-unwind did not write while it was replaced; they are kept "
+                      f"in {old}", OutputWarning, stacklevel=2)
+        return
+    with contextlib.suppress(OSError):
+        os.rmdir(retired)
+
+
+def _changed(report: FolderTarget, what: str) -> str:
+    return (f"{report.option} {report.given} changed while the plan ran ({what}); nothing "
+            f"was replaced or removed")
+
+
+def _describe(path: Path) -> str:
+    kind = _kind_of(path)
+    return f"it is now {kind}" if kind is not None else "it vanished"
+
+
+def _kind_of(path: Path) -> str | None:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    kind = path_kind(mode)
+    return f"{kind} holding files" if kind == "a folder" else kind
+
+
+def _remove_written(folder: Path) -> bool:
+    """Remove a retired report: only the regular files its marker lists, then the marker and
+    the folder if nothing else is left; anything else (put there through an open handle
+    after the check) stays, and the folder with it. Whether the folder is gone."""
+    written = read_marker(folder) or set()
+    for name in sorted(written):
+        entry = folder / name
+        if os.path.basename(name) == name and not entry.is_symlink() and entry.is_file():
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    if os.listdir(folder) != [REPORT_MARKER]:
+        return False
+    try:
+        (folder / REPORT_MARKER).unlink()
+        os.rmdir(folder)
+    except OSError:
+        return False
+    return True

@@ -64,6 +64,8 @@ def input_files(model: str) -> list[InputFile]:
     except Exception:  # not ONNX: the import reports it in its own words
         return files
     for location in sorted(external_locations(proto.graph)):
+        if "\0" in location:
+            continue  # no file can be named so; the import refuses it, naming the tensor
         files.append(InputFile("external data of the input model", path.parent / location))
     return files
 
@@ -98,7 +100,7 @@ def _load_factory(spec: str, training: bool) -> Ir:
         except ImportError as error:
             raise ModelImportError(f"cannot import module {module_name!r} of MODEL {spec!r}: "
                                    f"{error}") from None
-        except Exception as error:  # the user's module failed while importing
+        except (Exception, SystemExit) as error:  # the user's module failed or exited
             raise ModelImportError(f"importing module {module_name!r} failed: "
                                    f"{_first_line(error)}") from None
     factory: Any = module
@@ -110,7 +112,7 @@ def _load_factory(spec: str, training: bool) -> Ir:
         raise ModelImportError(f"{spec} is not callable")
     try:
         made = factory()
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit in a factory ends no run silently
         raise ModelImportError(f"{spec}() failed: {_first_line(error)}") from None
     if not (isinstance(made, tuple) and len(made) in (2, 3)) or (
             len(made) == 3 and not isinstance(made[2], dict)):
@@ -125,11 +127,14 @@ def _load_factory(spec: str, training: bool) -> Ir:
         return Ir.from_torch(module_object, example_args, training=training, blocks=blocks)
     except PopartUnwindError:
         raise
-    except Exception as error:  # torch.export reports unsupported programs in many types
+    except (Exception, SystemExit) as error:  # torch.export raises many types; a forward
+        # may even exit
         raise ModelImportError(f"cannot trace {spec}: {_first_line(error)}") from None
 
 
 def _first_line(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r})"
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__

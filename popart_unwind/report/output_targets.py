@@ -95,6 +95,8 @@ def resolve(option: str, given: Path) -> Path:
         if error.errno == errno.ENOTDIR:
             raise OutputError(f"{option} {given}: a part of the path is not a folder") \
                 from None
+        if error.errno != errno.ENOENT:  # too long a name, no permission to look, ...
+            raise OutputError(f"{option} {given}: {error.strerror or error}") from None
     return Path(os.path.realpath(given))
 
 
@@ -148,12 +150,10 @@ def check_report_folder(option: str, given: Path, inputs: Sequence[InputFile],
     entries = sorted(os.listdir(path))
     if not entries:
         return FolderTarget(option, given, path, "empty")
-    written = read_marker(path)
-    if written is None:
+    foreign = unlisted_entries(path)
+    if foreign is None:
         raise OutputError(f"{option} {given} is a folder popart-unwind did not make (it has "
                           f"no {REPORT_MARKER} file); choose a new or empty folder")
-    foreign = [name for name in entries if name != REPORT_MARKER and (
-        name not in written or _kind(path / name) != "a regular file")]
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
         raise OutputError(f"{option} {given} is an earlier report, but holds {foreign[0]!r}"
@@ -162,6 +162,24 @@ def check_report_folder(option: str, given: Path, inputs: Sequence[InputFile],
         raise OutputError(f"{option} {given} holds an earlier report; pass --force to "
                           f"replace it")
     return FolderTarget(option, given, path, "report")
+
+
+def unlisted_entries(folder: Path) -> list[str] | None:
+    """The entries of report folder ``folder`` its marker does not list as regular files
+    the tool wrote (sorted), or None when it has no valid marker. Checked before any work
+    and again when the folder is replaced (``atomic``)."""
+    written = read_marker(folder)
+    if written is None:
+        return None
+    return [name for name in sorted(os.listdir(folder)) if name != REPORT_MARKER and (
+        name not in written or _kind(folder / name) != "a regular file")]
+
+
+def file_changed(target: FileTarget) -> str | None:
+    """What now stands at a file output's path if it is no longer nothing or a regular
+    file (a folder, a FIFO, ... put there while the plan ran), else None."""
+    kind = _kind(target.path)
+    return kind if kind is not None and kind != "a regular file" else None
 
 
 def marker_text(names: Sequence[str]) -> str:

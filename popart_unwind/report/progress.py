@@ -72,5 +72,10 @@ class StageProgress:
         planner's progress callback)."""
         if self._progress is None or self._task is None:
             return
+        from rich.markup import escape
+
+        from popart_unwind.report.terminal_text import printable
+
+        step = escape(printable(step))  # a step may name the model's tensors
         self._progress.update(self._task, description=f"{self._label}: {step}",
                               total=max(total, 1), completed=min(done, max(total, 1)))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from popart_unwind.cost.terms import ALWAYS, FIGURES, figure
+from popart_unwind.report.terminal_text import printable
 
 #: Column titles of the plans the table can show, in order.
 PLAN_TITLES = {"ours": "ours", "popart": "PopART baseline", "linear": "linear"}
@@ -182,16 +183,21 @@ def plain_table(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int)
 
 def print_summary(summaries: Mapping[str, Mapping[str, Any]], bytes_per_tile: int,
                   stream: TextIO, title: str) -> None:
-    """Print the table to ``stream``: rich when it is a terminal, plain text otherwise."""
+    """Print the table to ``stream``: rich when it is a terminal, plain text otherwise.
+    The title (which holds the model's file name) and the cells are escaped
+    (``terminal_text``), and rich is given them as plain text, not markup."""
+    title = printable(title)
     if not stream.isatty():
-        stream.write(f"{title}\n{plain_table(summaries, bytes_per_tile)}")
+        stream.write(f"{title}\n{printable(plain_table(summaries, bytes_per_tile), True)}")
         stream.flush()
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     header, rows = summary_rows(summaries, bytes_per_tile)
-    table = Table(title=title, title_justify="left")
+    rows = [[escape(printable(cell)) for cell in row] for row in rows]
+    table = Table(title=escape(title), title_justify="left")
     table.add_column(header[0], style="bold")
     for name in header[1:]:
         table.add_column(name, justify="right")

@@ -67,6 +67,44 @@ def _unknown_op_in_a_branch() -> onnx.ModelProto:
     return model
 
 
+def _placed(attribute: str, value: object) -> onnx.ModelProto:
+    """The linear layer with its MatMul placed by ``attribute`` = ``value``."""
+    model = linear_layer_model()
+    model.graph.node[1].attribute.append(helper.make_attribute(attribute, value))
+    return model
+
+
+def _input_named_like_the_weight(elem_type: int, shape: list[int]) -> onnx.ModelProto:
+    """A graph input sharing its name with the [16, 8] float weight, declared otherwise."""
+    model = linear_layer_model()
+    model.graph.input.append(helper.make_tensor_value_info("w", elem_type, shape))
+    return model
+
+
+def _declared(where: str, elem_type: int, shape: list[int]) -> onnx.ModelProto:
+    """A declared type and shape contradicting the rules': of the matmul's result ``xw``
+    (a value info) or of the graph output ``y``."""
+    model = linear_layer_model()
+    if where == "output":
+        del model.graph.output[:]
+        model.graph.output.append(helper.make_tensor_value_info("y", elem_type, shape))
+    else:
+        model.graph.value_info.append(helper.make_tensor_value_info(where, elem_type, shape))
+    return model
+
+
+def _with_external_weight(location: str) -> onnx.ModelProto:
+    """The linear layer whose weight ``w`` is external data at ``location``."""
+    model = linear_layer_model()
+    weight = model.graph.initializer[0]
+    weight.ClearField("raw_data")
+    weight.ClearField("float_data")
+    weight.data_location = TensorProto.EXTERNAL
+    entry = weight.external_data.add()
+    entry.key, entry.value = "location", location
+    return model
+
+
 #: name -> (the bad model, a word its error must contain)
 BAD_MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "misspelled-op": (lambda: _with_node_type("Rleu"), "Rleu"),
@@ -95,6 +133,37 @@ BAD_MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     "only-a-custom-opset": (lambda: _without_opsets((("com.example", 1),)),
                             "no opset import"),
     "default-domain-twice": (_twice_default, "twice"),
+    # placement is checked, never trusted (-1 is PopART's "unset", never a model's value)
+    "ipu-number-negative": (lambda: _placed("__ipu_number", -1), "__ipu_number"),
+    "ipu-number-text": (lambda: _placed("__ipu_number", "one"), "'one'"),
+    "ipu-number-fraction": (lambda: _placed("__ipu_number", 1.5), "__ipu_number"),
+    "ipu-number-list": (lambda: _placed("__ipu_number", [0, 1]), "__ipu_number"),
+    "ipu-number-beyond-any-machine": (lambda: _placed("__ipu_number", 10**6), "1,024 IPUs"),
+    "pipeline-stage-negative": (lambda: _placed("__pipeline_stage", -3), "__pipeline_stage"),
+    "pipeline-stage-text": (lambda: _placed("__pipeline_stage", "first"), "'matmul'"),
+    # an initializer is its input's default value (ONNX's IR): they must agree
+    "input-and-initializer-shapes-differ": (
+        lambda: _input_named_like_the_weight(TensorProto.FLOAT, [16, 9]), "[16, 9]"),
+    "input-and-initializer-types-differ": (
+        lambda: _input_named_like_the_weight(TensorProto.INT32, [16, 8]), "int32"),
+    "input-and-initializer-ranks-differ": (
+        lambda: _input_named_like_the_weight(TensorProto.FLOAT, [128]), "[128]"),
+    # a declared shape or type that contradicts the rules' is refused, not taken on trust
+    "declared-shape-contradicts-rule": (
+        lambda: _declared("xw", TensorProto.FLOAT, [4, 17]), "(4, 17)"),
+    "declared-output-shape-contradicts-rule": (
+        lambda: _declared("output", TensorProto.FLOAT, [4, 15]), "(4, 15)"),
+    "declared-output-type-contradicts-rule": (
+        lambda: _declared("output", TensorProto.INT64, [4, 16]), "int64"),
+    # a model's words reach the terminal escaped
+    "escape-in-an-op-type": (lambda: _with_node_type("Re\x1b[2J\x1b[31mlu"),
+                             "Re\\x1b[2J\\x1b[31mlu"),
+    "bidi-override-in-an-op-type": (lambda: _with_node_type("Foo\u202eoof"),
+                                    "Foo\\u202eoof"),
+    "nul-in-an-external-data-location": (lambda: _with_external_weight("w\0.bin"),
+                                         "NUL byte"),
+    "external-data-is-a-fifo": (lambda: _with_external_weight("fifo"), "FIFO"),
+    "external-data-is-missing": (lambda: _with_external_weight("nothing.bin"), "missing"),
 }
 
 
@@ -110,6 +179,15 @@ def _raw(name: str, data: bytes) -> Callable[[Path], Path]:
     def write(root: Path) -> Path:
         path = root / name
         path.write_bytes(data)
+        return path
+    return write
+
+
+def _named(file_name: str, case: str) -> Callable[[Path], Path]:
+    """Bad model ``case`` saved under ``file_name``."""
+    def write(root: Path) -> Path:
+        path = root / file_name
+        path.write_bytes(BAD_MODELS[case][0]().SerializeToString())
         return path
     return write
 
@@ -136,6 +214,9 @@ BAD_MODEL_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "missing": (lambda root: root / "missing.onnx", "no such file"),
     "character-device": (lambda root: Path("/dev/null"), "character device"),
     "through-a-file": (lambda root: root / "file.txt" / "model.onnx", "not a folder"),
+    "name-too-long": (lambda root: root / ("m" * 300 + ".onnx"), "too long"),
+    "escape-in-the-file-name": (_named("Re\x1b[31mlu.onnx", "misspelled-op"),
+                                "Re\\x1b[31mlu.onnx"),
 }
 
 
@@ -165,6 +246,9 @@ def make_world(root: Path) -> None:
     (root / "file.txt").write_text("a plain file")
     (root / "folder.onnx").mkdir()
     (root / "existing.json").write_text("an earlier plan")
+    (root / "factories.py").write_text("import sys\n\n\ndef exits():\n    sys.exit(0)\n"
+                                       "\n\ndef fails():\n    raise RuntimeError('broken')\n")
+    (root / "exits_on_import.py").write_text("raise SystemExit(3)\n")
     os.link(root / "existing.json", root / "existing-hard.json")
 
 

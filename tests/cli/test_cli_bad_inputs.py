@@ -33,6 +33,8 @@ def assert_refused(root: Path, argv: tuple[str, ...], *words: str) -> str:
     lines = err.splitlines()
     assert len(lines) == 1 and err.endswith("\n"), err
     assert lines[0].startswith("popart-unwind: error: "), err
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0x202A <= ord(c) <= 0x202E
+                   for c in lines[0]), lines[0]  # a model's words reach the terminal escaped
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert snapshot(root) == before
@@ -91,6 +93,11 @@ BAD_OUTPUTS = {
     "out-is-the-report-marker": (("--report", "out/r", "--out",
                                   "out/r/.popart-unwind-report"), "marker"),
     "report-in-an-unwritable-folder": (("--report", "/proc/self/report"), "/proc/self"),
+    "out-holds-a-nul-byte": (("--out", "out/plan\0.json"), "--out"),
+    "onnx-out-holds-a-nul-byte": (("--onnx-out", "out/a\0.onnx"), "--onnx-out"),
+    "report-holds-a-nul-byte": (("--report", "out/r\0"), "--report"),
+    "out-name-too-long": (("--out", "out/" + "p" * 300), "--out"),
+    "report-name-too-long": (("--report", "r" * 300), "--report"),
 }
 
 
@@ -136,6 +143,16 @@ BAD_OPTIONS = {
                                 "--onnx-out"),
     "missing-factory-module": (("no_such_module_here:make", "--out", "out/p.json"),
                                "no_such_module_here"),
+    "ipus-beyond-any-machine": (("model/linear.onnx", "--ipus", "1025"), "at most 1,024"),
+    "ipus-option-beyond-any-machine": (("model/linear.onnx", "--option", "ipus=5000",
+                                        "--option", "virtual_graph_mode=auto",
+                                        "--out", "out/p.json"), "5,000 IPUs"),
+    "model-path-holds-a-nul-byte": (("model/linear\0.onnx", "--out", "out/p.json"), "NUL"),
+    "factory-is-sys-exit": (("sys:exit", "--out", "out/p.json"), "sys.exit"),
+    "factory-calls-sys-exit": (("factories:exits", "--out", "out/p.json"), "sys.exit(0)"),
+    "factory-raises": (("factories:fails", "--out", "out/p.json"), "broken"),
+    "factory-module-exits-on-import": (("exits_on_import:make", "--out", "out/p.json"),
+                                       "sys.exit(3)"),
     "versions-stay-refused-with-allow-unknown-ops": (
         ("{opset999}", "--allow-unknown-ops", "--out", "out/p.json"), "opset 999"),
 }

@@ -159,3 +159,55 @@ def test_a_signal_removes_every_temporary(world, tmp_path, module, function, sig
     assert err.splitlines() == [f"popart-unwind: stopped by {signal.Signals(signum).name}; "
                                 f"nothing was written"], err
     assert snapshot(world) == before
+
+
+STUCK_DRIVER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, {unwind_tests!r})
+    from hard_program import hard_program
+    import popart_unwind.report.session as target
+
+    ready = Path(sys.argv[1])
+
+    def stuck(*args, **kwargs):
+        solver = hard_program(highs_limit=60.0)
+        ready.write_text("ready")
+        solver.run()  # compiled code, the GIL released: no Python handler runs meanwhile
+        raise AssertionError("the solve was not cut short")
+
+    target.plan_session = stuck
+    from popart_unwind.cli import main
+    sys.exit(main(sys.argv[2:]))
+""")
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["sigterm", "sigint"])
+def test_a_signal_ends_a_run_held_in_compiled_code_within_2_s(world, tmp_path, signum,
+                                                               status):
+    from pathlib import Path
+
+    ready = tmp_path / "ready"
+    driver = tmp_path / "driver.py"
+    unwind_tests = str(Path(__file__).parents[1] / "unwind")
+    driver.write_text(STUCK_DRIVER.format(unwind_tests=unwind_tests))
+    before = snapshot(world)
+    process = subprocess.Popen(
+        [sys.executable, str(driver), str(ready), *PLAN, "--out", "existing.json",
+         "--report", "out/report"],
+        cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run never reached the solve"
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the solve
+    sent = time.monotonic()
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=60)
+    assert time.monotonic() - sent < 2.0
+    assert (process.returncode, out) == (status, ""), err
+    assert err.splitlines() == [f"popart-unwind: stopped by {signal.Signals(signum).name}; "
+                                f"nothing was written"], err
+    assert snapshot(world) == before
