@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import UnknownOpsWarning, UnsupportedModelError
@@ -69,10 +69,13 @@ def check_versions(proto: onnx.ModelProto, source: str) -> dict[str, int]:
 
 
 def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
-                   allow_unknown_ops: bool) -> None:
+                   allow_unknown_ops: bool,
+                   node_opsets: Mapping[str, Mapping[str, int]] | None = None) -> None:
     """Refuse (or, with ``allow_unknown_ops``, warn about) nodes whose op type the registry
     does not know; always refuse a node of a domain the model does not import, and an
-    ai.onnx op the model's opset does not define yet."""
+    ai.onnx op the model's opset does not define yet. ``node_opsets`` gives the opsets of
+    nodes written for others than the model's (the nodes of an expanded function body),
+    by node name."""
     unknown: dict[str, list[str]] = defaultdict(list)
     for node in _nodes(proto.graph):
         domain = node.domain or ONNX_DOMAIN
@@ -81,7 +84,8 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
             raise UnsupportedModelError(
                 f"ONNX model {source}: node {label!r} ({node.op_type}) is of domain "
                 f"{domain!r}, which the model does not import")
-        op_type = OpType(domain, node.op_type, opsets[domain])
+        own = (node_opsets or {}).get(node.name, opsets)
+        op_type = OpType(domain, node.op_type, own.get(domain, opsets[domain]))
         if REGISTRY.lookup(op_type) is None and not _is_constant(op_type):
             unknown[type_label(op_type)].append(label)
         elif domain == ONNX_DOMAIN:
