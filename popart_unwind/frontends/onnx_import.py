@@ -67,8 +67,9 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     ModelProto's external data lives (a path's own folder is used otherwise). Raises
     ModelImportError with one line saying what is wrong; UnsupportedModelError for an IR
     version or opset the installed onnx does not know, no default-domain opset import, or
-    op types the registry does not know — unless ``allow_unknown_ops`` (default: the
-    session option) imports those as opaque barriers,
+    op types the registry does not know and ONNX gives no function body for (those with one
+    are imported as the ops of their body, ``onnx_functions``) — unless
+    ``allow_unknown_ops`` (default: the session option) imports those as opaque barriers,
     warning with an UnknownOpsWarning that lists them.
     """
     proto, folder, source, spans = _load(model, base_dir)
