@@ -102,12 +102,18 @@ class _Types:
         import onnx
 
         own: dict[str, onnx.TypeProto] = {}
-        for tensor in graph.initializer:
-            own[tensor.name] = onnx.helper.make_tensor_type_proto(
+        tensors = [(tensor.name, tensor) for tensor in graph.initializer]
+        tensors += [(node.output[0], attr.t) for node in graph.node
+                    if node.op_type == "Constant" and node.domain in ("", ONNX_DOMAIN)
+                    and len(node.output) == 1 for attr in node.attribute
+                    if attr.name == "value"]
+        for name, tensor in tensors:
+            own[name] = onnx.helper.make_tensor_type_proto(
                 tensor.data_type, [int(d) for d in tensor.dims])
         for value in (*graph.input, *graph.value_info, *graph.output):
-            if value.type.WhichOneof("value") is not None:
-                own.setdefault(value.name, value.type)
+            if value.type.WhichOneof("value") is not None and (
+                    value.name not in own or not _known_type(own[value.name])):
+                own[value.name] = value.type
         return cls(own, parent)
 
     def get(self, name: str) -> onnx.TypeProto | None:

@@ -321,3 +321,17 @@ def test_rules_alone_type_a_body_fed_by_graph_inputs():
     with onnx_inference_unavailable():
         ir = Ir.from_onnx(_attention())
     assert ir.main_graph.outputs[0].shape == (2, 3, 16)
+
+
+def test_a_constant_node_types_a_body_input_without_onnx_inference():
+    """Attention's mask made by a Constant node: its type is read off the node."""
+    model = _attention()
+    mask = model.graph.initializer.pop()
+    model.graph.node.insert(0, oh.make_node("Constant", [], ["mask"], value=mask))
+    with onnx_inference_unavailable():
+        ir = Ir.from_onnx(model)
+    assert ir.main_graph.outputs[0].shape == (2, 3, 16)
+    feeds = _feeds(model)
+    np.testing.assert_allclose(fold_all(ir, feeds)[0],
+                               ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-6)
