@@ -29,7 +29,10 @@ What an expansion does, for a node of op type T at the model's opset N for T's d
   ONNX's inference of the body gives, up to :data:`MAX_DEPTH` levels (deeper is an
   UnsupportedModelError naming the chain of ops); if an op without rules remains after
   that, the node is left as it is;
-- nodes of If, Loop and Scan bodies are expanded in place the same way.
+- nodes of If, Loop and Scan bodies are expanded in place the same way;
+- the model's own functions are inlined before (``onnx.inliner``), except those written
+  for another opset than the model's, which the inliner leaves as calls: those calls are
+  expanded here the same way (their nodes typed at the function's own opsets).
 
 Names are derived from the model alone, so the same model gives the same expansion.
 """
@@ -141,6 +144,8 @@ class _Expander:
         self.knows = knows
         self.node_opsets: dict[str, dict[str, int]] = {}
         self.counts: dict[str, int] = {}
+        #: The model's own functions that ``onnx.inliner`` left (written for other opsets).
+        self.local = {(f.domain, f.name, f.overload): f for f in proto.functions}
 
     @functools.cached_property
     def used(self) -> set[str]:
@@ -159,7 +164,10 @@ class _Expander:
             return False
         if self.knows(OpType(domain, node.op_type, opsets[domain])):
             return False
-        return self.schema(node, opsets) is not None
+        return self.local_function(node) is not None or self.schema(node, opsets) is not None
+
+    def local_function(self, node: onnx.NodeProto) -> onnx.FunctionProto | None:
+        return self.local.get((node.domain, node.op_type, node.overload))
 
     def schema(self, node: onnx.NodeProto, opsets: Mapping[str, int]) -> onnx.defs.OpSchema | None:
         """The node's schema at its opset, if it states a function body for it."""
@@ -217,8 +225,8 @@ class _Expander:
         if body is None:
             return [node]
         function, body_opsets = body
-        nodes = _instantiate(function, node, self.stem(node), self.schema(node, opsets),
-                             self.fresh)
+        schema = None if self.local_function(node) is not None else self.schema(node, opsets)
+        nodes = _instantiate(function, node, self.stem(node), schema, self.fresh)
         if nodes is None:
             return [node]
         inner = _body_types(nodes, node, types, function)
@@ -256,6 +264,9 @@ class _Expander:
         or None when there is none to use."""
         import onnx
 
+        local = self.local_function(node)
+        if local is not None:
+            return self.checked(local)
         schema = self.schema(node, opsets)
         if schema is None:
             return None
@@ -277,6 +288,12 @@ class _Expander:
                     chosen, node.SerializeToString(), serialized))
         except Exception:  # onnx raises assorted C++ errors when it cannot build a body
             return None
+        return self.checked(function)
+
+    def checked(self, function: onnx.FunctionProto
+                ) -> tuple[onnx.FunctionProto, dict[str, int]] | None:
+        """The body and its opsets by domain, unless it is empty or uses a domain the model
+        does not import."""
         if not function.node:
             return None
         body_opsets = {_model_domain(i.domain): int(i.version) for i in function.opset_import}

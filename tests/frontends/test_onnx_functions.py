@@ -335,3 +335,25 @@ def test_a_constant_node_types_a_body_input_without_onnx_inference():
     np.testing.assert_allclose(fold_all(ir, feeds)[0],
                                ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5,
                                atol=1e-6)
+
+
+def test_a_local_function_of_another_opset_is_expanded_at_its_own():
+    """``onnx.inliner`` leaves a call to a local function written for another opset; the
+    expansion takes it, typing its ops at the function's opset: ReduceMean with an ``axes``
+    attribute (opset 13), in a model of opset 23, where ``axes`` is an input; the attribute
+    reference resolves to the call's value."""
+    axes = oh.make_attribute_ref("axes", onnx.AttributeProto.INTS)
+    reduce = oh.make_node("ReduceMean", ["a"], ["m"], keepdims=1)
+    reduce.attribute.append(axes)
+    body = oh.make_function("local", "Centre", ["a"], ["b"],
+                            [reduce, oh.make_node("Sub", ["a", "m"], ["b"])],
+                            [oh.make_opsetid("", 13)], attributes=["axes"])
+    node = oh.make_node("Centre", ["x"], ["y"], domain="local", name="centre", axes=[1])
+    model = _model([node], [("x", F32, [2, 3, 4])], [("y", F32)], 23, functions=[body])
+    ir = Ir.from_onnx(model)
+    reduce_op = next(op for op in ir.main_graph.ops if op.type.name == "ReduceMean")
+    assert reduce_op.type.version == 13 and reduce_op.name == "centre/ReduceMean_0"
+    feeds = _feeds(model)
+    x = feeds["x"]
+    np.testing.assert_allclose(fold_all(ir, feeds)[0], x - x.mean(axis=1, keepdims=True),
+                               rtol=1e-6)
