@@ -70,12 +70,14 @@ def check_versions(proto: onnx.ModelProto, source: str) -> dict[str, int]:
 
 def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
                    allow_unknown_ops: bool,
-                   node_opsets: Mapping[str, Mapping[str, int]] | None = None) -> None:
+                   node_opsets: Mapping[str, Mapping[str, int]] | None = None,
+                   unbuilt: Mapping[str, str] | None = None) -> None:
     """Refuse (or, with ``allow_unknown_ops``, warn about) nodes whose op type the registry
     does not know; always refuse a node of a domain the model does not import, and an
     ai.onnx op the model's opset does not define yet. ``node_opsets`` gives the opsets of
     nodes written for others than the model's (the nodes of an expanded function body),
-    by node name."""
+    by node name; ``unbuilt`` why an op type's function body could not be used, by label
+    (said with the op type)."""
     unknown: dict[str, list[str]] = defaultdict(list)
     for node in _nodes(proto.graph):
         domain = node.domain or ONNX_DOMAIN
@@ -92,7 +94,8 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
             _check_defined_at(op_type, label, source)
     if not unknown:
         return
-    listing = "; ".join(_describe(name, nodes) for name, nodes in sorted(unknown.items()))
+    listing = "; ".join(_describe(name, nodes, (unbuilt or {}).get(name))
+                        for name, nodes in sorted(unknown.items()))
     if not allow_unknown_ops:
         raise UnsupportedModelError(
             f"ONNX model {source} has op types the tool does not know: {listing}; check the "
@@ -131,10 +134,11 @@ def _is_constant(op_type: OpType) -> bool:
     return op_type.domain == ONNX_DOMAIN and op_type.name == "Constant"
 
 
-def _describe(name: str, nodes: list[str]) -> str:
+def _describe(name: str, nodes: list[str], unbuilt: str | None = None) -> str:
     named = ", ".join(repr(n) for n in nodes[:_NAMED_NODES])
     more = f" and {len(nodes) - _NAMED_NODES} more" if len(nodes) > _NAMED_NODES else ""
-    return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more})"
+    why = f"; ONNX defines it by a function body, not expanded: {unbuilt}" if unbuilt else ""
+    return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more}{why})"
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from popart_unwind.errors import UnsupportedModelError
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpType
+from popart_unwind.ops.coverage import type_label
 from popart_unwind.ops.registry import REGISTRY
 
 if TYPE_CHECKING:
@@ -61,12 +62,15 @@ class Expansion:
     """The expanded model and what the expansion did.
 
     ``opsets`` gives, by node name, the opsets (by domain) a body node was written for,
-    where they differ from the model's; ``expanded`` counts the expanded nodes by op type.
+    where they differ from the model's; ``expanded`` counts the expanded nodes by op type;
+    ``unbuilt`` says, by op type label, why nodes with a function body were left as they
+    are (for the import's refusal).
     """
 
     model: onnx.ModelProto
     opsets: dict[str, dict[str, int]]
     expanded: dict[str, int]
+    unbuilt: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def expand_functions(proto: onnx.ModelProto, opsets: Mapping[str, int],
@@ -78,7 +82,8 @@ def expand_functions(proto: onnx.ModelProto, opsets: Mapping[str, int],
     expander = _Expander(proto, dict(opsets), knows or _registered)
     if any(expander.expandable(node, expander.opsets) for node in _all_nodes(proto.graph)):
         expander.graph(proto.graph, _Types.of_graph(proto.graph, None))
-    return Expansion(proto, expander.node_opsets, dict(sorted(expander.counts.items())))
+    return Expansion(proto, expander.node_opsets, dict(sorted(expander.counts.items())),
+                     dict(sorted(expander.unbuilt.items())))
 
 
 def _registered(op_type: OpType) -> bool:
@@ -144,6 +149,8 @@ class _Expander:
         self.knows = knows
         self.node_opsets: dict[str, dict[str, int]] = {}
         self.counts: dict[str, int] = {}
+        #: Why a node of the model left unexpanded could not be expanded, by op type label.
+        self.unbuilt: dict[str, str] = {}
         #: The model's own functions that ``onnx.inliner`` left (written for other opsets).
         self.local = {(f.domain, f.name, f.overload): f for f in proto.functions}
 
@@ -221,47 +228,62 @@ class _Expander:
             raise UnsupportedModelError(
                 f"the ONNX function body of {chain[0]} calls functions more than "
                 f"{MAX_DEPTH} levels deep ({' -> '.join(chain)}); it cannot be expanded")
-        body = self.body(node, types, opsets)
-        if body is None:
+        counts = dict(self.counts)
+        expanded = self.expanded_body(node, types, opsets, chain, infos)
+        if isinstance(expanded, str):
+            self.counts = counts  # nested expansions of a body not used are not counted
+            if len(chain) == 1:
+                domain = _model_domain(node.domain)
+                self.unbuilt.setdefault(
+                    type_label(OpType(domain, node.op_type, opsets[domain])), expanded)
             return [node]
+        self.counts[node.op_type] = self.counts.get(node.op_type, 0) + 1
+        return expanded
+
+    def expanded_body(self, node: onnx.NodeProto, types: _Types, opsets: Mapping[str, int],
+                      chain: tuple[str, ...], infos: dict[str, onnx.ValueInfoProto]
+                      ) -> list[onnx.NodeProto] | str:
+        """The nodes the node expands into, or why it cannot be expanded."""
+        body = self.body(node, types, opsets)
+        if isinstance(body, str):
+            return body
         function, body_opsets = body
         schema = None if self.local_function(node) is not None else self.schema(node, opsets)
         nodes = _instantiate(function, node, self.stem(node), schema, self.fresh)
         if nodes is None:
-            return [node]
+            return "its body computes no value for one of the node's outputs"
         inner = _body_types(nodes, node, types, function)
         found = dict(inner.new_infos())
         expanded: list[onnx.NodeProto] = []
         for inner_node in nodes:
             expanded.extend(self.expansion(inner_node, inner, body_opsets, chain, found))
-        if not all(self.known_everywhere(n, body_opsets) for n in expanded):
-            return [node]
+        unknown = sorted({label for n in expanded for label in self.unknown_in(n, body_opsets)})
+        if unknown:
+            return f"its body uses {', '.join(unknown)}, which the tool does not know"
         differing = {d: v for d, v in body_opsets.items() if self.opsets.get(d) != v}
         for inner_node in expanded:
             if differing and inner_node.name not in self.node_opsets:
                 self.node_opsets[inner_node.name] = dict(differing)
         infos.update(found)
-        self.counts[node.op_type] = self.counts.get(node.op_type, 0) + 1
         return expanded
 
-    def known_everywhere(self, node: onnx.NodeProto, opsets: Mapping[str, int]) -> bool:
-        """The node's op type (and those of its subgraphs) has rules, or is left for the
-        import to refuse as it would anyway (a domain the model does not import)."""
+    def unknown_in(self, node: onnx.NodeProto, opsets: Mapping[str, int]) -> Iterator[str]:
+        """The op types without rules of the node and its subgraphs (a domain the model
+        does not import is left for the import to refuse)."""
         domain = _model_domain(node.domain)
-        if domain in opsets and not self.knows(OpType(domain, node.op_type,
-                                                      opsets[domain])):
-            return False
+        op_type = OpType(domain, node.op_type, opsets.get(domain, 1))
+        if domain in opsets and not self.knows(op_type):
+            yield type_label(op_type)
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                if not all(self.known_everywhere(n, opsets) for n in sub.node):
-                    return False
-        return True
+                for inner in sub.node:
+                    yield from self.unknown_in(inner, opsets)
 
     # -- bodies -----------------------------------------------------------------------------
     def body(self, node: onnx.NodeProto, types: _Types, opsets: Mapping[str, int]
-             ) -> tuple[onnx.FunctionProto, dict[str, int]] | None:
+             ) -> tuple[onnx.FunctionProto, dict[str, int]] | str:
         """The function body for the node's opset and the opsets it imports (by domain),
-        or None when there is none to use."""
+        or why there is none to use."""
         import onnx
 
         local = self.local_function(node)
@@ -269,7 +291,7 @@ class _Expander:
             return self.checked(local)
         schema = self.schema(node, opsets)
         if schema is None:
-            return None
+            return "it has no function body at the model's opset"
         version = opsets[_model_domain(node.domain)]
         plain = [v for v in schema.function_opset_versions if v <= version]
         built = [v for v in schema.context_dependent_function_opset_versions if v <= version]
@@ -280,25 +302,30 @@ class _Expander:
                 function.ParseFromString(schema.get_function_with_opset_version(chosen))
             else:
                 input_types = [types.get(name) if name else None for name in node.input]
-                if any(name and not _known_type(t)
-                       for name, t in zip(node.input, input_types, strict=True)):
-                    return None  # the builder reads types the model does not give
+                unknown = list(dict.fromkeys(
+                    name for name, t in zip(node.input, input_types, strict=True)
+                    if name and not _known_type(t)))
+                if unknown:  # the builder reads types the model does not give
+                    return (f"its body is built for its input types, and the element type "
+                            f"or rank of {', '.join(repr(n) for n in unknown)} is unknown")
                 serialized = [(t or onnx.TypeProto()).SerializeToString() for t in input_types]
                 function.ParseFromString(schema.get_context_dependent_function_with_opset_version(
                     chosen, node.SerializeToString(), serialized))
-        except Exception:  # onnx raises assorted C++ errors when it cannot build a body
-            return None
+        except Exception as error:  # onnx raises assorted C++ errors when it cannot build
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "no reason"
+            return f"onnx cannot build its body ({first})"
         return self.checked(function)
 
     def checked(self, function: onnx.FunctionProto
-                ) -> tuple[onnx.FunctionProto, dict[str, int]] | None:
-        """The body and its opsets by domain, unless it is empty or uses a domain the model
-        does not import."""
+                ) -> tuple[onnx.FunctionProto, dict[str, int]] | str:
+        """The body and its opsets by domain, or why it cannot be used (it is empty, or uses
+        a domain the model does not import)."""
         if not function.node:
-            return None
+            return "onnx builds an empty body for it"
         body_opsets = {_model_domain(i.domain): int(i.version) for i in function.opset_import}
-        if any(domain not in self.opsets for domain in body_opsets):
-            return None
+        missing = sorted(domain for domain in body_opsets if domain not in self.opsets)
+        if missing:
+            return f"its body uses domain {', '.join(missing)}, which the model does not import"
         return function, body_opsets
 
     # -- names ------------------------------------------------------------------------------

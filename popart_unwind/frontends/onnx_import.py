@@ -79,7 +79,8 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     try:
         proto, initializers = _prepare(proto, input_shapes or {}, dims or {})
         expansion = expand_functions(proto, opsets)
-        check_op_types(proto, opsets, source, allow_unknown_ops, expansion.opsets)
+        check_op_types(proto, opsets, source, allow_unknown_ops, expansion.opsets,
+                       expansion.unbuilt)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
         if expansion.expanded:
