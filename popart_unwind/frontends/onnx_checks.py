@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from popart_unwind.errors import UnknownOpsWarning, UnsupportedModelError
@@ -69,10 +69,15 @@ def check_versions(proto: onnx.ModelProto, source: str) -> dict[str, int]:
 
 
 def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
-                   allow_unknown_ops: bool) -> None:
+                   allow_unknown_ops: bool,
+                   node_opsets: Mapping[str, Mapping[str, int]] | None = None,
+                   unbuilt: Mapping[str, str] | None = None) -> None:
     """Refuse (or, with ``allow_unknown_ops``, warn about) nodes whose op type the registry
     does not know; always refuse a node of a domain the model does not import, and an
-    ai.onnx op the model's opset does not define yet."""
+    ai.onnx op the model's opset does not define yet. ``node_opsets`` gives the opsets of
+    nodes written for others than the model's (the nodes of an expanded function body),
+    by node name; ``unbuilt`` why an op type's function body could not be used, by label
+    (said with the op type)."""
     unknown: dict[str, list[str]] = defaultdict(list)
     for node in _nodes(proto.graph):
         domain = node.domain or ONNX_DOMAIN
@@ -81,14 +86,16 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
             raise UnsupportedModelError(
                 f"ONNX model {source}: node {label!r} ({node.op_type}) is of domain "
                 f"{domain!r}, which the model does not import")
-        op_type = OpType(domain, node.op_type, opsets[domain])
+        own = (node_opsets or {}).get(node.name, opsets)
+        op_type = OpType(domain, node.op_type, own.get(domain, opsets[domain]))
         if REGISTRY.lookup(op_type) is None and not _is_constant(op_type):
             unknown[type_label(op_type)].append(label)
         elif domain == ONNX_DOMAIN:
             _check_defined_at(op_type, label, source)
     if not unknown:
         return
-    listing = "; ".join(_describe(name, nodes) for name, nodes in sorted(unknown.items()))
+    listing = "; ".join(_describe(name, nodes, (unbuilt or {}).get(name))
+                        for name, nodes in sorted(unknown.items()))
     if not allow_unknown_ops:
         raise UnsupportedModelError(
             f"ONNX model {source} has op types the tool does not know: {listing}; check the "
@@ -127,10 +134,11 @@ def _is_constant(op_type: OpType) -> bool:
     return op_type.domain == ONNX_DOMAIN and op_type.name == "Constant"
 
 
-def _describe(name: str, nodes: list[str]) -> str:
+def _describe(name: str, nodes: list[str], unbuilt: str | None = None) -> str:
     named = ", ".join(repr(n) for n in nodes[:_NAMED_NODES])
     more = f" and {len(nodes) - _NAMED_NODES} more" if len(nodes) > _NAMED_NODES else ""
-    return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more})"
+    why = f"; ONNX defines it by a function body, not expanded: {unbuilt}" if unbuilt else ""
+    return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more}{why})"
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

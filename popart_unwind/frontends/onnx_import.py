@@ -4,8 +4,10 @@ Mapping (see docs/ir.md): graph inputs that are not initializers are Stream inpu
 main graph; float initializers are Variables (weights), other initializers and ``Constant``
 nodes are Const tensors; nodes become ops typed (domain, name, opset version of the model);
 Loop/If/Scan bodies become subgraphs whose outer-scope reads are made explicit (PopART's
-implicit inputs, appended after the explicit ones on the op and on the subgraph). Op types
-the registry does not know are refused (``frontends/onnx_checks.py``) unless
+implicit inputs, appended after the explicit ones on the op and on the subgraph). A node
+whose op type the registry does not know but ONNX defines by a function body is first
+replaced by that body (``frontends/onnx_functions.py``). Op types the registry does not
+know are refused (``frontends/onnx_checks.py``) unless
 ``allow_unknown_ops`` is set; then they stay opaque, keeping the shapes ONNX's own inference
 gave them.
 """
@@ -23,6 +25,7 @@ from popart_unwind.errors import DynamicShapeError, IrError, ModelImportError, S
 from popart_unwind.frontends.input_file import describe_unreadable, require_regular_file
 from popart_unwind.frontends.onnx_checks import check_op_types, check_versions
 from popart_unwind.frontends.onnx_dims import fix_input_shapes
+from popart_unwind.frontends.onnx_functions import expand_functions
 from popart_unwind.frontends.onnx_lazy import (
     DataSpan,
     WireFormatError,
@@ -64,8 +67,9 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     ModelProto's external data lives (a path's own folder is used otherwise). Raises
     ModelImportError with one line saying what is wrong; UnsupportedModelError for an IR
     version or opset the installed onnx does not know, no default-domain opset import, or
-    op types the registry does not know — unless ``allow_unknown_ops`` (default: the
-    session option) imports those as opaque barriers,
+    op types the registry does not know and ONNX gives no function body for (those with one
+    are imported as the ops of their body, ``onnx_functions``) — unless
+    ``allow_unknown_ops`` (default: the session option) imports those as opaque barriers,
     warning with an UnknownOpsWarning that lists them.
     """
     proto, folder, source, spans = _load(model, base_dir)
@@ -74,10 +78,15 @@ def import_onnx(model: str | Path | bytes | onnx.ModelProto,
     opsets = check_versions(proto, source)
     try:
         proto, initializers = _prepare(proto, input_shapes or {}, dims or {})
-        check_op_types(proto, opsets, source, allow_unknown_ops)
+        expansion = expand_functions(proto, opsets)
+        check_op_types(proto, opsets, source, allow_unknown_ops, expansion.opsets,
+                       expansion.unbuilt)
         ir = Ir(options)
         ir.metadata.update(_metadata(proto, source))
-        _Importer(ir, proto, folder, initializers, spans).run()
+        if expansion.expanded:
+            ir.metadata["expanded_functions"] = ",".join(
+                f"{name}:{count}" for name, count in expansion.expanded.items())
+        _Importer(ir, proto, folder, initializers, spans, expansion.opsets).run()
         infer_shapes(ir, trust_seeded=True)
         fold_shape_computations(ir)
     except ModelImportError:
@@ -405,12 +414,15 @@ class _Scope:
 class _Importer:
     def __init__(self, ir: Ir, proto: onnx.ModelProto, folder: Path | None,
                  initializers: Sequence[onnx.TensorProto],
-                 spans: Mapping[str, DataSpan]) -> None:
+                 spans: Mapping[str, DataSpan],
+                 node_opsets: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self.ir = ir
         self.folder = folder
         self.initializers = initializers  # the main graph's, with their data
         self.spans = spans  # where the main graph's large initializers' data lies
         self.opsets = {(i.domain or ONNX_DOMAIN): int(i.version) for i in proto.opset_import}
+        #: Nodes of expanded function bodies written for other opsets than the model's.
+        self.node_opsets = node_opsets or {}
         self.proto = proto
 
     def run(self) -> None:
@@ -488,7 +500,8 @@ class _Importer:
         inputs: list[Tensor | None] = [None if not name else scope.lookup(name, label)
                                        for name in node.input]
         inputs += self.implicit_inputs(node, scope, children, attributes, label)
-        op_type = OpType(domain, node.op_type, self.opsets.get(domain, 1))
+        opsets = self.node_opsets.get(node.name, self.opsets)
+        op_type = OpType(domain, node.op_type, opsets.get(domain, self.opsets.get(domain, 1)))
         op = scope.graph.create_op(op_type, inputs, outputs=[], attributes=attributes,
                                    settings=settings)
         for index, name in enumerate(node.output):

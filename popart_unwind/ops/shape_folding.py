@@ -11,10 +11,14 @@ order; passes repeat (with a whole inference walk between them, which also types
 subgraphs) until one changes nothing.
 
 Only values are folded, never identities (an op whose fold hands back an existing tensor
-is left to the canonicalizer), and no op with side effects or random draws is touched.
+is left to the canonicalizer, unless that tensor is a constant: its value is then folded
+as any other, as an expanded function's ``Identity`` of a ``Constant`` axis needs), and no
+op with side effects or random draws is touched.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from popart_unwind.errors import DynamicShapeError, IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.graph import Graph
@@ -26,6 +30,7 @@ from popart_unwind.ops.shape_inference import infer_op, infer_shapes
 from popart_unwind.rewrite import Rewriter
 from popart_unwind.rewrite.global_rules import (
     constant_operands,
+    is_constant,
     is_dead,
     remove_dead_constants,
 )
@@ -129,14 +134,24 @@ def _fold_pass(graph: Graph, registry: OpRegistry, rewriter: Rewriter) -> bool:
 
 def _fold_values(op: Op, registry: OpRegistry, rewriter: Rewriter) -> bool:
     """Replace ``op`` by the constants its fold computes; False where the fold gives
-    nothing, or hands back an existing tensor for some output."""
+    nothing, or hands back an existing tensor for some output that is no constant."""
     opdef = registry.lookup(op)
     if opdef is None or opdef.fold is None or opdef.has_side_effects(op) or opdef.random:
         return False
     values = opdef.fold(op, constant_operands(op))
-    if values is None or any(isinstance(value, Tensor) for value in values):
+    if values is None:
         return False
-    return rewriter.replace_op(op, list(values))
+    values = [_value_of(value) for value in values]
+    if any(isinstance(value, Tensor) for value in values):
+        return False
+    return rewriter.replace_op(op, values)
+
+
+def _value_of(value: Tensor | np.ndarray) -> Tensor | np.ndarray:
+    """A constant tensor's value (a copy); any other value as it is."""
+    if isinstance(value, Tensor) and is_constant(value) and value.data is not None:
+        return np.array(value.data)
+    return value
 
 
 def _erase_unread(producers: list[Op], registry: OpRegistry, rewriter: Rewriter) -> None:

@@ -161,10 +161,13 @@ def test_wrong_dims_are_refused_in_one_line(dims, words):
 
 
 @pytest.mark.parametrize("name", ["test_rms_normalization_2d_axis_negative_1_expanded",
-                                  "test_rms_normalization_4d_axis_negative_3_expanded"])
+                                  "test_rms_normalization_4d_axis_negative_3_expanded",
+                                  "test_rms_normalization_2d_axis0_expanded",
+                                  "test_rms_normalization_4d_axis1_expanded"])
 def test_a_reduction_over_axes_computed_from_a_shape_is_typed_by_the_import_folds(name):
     """RMSNormalization's expansion reduces over ``Range(axis, Size(Shape(X)))``: a chain no
     shape rule computes on its own (unfolded, the ReduceMean stays untyped). Folded at
-    import, the output gets ONNX's shape with our rules alone."""
+    import, the output gets ONNX's shape with our rules alone. A non-negative axis reaches
+    the Range through an ``Identity`` of a Constant, whose value is folded too."""
     case = node_cases("rmsnormalization")[name]
     assert output_types(import_alone(case.model)) == expected_types(case)
