@@ -209,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "with PopART's heuristic.")
     _add_common(demo)
     _add_safety_options(demo, model_options=False)
+    commands.add_parser("options", help="list every session option (--option KEY=VALUE)",
+                        description="Every session option --option takes: our name, "
+                        "PopART's name where PopART has the option (taken too, with "
+                        "PopART's values), its type, its default and what it does.")
     return parser
 
 
@@ -262,6 +266,9 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         if args.command is None:
             parser.print_help(stdout)
             return EXIT_OK
+        if args.command == "options":
+            _print_options(stdout)
+            return EXIT_OK
         from popart_unwind.report.planning_memory import return_freed_memory
 
         return_freed_memory()
@@ -283,6 +290,17 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
             raise
         print(f"popart-unwind: stopped by {stop}; nothing was written", file=stderr)
         return EXIT_SIGNAL_BASE + stop.signum
+
+
+def _print_options(stdout: TextIO) -> None:
+    """The session options as an aligned table, one line each."""
+    from popart_unwind.options import option_rows
+
+    rows = [("option", "PopART", "type", "default", "what it does"), *option_rows()]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)]
+        stdout.write("  ".join([*cells, row[4]]).rstrip() + "\n")
 
 
 def _one_line(error: BaseException) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from popart_unwind.errors import OptionError
+from popart_unwind.option_names import OPTION_LINES, from_popart, popart_name, popart_names
 
 #: The transform pipeline, in order (each transform is applied once).
 DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps",
@@ -239,6 +240,24 @@ def option_types() -> dict[str, type]:
     return _fields_of(SessionOptions, "")
 
 
+def default_text(key: str) -> str:
+    """The default of option ``key`` as ``--option`` would write it."""
+    value: object = SessionOptions()
+    for part in key.split("."):
+        value = getattr(value, part)
+    if isinstance(value, tuple):
+        return ",".join(str(item) for item in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def option_rows() -> list[tuple[str, str, str, str, str]]:
+    """Every option as (our key, PopART's name or "", type, default, one line), in the
+    options class's order: what ``popart-unwind options`` prints."""
+    return [(key, popart_name(key) or "", kind.__name__, default_text(key),
+             OPTION_LINES.get(key, ""))
+            for key, kind in option_types().items()]
+
+
 def _fields_of(cls: type, prefix: str) -> dict[str, type]:
     hints = typing.get_type_hints(cls)
     found: dict[str, type] = {}
@@ -285,7 +304,7 @@ def parse_option_value(name: str, text: str) -> Any:
 
 
 def _unknown(name: str, types: dict[str, type]) -> str:
-    close = difflib.get_close_matches(name, list(types), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, [*types, *popart_names()], n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else \
         f"; options: {', '.join(types)}"
     return f"unknown option {name!r}{hint}"
@@ -301,10 +320,11 @@ def split_assignment(text: str) -> tuple[str, str]:
 
 def with_options(options: SessionOptions, assignments: Iterable[str]) -> SessionOptions:
     """``options`` with each ``KEY=VALUE`` applied in order (a key given twice: the last
-    value wins, as with a repeated command-line flag)."""
+    value wins, as with a repeated command-line flag). KEY is ours or PopART's name for the
+    option, with PopART's values (``option_names.py``)."""
     values: dict[str, Any] = {}
     for text in assignments:
-        key, value = split_assignment(text)
+        key, value = from_popart(*split_assignment(text))
         values[key] = parse_option_value(key, value)
     nested: dict[str, dict[str, Any]] = {}
     flat: dict[str, Any] = {}

@@ -18,7 +18,7 @@ PACKAGE = "popart_unwind"
 #: Bottom to top, as docs/ARCHITECTURE.md draws them. A module may import its own package
 #: and any package of a lower layer, never a higher one.
 LAYERS = (
-    ("errors", "validation", "options", "version", "doors", "_hooks"),
+    ("errors", "validation", "option_names", "options", "version", "doors", "_hooks"),
     ("memory",),
     ("unwind",),
     ("shapes",),

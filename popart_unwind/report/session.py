@@ -133,10 +133,12 @@ class PlanRun:
                  t.nelms() * self.model.dtype_size(t.dtype)) for t in weights]
 
     def planner(self) -> dict[str, Any]:
-        """The solver's own account: its name and objective on the unwinding graph."""
+        """The solver's own account: its name and its score on the unwinding graph (the
+        abstract layouts it solves over, not the plan's objective on concrete tiles, which
+        the summary gives: named apart so that no two figures are both "objective")."""
         return {"algorithm": self.algorithm,
-                "objective": float(self.plan.objective),
-                "upper_bound": float(self.plan.upper_bound),
+                "unwinding_score": float(self.plan.objective),
+                "unwinding_upper_bound": float(self.plan.upper_bound),
                 "proven_optimal": bool(getattr(self.plan, "proven_optimal", False))}
 
 

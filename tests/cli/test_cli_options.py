@@ -18,6 +18,8 @@ from popart_unwind.errors import OptionError
 from popart_unwind.options import (
     SessionOptions,
     UnwindValuations,
+    default_text,
+    option_rows,
     option_types,
     parse_option_value,
     with_options,
@@ -84,15 +86,6 @@ def test_every_field_is_a_key():
                        for inner in dataclasses.fields(hints[field.name]))
         else:
             assert field.name in types
-
-
-def default_text(key: str) -> str:
-    value: object = SessionOptions()
-    for part in key.split("."):
-        value = getattr(value, part)
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def test_the_docs_list_exactly_the_keys():
@@ -178,3 +171,40 @@ def test_plan_help_names_the_solver_sessions_use_by_default(capsys):
     assert run("plan", "--help")[0] == 0
     shown = " ".join(capsys.readouterr().out.split())  # argparse prints help itself
     assert f"(default: the session option, {SessionOptions().unwind_algorithm})" in shown
+
+
+@pytest.mark.parametrize("popart, ours", [
+    ("enableOutlining=true", {"enable_outlining": True}),
+    ("autoRecomputation=Standard", {"recompute": "standard"}),
+    ("autoRecomputation=RecomputationType.NormOnly", {"recompute": "norm_only"}),
+    ("virtualGraphMode=Manual", {"virtual_graph_mode": "manual"}),
+    ("decomposeGradSum=1", {"decompose_grad_sum": True}),
+    ("availableMemoryProportion=0.3", {"available_memory_proportion": 0.3}),
+    ("outlineThreshold=2.5", {"outline_threshold": 2.5}),
+])
+def test_popart_names_and_values_set_our_options(popart, ours):
+    chosen = with_options(SessionOptions(), [popart])
+    assert {key: getattr(chosen, key) for key in ours} == ours
+
+
+@pytest.mark.parametrize("assignment, words", [
+    ("autoRecomputation=Pipeline", "not taken"),
+    ("virtualGraphMode=ExecutionPhases", "not taken"),
+    ("autoRecomputation=Sometimes", "None, Standard, NormOnly, RecomputeAll"),
+    ("enableOutlinin=true", "did you mean enableOutlining"),
+])
+def test_popart_values_we_do_not_take_are_refused(assignment, words):
+    with pytest.raises(OptionError, match=words):
+        with_options(SessionOptions(), [assignment])
+
+
+def test_the_options_command_lists_every_option_with_popart_names():
+    status, out, err = run("options")
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["option", "PopART", "type", "default"]
+    for key in option_types():
+        assert any(line.split()[0] == key for line in lines[1:]), key
+    recompute = next(line for line in lines if line.startswith("recompute "))
+    assert "autoRecomputation" in recompute and "str" in recompute and "none" in recompute
+    assert all(row[4] for row in option_rows()), "every option has its line"

@@ -176,4 +176,5 @@ def test_algo_option_picks_the_solver(model_path, out_dir):
                "--algo", "greedy0", "--quiet", "--baseline", "none")[0] == 0
     planner = json.loads(plan.read_text())["planner"]
     assert planner["algorithm"] == "greedy0"
-    assert 0 <= planner["objective"] <= planner["upper_bound"]
+    assert 0 <= planner["unwinding_score"] <= planner["unwinding_upper_bound"]
+    assert "objective" not in planner  # the one objective is the summary's
