@@ -346,7 +346,9 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         if run.ops_without_rule:
             _say(stdout, ops_without_rule_line(run.ops_without_rule))
         written = [str(p) for p in (args.out, onnx_out, args.report) if p is not None]
-        _say(stdout, f"{len(run.decisions)} tensors planned in "
+        planning = run.plan.timings.get("total", 0.0)
+        _say(stdout, f"{len(run.decisions)} tensors planned in {planning:.1f} s; import, "
+                     f"transforms, baselines and costing included, the run took "
                      f"{time.perf_counter() - started:.1f} s"
                      + (f"; wrote {', '.join(written)}" if written else ""))
     return EXIT_OK
