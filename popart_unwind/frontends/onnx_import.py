@@ -322,7 +322,9 @@ def _dtype(elem_type: int, what: str) -> str:
 
 
 def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...] | None]:
-    """(dtype, shape) of a typed ONNX value; None where unknown (symbolic dims included)."""
+    """(dtype, shape) of a typed ONNX value; None where unknown: symbolic dims, and negative
+    ones, which ONNX's inference writes for a value it cannot size (in a branch that never
+    runs on these shapes, say) and no tensor has."""
     if not value.type.HasField("tensor_type"):
         return None, None
     tensor_type = value.type.tensor_type
@@ -331,14 +333,19 @@ def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...]
     if not tensor_type.HasField("shape"):
         return dtype, None
     dims = tensor_type.shape.dim
-    if any(not d.HasField("dim_value") for d in dims):
+    if any(not _static(d) for d in dims):
         return dtype, None
     return dtype, tuple(int(d.dim_value) for d in dims)
 
 
+def _static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether ``dim`` is a size: a value of 0 or more."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
 def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
     dims = value.type.tensor_type.shape.dim
-    return [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+    return [d.dim_param or "?" for d in dims if not _static(d)]
 
 
 def _no_static_type(value: onnx.ValueInfoProto) -> str:
