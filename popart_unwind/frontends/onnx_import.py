@@ -343,6 +343,13 @@ def _static(dim: onnx.TensorShapeProto.Dimension) -> bool:
     return dim.HasField("dim_value") and dim.dim_value >= 0
 
 
+def _negative_dim(value: onnx.ValueInfoProto) -> bool:
+    """Whether ``value``'s declared shape has a negative dimension."""
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    return tensor_type is not None and any(
+        d.HasField("dim_value") and d.dim_value < 0 for d in tensor_type.shape.dim)
+
+
 def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
     dims = value.type.tensor_type.shape.dim
     return [d.dim_param or "?" for d in dims if not _static(d)]
@@ -469,13 +476,17 @@ class _Importer:
         op_type = OpType(domain, node.op_type, self.opsets.get(domain, 1))
         op = scope.graph.create_op(op_type, inputs, outputs=[], attributes=attributes,
                                    settings=settings)
+        # A negative dim marks sizes ONNX's inference got wrong for this node (a Split of 5
+        # into 4 in a branch that never runs: sizes 2, 2, 2, -1): none of them is kept.
+        unsized = any(_negative_dim(infos[name]) for name in node.output if name in infos)
         for index, name in enumerate(node.output):
             if not name:
                 continue
             if scope.graph.has_tensor(name):
                 raise ModelImportError(f"{label} defines {name!r}, which is already defined")
             dtype, shape = _value_info(infos[name]) if name in infos else (None, None)
-            scope.graph.create_output(op, index, name, dtype or "float32", shape)
+            scope.graph.create_output(op, index, name, dtype or "float32",
+                                      None if unsized else shape)
 
     def implicit_inputs(self, node: onnx.NodeProto, scope: _Scope,
                         children: list[tuple[str, _Scope]], attributes: dict[str, Any],

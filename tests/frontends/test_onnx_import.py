@@ -305,6 +305,16 @@ def test_a_value_info_with_a_negative_dim_leaves_the_shape_to_the_rules():
     assert ir.main_graph.tensor("h").shape == ir.main_graph.tensor("y").shape == (2, 3)
 
 
+def test_a_negative_dim_drops_the_seeds_of_every_output_of_its_node():
+    """A Split of 5 into 4 as ONNX's inference sizes it (2, 2, 2, -1): the -1 shows the
+    sizes are wrong, so none is kept and the rule's (ONNX's reference: 2, 2, 1, 0) stand."""
+    node = oh.make_node("Split", ["x"], ["a", "b", "c", "d"], num_outputs=4)
+    proto = model([node], [info("x", [5])], [info(n, None) for n in "abcd"],
+                  value_info=[info("a", [2]), info("b", [2]), info("c", [2]), info("d", [-1])])
+    ir = import_onnx(proto)
+    assert [ir.main_graph.tensor(n).shape for n in "abcd"] == [(2,), (2,), (1,), (0,)]
+
+
 def test_a_graph_input_with_a_negative_dim_is_refused_as_not_static():
     with pytest.raises(DynamicShapeError, match="'x'"):
         import_onnx(model([oh.make_node("Relu", ["x"], ["y"])], [info("x", [2, -1])],
