@@ -237,3 +237,49 @@ def test_axes_from_shapes_group_the_elements_as_the_true_axes(case):
         assert _groups(shape, found) == _groups(shape, axes)
     else:
         assert found is None
+
+
+# -- a subgraph's inputs: a value the callers bind the same on every run -------------------
+def _loop_model(axes_carried: bool) -> onnx.ModelProto:
+    """A Loop whose body unsqueezes and sums back its carried ``y`` over ``axes``: the
+    outer-scope constant itself (the same on every iteration), or a carried copy of it."""
+    axes = "axes_in" if axes_carried else "axes"
+    body_nodes = [oh.make_node("Identity", ["cond_in"], ["cond_out"]),
+                  oh.make_node("Unsqueeze", ["y_in", axes], ["u"]),
+                  oh.make_node("ReduceSum", ["u", axes], ["y_out"], keepdims=0)]
+    body_inputs = [oh.make_tensor_value_info("iter", TensorProto.INT64, []),
+                   oh.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                   oh.make_tensor_value_info("y_in", TensorProto.FLOAT, [2, 3])]
+    body_outputs = [oh.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                    oh.make_tensor_value_info("y_out", TensorProto.FLOAT, [2, 3])]
+    loop_inputs, loop_outputs = ["trips", "cond", "y"], ["y_final"]
+    if axes_carried:
+        body_nodes.append(oh.make_node("Identity", ["axes_in"], ["axes_out"]))
+        body_inputs.append(oh.make_tensor_value_info("axes_in", TensorProto.INT64, [1]))
+        body_outputs.append(oh.make_tensor_value_info("axes_out", TensorProto.INT64, [1]))
+        loop_inputs.append("axes")
+        loop_outputs.append("axes_final")
+    body = oh.make_graph(body_nodes, "body", body_inputs, body_outputs)
+    graph = oh.make_graph(
+        [oh.make_node("Loop", loop_inputs, loop_outputs, body=body)], "loop",
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [oh.make_tensor_value_info(name, TensorProto.UNDEFINED, None) for name in loop_outputs],
+        initializer=[oh.make_tensor("trips", TensorProto.INT64, [], [3]),
+                     oh.make_tensor("cond", TensorProto.BOOL, [], [True]),
+                     oh.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
+
+
+def test_a_constant_a_loop_body_reads_from_the_outer_scope_decides_its_shapes():
+    """The body's ``axes`` is an implicit input bound to a constant: the same value on
+    every iteration, so the body's shapes are known and the loop plans."""
+    ir, _ = _planned(_loop_model(axes_carried=False), ["y_final"])
+    body = next(graph for graph in ir.graphs if graph is not ir.main_graph)
+    assert body.tensor("u").shape == (2, 1, 3)
+
+
+def test_a_loop_carried_value_deciding_a_shape_is_refused_naming_the_body_input():
+    """A carried value may change from one iteration to the next: not known before running,
+    however it starts."""
+    message = _refused(_loop_model(axes_carried=True))
+    assert "Unsqueeze" in message and "input 'axes_in' of subgraph" in message
