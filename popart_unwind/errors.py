@@ -74,8 +74,9 @@ class OptionError(PopartUnwindError, ValueError):
 
 class DynamicShapeError(ModelImportError):
     """A shape is not static: a graph input's dimension is left symbolic (give it with
-    ``--dim`` or ``--input-shape``), or a shape depends on what a graph input holds, not
-    only on its shape. PopART, and so the plan, needs every shape before running."""
+    ``--dim`` or ``--input-shape``), or a shape, or the element map of an op whose layout
+    needs an operand's value (a Slice's starts), depends on what a graph input holds, not
+    only on its shape. PopART, and so the plan, needs these before running."""
 
 
 class UnsupportedModelError(ModelImportError):

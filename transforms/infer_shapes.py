@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from popart_unwind.ops.shape_folding import refuse_value_dependent_shapes
+from popart_unwind.ops.shape_folding import (
+    refuse_value_dependent_layouts,
+    refuse_value_dependent_shapes,
+)
 from popart_unwind.ops.shape_inference import infer_shapes
 
 from .base import ALL_CONDITIONS, Transform
@@ -27,7 +30,9 @@ class InferShapes(Transform):
     and the checker names the tensor); a model whose shapes depend on what a graph input
     holds, not only on its shape, is refused naming that input (DynamicShapeError): the
     import keeps such a model, as ONNX's shape inference does, but nothing can be planned
-    for it. Preserves every other condition because it writes
+    for it. So is a model with an op whose layout rule needs such an input's values (a
+    Slice's starts; ``LayoutRule.undecided_operands``). Preserves every other condition
+    because it writes
     only dtypes and shapes: no op is added, removed, moved or rewired.
     """
 
@@ -39,4 +44,5 @@ class InferShapes(Transform):
     def apply(self, graph: Graph, rewriter: Rewriter) -> bool:
         changed = infer_shapes(graph.ir, self.op_registry, rewriter=rewriter)
         refuse_value_dependent_shapes(graph.ir, self.op_registry)
+        refuse_value_dependent_layouts(graph.ir, self.op_registry)
         return changed

@@ -335,7 +335,9 @@ def _dtype(elem_type: int, what: str) -> str:
 
 
 def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...] | None]:
-    """(dtype, shape) of a typed ONNX value; None where unknown (symbolic dims included)."""
+    """(dtype, shape) of a typed ONNX value; None where unknown: symbolic dims, and negative
+    ones, which ONNX's inference writes for a value it cannot size (in a branch that never
+    runs on these shapes, say) and no tensor has."""
     if not value.type.HasField("tensor_type"):
         return None, None
     tensor_type = value.type.tensor_type
@@ -344,7 +346,7 @@ def _value_info(value: onnx.ValueInfoProto) -> tuple[str | None, tuple[int, ...]
     if not tensor_type.HasField("shape"):
         return dtype, None
     dims = tensor_type.shape.dim
-    if any(not d.HasField("dim_value") for d in dims):
+    if any(not _static(d) for d in dims):
         return dtype, None
     return dtype, tuple(int(d.dim_value) for d in dims)
 
@@ -373,9 +375,21 @@ def _check_default(value: onnx.ValueInfoProto, initializer: Tensor) -> None:
         f"{initializer.dtype} {list(initializer.shape)}; make them agree")
 
 
+def _static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether ``dim`` is a size: a value of 0 or more."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def _negative_dim(value: onnx.ValueInfoProto) -> bool:
+    """Whether ``value``'s declared shape has a negative dimension."""
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    return tensor_type is not None and any(
+        d.HasField("dim_value") and d.dim_value < 0 for d in tensor_type.shape.dim)
+
+
 def _symbolic_dims(value: onnx.ValueInfoProto) -> list[str]:
     dims = value.type.tensor_type.shape.dim
-    return [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+    return [d.dim_param or "?" for d in dims if not _static(d)]
 
 
 def _no_static_type(value: onnx.ValueInfoProto) -> str:
@@ -504,13 +518,17 @@ class _Importer:
         op_type = OpType(domain, node.op_type, opsets.get(domain, self.opsets.get(domain, 1)))
         op = scope.graph.create_op(op_type, inputs, outputs=[], attributes=attributes,
                                    settings=settings)
+        # A negative dim marks sizes ONNX's inference got wrong for this node (a Split of 5
+        # into 4 in a branch that never runs: sizes 2, 2, 2, -1): none of them is kept.
+        unsized = any(_negative_dim(infos[name]) for name in node.output if name in infos)
         for index, name in enumerate(node.output):
             if not name:
                 continue
             if scope.graph.has_tensor(name):
                 raise ModelImportError(f"{label} defines {name!r}, which is already defined")
             dtype, shape = _value_info(infos[name]) if name in infos else (None, None)
-            scope.graph.create_output(op, index, name, dtype or "float32", shape)
+            scope.graph.create_output(op, index, name, dtype or "float32",
+                                      None if unsized else shape)
 
     def implicit_inputs(self, node: onnx.NodeProto, scope: _Scope,
                         children: list[tuple[str, _Scope]], attributes: dict[str, Any],

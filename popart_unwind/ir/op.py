@@ -217,6 +217,12 @@ class SubgraphOp(Op):
         continue condition): given to no op output, never removed."""
         return False
 
+    def same_every_run(self, graph: Graph, graph_in: int) -> bool:
+        """Whether subgraph input ``graph_in`` holds one value on every run of ``graph``
+        from this op (a call's or a branch's inputs), rather than one that changes from run
+        to run (a loop's counter and carried values, a scan's states and slices)."""
+        return True
+
     def _explicit_inputs(self) -> int:
         """Input slots before the implicit (outer-scope) inputs the importer appends."""
         slots = max(self._inputs, default=-1) + 1

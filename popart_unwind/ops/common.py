@@ -8,7 +8,7 @@ from math import prod
 import numpy as np
 
 from popart_unwind.errors import PopartUnwindError, ShapeError, ShapeUndecided
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor, TensorType
 
 #: Folds that compute (matmuls, reductions, gathers, tiling, random values) give up above
@@ -45,19 +45,45 @@ def computed_value(tensor: Tensor, depth: int = COMPUTED_VALUE_DEPTH,
     constants and known shapes (``Concat(Shape(x), [-1])``), else None.
 
     Expanded ONNX functions build their shape operands so; ONNX's inference propagates such
-    values, and so do the shape rules through this. Each producer is evaluated by its own
-    fold hook (the family states it), never by naming an op type here; ops with side
-    effects or random draws, and values that grow large, stop the evaluation. ``seen``
+    values, and so do the shape rules through this. A subgraph's input has the value its
+    callers bind it to where that is known and the same on every run. Each producer is
+    evaluated by its own fold hook (the family states it), never by naming an op type here;
+    ops with side effects or random draws, and values that grow large, stop the evaluation. ``seen``
     remembers each tensor's answer within one evaluation, so shared producers are
     evaluated once.
     """
     value = constant_value(tensor)
-    if value is not None or tensor.producer is None or depth <= 0:
+    if value is not None or depth <= 0:
         return value
     seen = {} if seen is None else seen
     if id(tensor) not in seen:
-        seen[id(tensor)] = _evaluated(tensor, depth, seen)
+        seen[id(tensor)] = (_evaluated(tensor, depth, seen) if tensor.producer is not None
+                            else _bound_value(tensor, depth, seen))
     return seen[id(tensor)]
+
+
+def _bound_value(tensor: Tensor, depth: int,
+                 seen: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    """A subgraph input's value where every op calling its graph binds it to one value
+    known before running, the same on every run (a constant a loop body reads from the
+    outer scope); None for a main-graph input, a loop's carried value or a scan's slice."""
+    graph = tensor.graph
+    if graph is graph.ir.main_graph or tensor.id not in graph.input_ids:
+        return None
+    index = graph.input_ids.index(tensor.id)
+    callers = [op for op in graph.ir.all_ops()
+               if isinstance(op, SubgraphOp) and graph in op.called_graphs()]
+    found: np.ndarray | None = None
+    for op in callers:
+        op_in = op.subgraph_in_to_op_in_index(graph, index)
+        if op_in is None or not op.same_every_run(graph, index):
+            return None
+        value = computed_value(op.input(op_in), depth - 1, seen)
+        if value is None or value.size > COMPUTED_VALUE_ELEMENTS or (
+                found is not None and not np.array_equal(found, value)):
+            return None
+        found = value
+    return found
 
 
 def _evaluated(tensor: Tensor, depth: int,

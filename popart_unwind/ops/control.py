@@ -236,6 +236,11 @@ class LoopOp(CallSite):
     def fixed_subgraph_input(self, graph: Graph, graph_in: int) -> bool:
         return graph_in < self.FIXED_INPUTS
 
+    def same_every_run(self, graph: Graph, graph_in: int) -> bool:
+        """Only the implicit inputs (outer-scope values) stay the same per iteration."""
+        op_in = self.subgraph_in_to_op_in_index(graph, graph_in)
+        return op_in is not None and op_in >= self._explicit_inputs()
+
     def fixed_subgraph_output(self, graph: Graph, graph_out: int) -> bool:
         return graph_out < self.OUTPUT_OFFSET
 
@@ -338,6 +343,11 @@ class ScanOp(CallSite):
 
     def stacked_output(self, op_out: int) -> bool:
         return op_out >= self._num_states()
+
+    def same_every_run(self, graph: Graph, graph_in: int) -> bool:
+        """Only the implicit inputs (outer-scope values) stay the same per iteration."""
+        op_in = self.subgraph_in_to_op_in_index(graph, graph_in)
+        return op_in is not None and op_in >= self._explicit_inputs()
 
     def callee_input_type(self, graph: Graph, graph_in: int) -> OutputType | None:
         """A scan input's body counterpart is one slice: the scanned axis removed."""

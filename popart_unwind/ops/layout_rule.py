@@ -12,6 +12,8 @@ shape rules of its ops. The questions, by who asks them:
   tiles, so that any plan is scored on the planner's scale), ``work`` (compute cycles, and
   exchange inside the op such as a matmul's partial sums), and ``best_input_tiles`` /
   ``least_received`` (the exchange a plan leaves to save);
+- the pipeline's InferShapes, before any of these: ``undecided_operands`` (inputs whose
+  values the rule needs but which are not known before running: the model is refused);
 - the PopART baseline: ``creates_input`` and ``wanted_input_tiles`` (PopART's
   ``Opx::createInput`` and its priority), ``popart_view`` (the element map PopART's creator
   search follows from an input to an output; ``popart_views`` gives those of all inputs).
@@ -103,6 +105,15 @@ class LayoutRule:
     # -- the planner -------------------------------------------------------------------------
     def unwind(self, op: Op, emitter: UnwindEmitter) -> None:
         emitter.barrier(op)
+
+    def undecided_operands(self, op: Op) -> list[int]:
+        """The inputs whose values (not only their shapes) the rule must read to lay ``op``
+        out and which are not known before running: neither constant nor computed from
+        constants and shapes. Planning refuses such an op naming the graph inputs those
+        values come from (``ops/shape_folding.refuse_value_dependent_layouts``). A rule that
+        can read what it needs off the op's shapes (a reduction's axes, a Split's sizes)
+        lists nothing; the base rule reads no values."""
+        return []
 
     def models(self, op: Op) -> bool:
         """Whether this rule models ``op``'s layouts and exchange. The base rule models

@@ -6,6 +6,14 @@ The reduced axes are an attribute up to a version and an optional input from the
 ``noop_with_empty_axes`` makes the op the identity. The normalisations follow what changed
 between opset versions (Softmax's default axis, BatchNormalization's outputs).
 
+Axes given by an input whose value is not known before running (a graph input's) leave the
+shape rule undecided, but not the layout: where the output's shape is known (the model's
+or ONNX's inference's) it decides which elements reduce together (``axes_from_shapes``),
+and the reduction is planned as with those axes — a static program fixes them anyway, and
+PopART takes a reduction's axes only as an attribute. Where the shapes fit two groupings
+(``keepdims`` 0 dropping one of two equal dims) the planner refuses the model naming the
+graph input (``ReductionRule.undecided_operands``; docs/planner.md).
+
 Layouts (docs/planner.md, docs/ipu-model.md): a reduction reads its input where it lies
 and its result is small — a root of the unwinding problem that depends on the input, laid
 out as Poplibs' ``popops::reduce`` lays it out, with the exchange of the partial results
@@ -19,6 +27,7 @@ statistics are reductions broadcast back.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -37,7 +46,7 @@ from popart_unwind.machine.exchange import (
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import (
     FOLD_MAX_ELEMENTS,
-    constant_value,
+    computed_value,
     input_shape,
     normalize_axis,
 )
@@ -83,13 +92,16 @@ _EXACT_ON_INTEGERS = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "Redu
 
 def reduced_axes(op: Op, rank: int) -> tuple[int, ...] | None:
     """The sorted axes ``op`` reduces; None when it is the identity (empty axes with
-    ``noop_with_empty_axes``). ShapeUndecided when the axes input is not constant."""
+    ``noop_with_empty_axes``). ShapeUndecided, naming the axes input, when that input is
+    neither a constant nor computed from constants and shapes."""
     since, _ = REDUCTIONS[op.type.name]
     if op.type.version >= since:
         if op.has_input(1):
-            value = constant_value(op.input(1))
+            value = computed_value(op.input(1))
             if value is None:
-                raise ShapeUndecided(f"op {op.debug_name()}: its axes are not a constant")
+                raise ShapeUndecided(f"op {op.debug_name()}: its axes (input 1, "
+                                     f"{op.input(1).id!r}) are not known before running",
+                                     needs=op.input(1).id)
             axes = [int(a) for a in np.asarray(value).reshape(-1)]
         else:
             axes = []
@@ -103,6 +115,55 @@ def reduced_axes(op: Op, rank: int) -> tuple[int, ...] | None:
     if len(set(normalized)) != len(normalized):
         raise ShapeError(f"op {op.debug_name()}: axes {axes} name an axis twice")
     return tuple(normalized)
+
+
+#: Deciding a reduction's axes from its shapes tries every choice of dropped axes; above
+#: this rank (far beyond any model's) the shapes are not searched.
+_SEARCHED_RANK = 16
+
+
+def axes_from_shapes(in_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                     keepdims: bool) -> tuple[int, ...] | None:
+    """The axes of size other than 1 that a reduction from ``in_shape`` to ``out_shape``
+    reduces, where the shapes decide them; None where no reduction fits the shapes or
+    reductions that group the elements differently both fit (``keepdims`` 0 dropping one
+    of two equal dims). Axes of size 1 are left out: reducing one moves no element, so
+    every choice of them puts the same input elements into each result, in the same order.
+    """
+    rank = len(in_shape)
+    if keepdims:
+        if len(out_shape) != rank:
+            return None
+        axes = tuple(i for i in range(rank) if out_shape[i] != in_shape[i])
+        return axes if all(out_shape[i] == 1 for i in axes) else None
+    dropped = rank - len(out_shape)
+    if dropped < 0 or rank > _SEARCHED_RANK:
+        return None
+    fits: set[tuple[int, ...]] = set()
+    for removed in itertools.combinations(range(rank), dropped):
+        kept = tuple(d for i, d in enumerate(in_shape) if i not in removed)
+        if kept == tuple(out_shape):
+            fits.add(tuple(a for a in removed if in_shape[a] != 1))
+            if len(fits) > 1:
+                return None
+    return next(iter(fits), None)
+
+
+def layout_axes(op: Op, rank: int) -> tuple[int, ...] | None:
+    """The axes a reduction's layout groups its elements by: ``reduced_axes`` where the
+    axes are known before running, else the axes its input and output shapes decide
+    (``axes_from_shapes``; the output's shape is the model's or ONNX's inference's).
+    ShapeUndecided when neither decides them."""
+    try:
+        return reduced_axes(op, rank)
+    except ShapeUndecided:
+        x, out = op.input(0), op.output(0)
+        if x.shape is None or out.shape is None:
+            raise
+        axes = axes_from_shapes(x.shape, out.shape, bool(op.attributes.get("keepdims", 1)))
+        if axes is None:
+            raise
+        return axes
 
 
 def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool):
@@ -208,7 +269,9 @@ class ReductionRule(LayoutRule):
     the result is a root of the unwinding problem that depends on it, laid out as
     ``popops::reduce`` does. A reduction that moves no element between positions (only
     unit axes reduced, or the identity) is a reshape of its input. PopART's ``ReduceOpx``
-    classes keep ``Opx``'s default creator type, Deadend: no creator search passes."""
+    classes keep ``Opx``'s default creator type, Deadend: no creator search passes. The
+    axes are ``layout_axes``'s: the shapes decide them where the axes input is not known
+    before running."""
 
     kind = "reduction"
 
@@ -221,6 +284,17 @@ class ReductionRule(LayoutRule):
         shape = known_shape(op, op.input(0))
         axes = self.axes_of(op, len(shape))
         return () if axes is None else tuple(axes)
+
+    def undecided_operands(self, op: Op) -> list[int]:
+        """The axes input, where neither its value nor the shapes decide the axes."""
+        shape = op.input(0).shape
+        if shape is None:
+            return []
+        try:
+            self.axes_of(op, len(shape))
+        except ShapeUndecided as undecided:
+            return [i for i, t in op.input_map().items() if t.id == undecided.needs][:1]
+        return []
 
     def _moves_nothing(self, op: Op) -> bool:
         shape = known_shape(op, op.input(0))
@@ -272,7 +346,7 @@ def _arg_axes(op: Op, rank: int) -> tuple[int, ...]:
     return (_arg_axis(op, rank),) if rank else ()
 
 
-REDUCTION = ReductionRule(reduced_axes)
+REDUCTION = ReductionRule(layout_axes)
 ARG_REDUCTION = ReductionRule(_arg_axes)
 
 #: Every reduction but ReduceLogSum counts as reducing what it reads

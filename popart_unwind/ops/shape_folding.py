@@ -25,6 +25,7 @@ from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.common import computed_value
 from popart_unwind.ops.registry import REGISTRY, OpDef, OpRegistry
 from popart_unwind.ops.shape_inference import infer_op, infer_shapes
 from popart_unwind.rewrite import Rewriter
@@ -67,22 +68,37 @@ def fold_shape_computations(ir: Ir, registry: OpRegistry = REGISTRY,
 
 def value_dependent_shape(ir: Ir, registry: OpRegistry = REGISTRY
                           ) -> tuple[Op, list[Tensor]] | None:
-    """The first main-graph op (in schedule order) whose shape rule could not decide although
-    every input has a shape, with the main graph's inputs whose values reach it; None if
-    there is none, or its undecided shape reads no graph input (a weight's values, say)."""
-    graph = ir.main_graph
-    for op in graph.schedule():
-        opdef = registry.lookup(op)
-        if opdef is None or opdef.infer is None:
-            continue  # an opaque op keeps the shapes ONNX gave it
-        if all(tensor.shape is not None for tensor in op.outputs):
-            continue
-        if any(tensor.shape is None for tensor in op.inputs):
-            continue
-        sources = _graph_inputs_read(_needed_inputs(op, opdef), graph)
-        if sources:
-            return op, sources
+    """The first op (the main graph first, then the subgraphs in id order; ops in schedule
+    order) whose shape rule could not decide although every input has a shape, with the
+    inputs of its graph whose values reach it; None if there is none, or its undecided
+    shape reads no graph input (a weight's values, say)."""
+    for graph in _graphs(ir):
+        for op in graph.schedule():
+            opdef = registry.lookup(op)
+            if opdef is None or opdef.infer is None:
+                continue  # an opaque op keeps the shapes ONNX gave it
+            if all(tensor.shape is not None for tensor in op.outputs):
+                continue
+            if any(tensor.shape is None for tensor in op.inputs):
+                continue
+            sources = _graph_inputs_read(_needed_inputs(op, opdef), graph)
+            if sources:
+                return op, sources
     return None
+
+
+def _graphs(ir: Ir) -> list[Graph]:
+    """The main graph, then the other graphs in id order."""
+    main = ir.main_graph
+    return [main, *sorted((g for g in ir.graphs if g is not main), key=lambda g: g.id)]
+
+
+def _held_by(ir: Ir, op: Op, sources: list[Tensor]) -> str:
+    """The inputs ``sources`` of ``op``'s graph as a message names them."""
+    names = ", ".join(repr(tensor.id) for tensor in sources)
+    inputs = f"{'inputs' if len(sources) > 1 else 'input'} {names}"
+    return f"graph {inputs}" if op.graph is ir.main_graph else (
+        f"{inputs} of subgraph {op.graph.id!r}")
 
 
 def _needed_inputs(op: Op, opdef: OpDef) -> list[Tensor]:
@@ -100,7 +116,9 @@ def _needed_inputs(op: Op, opdef: OpDef) -> list[Tensor]:
 
 
 def _graph_inputs_read(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
-    """The graph inputs whose values flow into ``tensors``, in the graph's input order."""
+    """The graph inputs whose values flow into ``tensors``, in the graph's input order. A
+    value known before running (``computed_value``: ``Size(Shape(x))`` reads only ``x``'s
+    shape) is not followed back, so such an input is named only where its values count."""
     inputs = set(graph.input_ids)
     seen: set[str] = set()
     stack = list(tensors)
@@ -109,7 +127,7 @@ def _graph_inputs_read(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
         if tensor.id in seen:
             continue
         seen.add(tensor.id)
-        if tensor.producer is not None:
+        if tensor.producer is not None and computed_value(tensor) is None:
             stack += tensor.producer.inputs
     return [graph.tensor(name) for name in graph.input_ids if name in inputs & seen]
 
@@ -181,8 +199,43 @@ def refuse_value_dependent_shapes(ir: Ir, registry: OpRegistry = REGISTRY) -> No
     if found is None:
         return
     op, sources = found
-    names = ", ".join(repr(tensor.id) for tensor in sources)
-    inputs, whose = ("graph input", "its") if len(sources) == 1 else ("graph inputs", "their")
+    whose = "its" if len(sources) == 1 else "their"
     raise DynamicShapeError(f"the output shape of op {op.debug_name()} depends on the values "
-                            f"of {inputs} {names}, not only on {whose} shapes; shapes must be "
-                            f"known before running (export the model with that value fixed)")
+                            f"of {_held_by(ir, op, sources)}, not only on {whose} shapes; "
+                            f"shapes must be known before running (export the model with "
+                            f"that value fixed)")
+
+
+def value_dependent_layout(ir: Ir, registry: OpRegistry = REGISTRY
+                           ) -> tuple[Op, list[int], list[Tensor]] | None:
+    """The first op (graphs and ops in ``value_dependent_shape``'s order) whose layout rule
+    needs the values of inputs not known before running (``LayoutRule.undecided_operands``): the op,
+    those input indices and the inputs of its graph whose values reach them; None if there
+    is none, or the values read no graph input."""
+    for graph in _graphs(ir):
+        for op in graph.schedule():
+            if any(tensor.shape is None for tensor in (*op.inputs, *op.outputs)):
+                continue  # an undecided shape is refused as such (or left to the checker)
+            indices = registry.layout_rule(op).undecided_operands(op)
+            sources = _graph_inputs_read([op.input(i) for i in indices], graph)
+            if sources:
+                return op, indices, sources
+    return None
+
+
+def refuse_value_dependent_layouts(ir: Ir, registry: OpRegistry = REGISTRY) -> None:
+    """Refuse a model with an op whose shapes are known but whose layout needs values a
+    graph input holds (a Slice's starts read from an input), naming the op's operands and
+    the graph inputs. PopART takes such operands as constants when it builds its IR."""
+    found = value_dependent_layout(ir, registry)
+    if found is None:
+        return
+    op, indices, sources = found
+    operands = ", ".join(f"{index} ({op.input(index).id!r})" for index in indices)
+    values, depend = (("the values of inputs", "they depend") if len(indices) > 1
+                      else ("the value of input", "it depends"))
+    hold = "hold" if len(sources) > 1 else "holds"
+    raise DynamicShapeError(f"op {op.debug_name()} needs {values} {operands} to lay out its "
+                            f"result, and {depend} on what {_held_by(ir, op, sources)} {hold}; "
+                            f"PopART reads such operands as constants when it builds its IR "
+                            f"(export the model with that value fixed)")

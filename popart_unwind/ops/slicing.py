@@ -3,6 +3,12 @@ where steps are negative), Split (slabs along one axis) and Concat (slabs joined
 semantics and clamping. Each OpDef states its shape rule, its fold and its layout rule; the
 layout rules are element maps like the other views' (``ops/views.py``), Concat's input i
 being the slab ``input_slab(op, i)`` of its output.
+
+Operands not known before running (a graph input's values): a Split's sizes are read off
+its outputs' shapes, which is all its element map needs; a Slice's starts, ends, axes and
+steps place its box, which no shape says, so the model is refused naming the graph inputs,
+as PopART refuses it when it builds its IR (docs/planner.md, "Operands whose values a
+layout needs").
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import PlanError, ShapeError
+from popart_unwind.errors import PlanError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain, DisjointRegions, sett_bounded
 from popart_unwind.ops.common import (
+    computed_value,
     constant_input,
     input_shape,
     ints,
@@ -157,6 +164,24 @@ def split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
     return axis, sizes
 
 
+def layout_split_sizes(op: Op, in_shape: Shape) -> tuple[int, list[int]]:
+    """``split_sizes``, or, where the sizes input is not known before running, the sizes
+    the outputs' shapes state (each output's extent along the axis, the model's or ONNX's
+    inference's): a Split's element map needs no more. ShapeUndecided when neither gives
+    them."""
+    try:
+        return split_sizes(op, in_shape)
+    except ShapeUndecided:
+        axis = normalize_axis(op, int(op.attributes.get("axis", 0)), len(in_shape))
+        outputs = op.output_map()
+        shapes = [outputs[i].shape if i in outputs else None for i in range(len(outputs))]
+        if any(shape is None or len(shape) != len(in_shape)
+               or shape[:axis] + shape[axis + 1:] != in_shape[:axis] + in_shape[axis + 1:]
+               for shape in shapes) or sum(shape[axis] for shape in shapes) != in_shape[axis]:
+            raise
+        return axis, [shape[axis] for shape in shapes]
+
+
 def _infer_split(op: Op) -> InferredOutputs:
     shape = input_shape(op, 0)
     axis, sizes = split_sizes(op, shape)
@@ -178,7 +203,19 @@ def is_slice(op: Op) -> bool:
 
 # -- layouts ----------------------------------------------------------------------------
 class SliceRule(ViewRule):
-    """A box of the input, every |step|-th element, reversed on axes with negative steps."""
+    """A box of the input, every |step|-th element, reversed on axes with negative steps.
+
+    From opset 10 starts, ends, axes and steps are inputs, and the element map needs their
+    values: the output's shape gives the box's size, not where it lies. PopART reads them
+    when it builds its IR (and refuses the model where it cannot), so a Slice whose
+    operands are not known before running is refused, naming the graph inputs they come
+    from (``undecided_operands``)."""
+
+    def undecided_operands(self, op: Op) -> list[int]:
+        if op.type.version < 10:
+            return []
+        return [i for i in (1, 2, 3, 4)
+                if op.has_input(i) and computed_value(op.input(i)) is None]
 
     def steps(self, op: Op, out_index: int) -> list[Step]:
         shape = known_shape(op, op.input(0))
@@ -207,7 +244,20 @@ class SliceRule(ViewRule):
 
 
 class SplitRule(ViewRule):
-    """Output j is the slab of the input between the sizes before it and its own end."""
+    """Output j is the slab of the input between the sizes before it and its own end.
+    Sizes given by an input not known before running are read off the outputs' shapes
+    (``layout_split_sizes``)."""
+
+    def undecided_operands(self, op: Op) -> list[int]:
+        """The sizes input, where neither its value nor the outputs' shapes give them."""
+        shape = op.input(0).shape
+        if shape is None:
+            return []
+        try:
+            layout_split_sizes(op, shape)
+        except ShapeUndecided:
+            return [1]
+        return []
 
     def steps(self, op: Op, out_index: int) -> list[Step]:
         return self.all_steps(op)[out_index]
@@ -216,7 +266,7 @@ class SplitRule(ViewRule):
         """Every output's slab from one reading of the sizes (asking per output would
         read all k sizes k times)."""
         shape = known_shape(op, op.input(0))
-        axis, sizes = split_sizes(op, shape)
+        axis, sizes = layout_split_sizes(op, shape)
         steps: dict[int, list[Step]] = {}
         begin = 0
         for out_index, size in zip(sorted(op.output_map()), sizes, strict=True):
@@ -234,7 +284,7 @@ class SplitRule(ViewRule):
         if in_index != 0:
             return lambda reach: []  # the sizes: no output views them
         shape = known_shape(op, op.input(0))
-        axis, sizes = split_sizes(op, shape)
+        axis, sizes = layout_split_sizes(op, shape)
         ends = list(itertools.accumulate(sizes))
         outputs = sorted(op.output_map())
 

@@ -6,11 +6,14 @@ declared shapes (``undeclared``) and without ONNX's shape inference too (``rules
 reference outputs (``wrong``) or escape with an error that is not ours (``internal``), and
 the given view must reproduce ONNX's shapes wherever it imports. Refusals are allowed: they
 are what the benchmark (``benchmarks/onnx_conformance.py``) counts over all 1,884 cases;
-but the ops ONNX defines by function bodies listed here must import (by expansion).
+but the ops ONNX defines by function bodies listed here must import (by expansion). A few
+families whose operands the node tests give as graph inputs are also planned: each case
+plans, or is refused naming such an input.
 """
 
 from __future__ import annotations
 
+import onnx
 import onnx_conformance_cases as judge
 import pytest
 
@@ -59,3 +62,26 @@ def test_node_case_matches_onnx(case: judge.ConformanceCase, view: str) -> None:
 def test_families_are_covered() -> None:
     """Every listed family has node tests (a renamed op would silently test nothing)."""
     assert {case.op_type for case in CASES} == FAMILIES
+
+
+#: Families whose shape-deciding operands (axes, sizes, starts) the node tests give as graph
+#: inputs: each case plans, or is refused naming only such an input.
+PLANNED_FAMILIES = frozenset({"ReduceSum", "ReduceMean", "ReduceL2", "Split", "Slice"})
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case.op_type in PLANNED_FAMILIES],
+                         ids=lambda case: case.name)
+def test_node_case_plans_or_names_the_input_deciding_it(case: judge.ConformanceCase) -> None:
+    """Planned, or a DynamicShapeError naming graph inputs, each an integer operand (axes,
+    sizes, starts), never the data whose values no shape depends on."""
+    _, ir = judge.import_case(case, "given")
+    assert ir is not None
+    planned = judge.plan_case(ir)
+    if planned.outcome == judge.PLANNED:
+        return
+    assert planned.outcome == "DynamicShapeError", planned.detail
+    types = {value.name: value.type.tensor_type.elem_type for value in case.model.graph.input}
+    named = [name for name in types if f"'{name}'" in planned.detail]
+    assert named, planned.detail
+    integers = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    assert all(types[name] in integers for name in named), planned.detail

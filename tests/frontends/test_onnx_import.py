@@ -13,7 +13,12 @@ from onnx import TensorProto as T
 from onnx import helper as oh
 from onnx import numpy_helper
 
-from popart_unwind.errors import ModelImportError, UnknownOpsWarning, UnsupportedModelError
+from popart_unwind.errors import (
+    DynamicShapeError,
+    ModelImportError,
+    UnknownOpsWarning,
+    UnsupportedModelError,
+)
 from popart_unwind.frontends.onnx_import import import_onnx
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ops.shape_inference import check_shapes
@@ -288,6 +293,32 @@ def test_unknown_ops_stay_opaque_with_their_value_info_shapes(domain):
     assert [(t.dtype, t.shape) for t in opaque.outputs] == [("float32", (4, 1)),
                                                             ("int32", (7,))]
     assert ir.main_graph.tensor("y").shape == (4, 1)
+
+
+def test_a_value_info_with_a_negative_dim_leaves_the_shape_to_the_rules():
+    """ONNX's inference writes -1 for a value it cannot size (AffineGrid's expansion, in a
+    branch that never runs on these shapes): no tensor has it, so the shape is unknown to
+    the import and the rules find it."""
+    nodes = [oh.make_node("Relu", ["x"], ["h"]), oh.make_node("Neg", ["h"], ["y"])]
+    proto = model(nodes, [info("x", [2, 3])], [info("y", None)], value_info=[info("h", [-1])])
+    ir = import_onnx(proto)
+    assert ir.main_graph.tensor("h").shape == ir.main_graph.tensor("y").shape == (2, 3)
+
+
+def test_a_negative_dim_drops_the_seeds_of_every_output_of_its_node():
+    """A Split of 5 into 4 as ONNX's inference sizes it (2, 2, 2, -1): the -1 shows the
+    sizes are wrong, so none is kept and the rule's (ONNX's reference: 2, 2, 1, 0) stand."""
+    node = oh.make_node("Split", ["x"], ["a", "b", "c", "d"], num_outputs=4)
+    proto = model([node], [info("x", [5])], [info(n, None) for n in "abcd"],
+                  value_info=[info("a", [2]), info("b", [2]), info("c", [2]), info("d", [-1])])
+    ir = import_onnx(proto)
+    assert [ir.main_graph.tensor(n).shape for n in "abcd"] == [(2,), (2,), (1,), (0,)]
+
+
+def test_a_graph_input_with_a_negative_dim_is_refused_as_not_static():
+    with pytest.raises(DynamicShapeError, match="'x'"):
+        import_onnx(model([oh.make_node("Relu", ["x"], ["y"])], [info("x", [2, -1])],
+                          [info("y", None)]))
 
 
 def test_placement_attributes_become_settings_and_attributes_become_python_values():

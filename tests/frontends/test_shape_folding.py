@@ -165,9 +165,50 @@ def test_wrong_dims_are_refused_in_one_line(dims, words):
                                   "test_rms_normalization_2d_axis0_expanded",
                                   "test_rms_normalization_4d_axis1_expanded"])
 def test_a_reduction_over_axes_computed_from_a_shape_is_typed_by_the_import_folds(name):
-    """RMSNormalization's expansion reduces over ``Range(axis, Size(Shape(X)))``: a chain no
-    shape rule computes on its own (unfolded, the ReduceMean stays untyped). Folded at
+    """RMSNormalization's expansion reduces over ``Range(axis, Size(Shape(X)))``. Folded at
     import, the output gets ONNX's shape with our rules alone. A non-negative axis reaches
     the Range through an ``Identity`` of a Constant, whose value is folded too."""
     case = node_cases("rmsnormalization")[name]
     assert output_types(import_alone(case.model)) == expected_types(case)
+
+
+@pytest.mark.parametrize("name", ["test_rms_normalization_2d_axis0_expanded",
+                                  "test_rms_normalization_4d_axis_negative_3_expanded"])
+def test_the_reductions_rule_computes_the_same_axes_without_the_import_folds(name, monkeypatch):
+    """The lazy path (``computed_value``, through the same fold hooks) gives the reduction's
+    axes with nothing folded, so the import folds and the rules agree; and the model
+    plans-ready through the pipeline's InferShapes, no input being named."""
+    monkeypatch.setattr(onnx_import, "fold_shape_computations", lambda ir: False)
+    case = node_cases("rmsnormalization")[name]
+    ir = import_alone(case.model)
+    assert any(op.type.name == "Shape" for op in ir.main_graph.ops)  # nothing was folded
+    assert output_types(ir) == expected_types(case)
+    transforms.run_pipeline(ir, ["InferShapes"])
+
+
+@pytest.mark.parametrize("folds", [True, False])
+def test_axes_computed_from_a_shape_and_an_input_name_only_the_input(folds, monkeypatch):
+    """``axes = Concat(Size(Shape(x)) - 1, k)``: the first part is known before running
+    (it reads only x's shape), so only ``k`` decides the shape, and only ``k`` is named,
+    whether the import folded that part or the refusal computes it."""
+    if not folds:
+        monkeypatch.setattr(onnx_import, "fold_shape_computations", lambda ir: False)
+    nodes = [oh.make_node("Shape", ["x"], ["shape"]),
+             oh.make_node("Size", ["shape"], ["rank"]),
+             oh.make_node("Sub", ["rank", "one"], ["last"]),
+             oh.make_node("Unsqueeze", ["last", "zero"], ["last1"]),
+             oh.make_node("Concat", ["last1", "k"], ["axes"], axis=0),
+             oh.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)]
+    inputs = [oh.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, SEQUENCE, WIDTH]),
+              oh.make_tensor_value_info("k", TensorProto.INT64, [1])]
+    model = oh.make_model(
+        oh.make_graph(nodes, "named", inputs,
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                      initializer=[oh.make_tensor("one", TensorProto.INT64, [], [1]),
+                                   oh.make_tensor("zero", TensorProto.INT64, [1], [0])]),
+        opset_imports=[oh.make_opsetid("", 18)])
+    for ir in (Ir.from_onnx(model), import_alone(model)):
+        with pytest.raises(DynamicShapeError) as caught:
+            transforms.run_pipeline(ir)
+        assert "ReduceMean" in str(caught.value) and "graph input 'k'" in str(caught.value)
+        assert "'x'" not in str(caught.value)
