@@ -14,8 +14,9 @@ public examples repository states it (``graphcore/examples``, files
   decoder tied to the token table);
 - gradient accumulation: PopART global batch 65,536 (54,784 packed) = 8 × 4 × 2,048
   (1,712 packed) micro-batches; TensorFlow 2 2,040 micro-batches per replica and step;
-- 20 masked tokens per sequence (the MLM head reads those positions alone), vocabulary
-  30,400;
+- 20 masked tokens per sequence, vocabulary 30,400; the data puts the masked tokens
+  first and the MLM head reads the first 20 positions alone (the projection in
+  ``nlp/bert/popart/bert_model.py`` slices them);
 - PopART: float16 weights and activations (``popart_dtype`` FLOAT16; no float32 master
   copy), stochastic rounding, half-precision matmul partials, LAMB with its state
   off chip and sharded over the replicas; pipelining with PopART's pipeline
@@ -27,10 +28,10 @@ What is modelled: one replica's training step, micro-batch 8, imported through t
 route (``Ir.from_torch``, training=True) from transformers' ``BertForPreTraining`` built
 from a ``BertConfig`` of Graphcore's shape with seeded random weights, in float16
 (``module.half()``; the losses in float32), wrapped so that the MLM head reads the first
-20 positions (Graphcore's data puts the masked tokens first) and the NSP head the pooled
-first token. It is placed as PopTorch's ``BeginBlock`` places it (``blocks``: the layer
-split exactly, no split ratios needed), pipelined (``enable_pipelining``), planned by our
-planner and by the PopART baseline, and costed by ``evaluate``. The figure read is the
+20 positions, as Graphcore's does, and the NSP head the pooled first token. It is placed
+as PopTorch's ``BeginBlock`` places it (``blocks``: the layer split exactly, no split
+ratios needed), pipelined (``enable_pipelining``), planned by our planner and by the
+PopART baseline, and costed by ``evaluate``. The figure read is the
 report's ``pipeline_cycles``: the slowest IPU's cycles per micro-batch plus one copy phase
 (docs/multi-ipu.md). Then
 
@@ -47,9 +48,14 @@ unless said otherwise):
   updates each weight by SGD every micro-batch, which the cost counts on each IPU: about
   what accumulating the gradient into its accumulator costs each micro-batch on the
   machine (an elementwise pass over the weights), so kept;
-- recomputation: the published run recomputes each stage's forward pass (PopART's
-  ``RecomputationType::Pipeline``); by default the model does not (``--recompute
-  recompute_all`` prices it, which makes the model slower);
+- recomputation: the published PopART run recomputes each stage's forward pass in its
+  backward pass (PopART's ``RecomputationType::Pipeline``); the planned step does not.
+  The rows marked "+ forward again" estimate it: each IPU's cycles plus its forward
+  ops' cycles (the ops the loss depends on), as if every forward op ran twice, which
+  overstates it a little (a stage's stashed input and its loss are not recomputed).
+  ``--recompute recompute_all`` asks the tool's own ExplicitRecompute, which on this
+  placed and pipelined step is refused (a recomputed clone reads a weight of another
+  IPU: "a pipelined model cannot copy a weight between IPUs");
 - packing: the PopART figure is on packed sequences (up to 3 per pack of 128 tokens),
   counting sequences, not packs; a micro-batch here is 8 unpadded sequences of 128
   tokens, so the packed figure holds more sequences per micro-batch than modelled, and
@@ -69,13 +75,14 @@ mean cycles per layer), IPU 0's other work is its cycles less its layers'; an IP
 layers is then L × per-layer cycles (+ IPU 0's other work), and the copy phase is kept as
 planned. An approximation for when the full model is too slow or large to plan.
 
-    python benchmarks/bert_large.py [--layers N] [--markdown] [--no-baseline]
+    python benchmarks/bert_large.py [--layers N] [--markdown] [--no-baseline] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import resource
 import sys
 import time
@@ -205,6 +212,7 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from popart_unwind.transforms import run_pipeline
+    from popart_unwind.transforms.helpers import forward_ops
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     from popart_unwind.baselines import popart_baseline
@@ -241,6 +249,8 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
         del baseline
         row["baseline_s"] = time.perf_counter() - began
     row["evaluate_s"] = 0.0
+    # what the loss depends on: the forward pass (its stashes and copies included)
+    forward = {op.id for op in forward_ops(ir.main_graph, ir.main_graph.tensor(ir.final_loss_id))}
     for name, (mappings, op_plans) in plans.items():
         report.put(("stage", f"evaluate {name}"))
         began = time.perf_counter()
@@ -249,29 +259,52 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
         row[name] = {"pipeline_cycles": cost.pipeline_cycles,
                      "copy_phase_cycles": cost.copy_phase_cycles,
                      "ipu_cycles": [cost.ipu_cycles(ipu) for ipu in range(IPUS)],
+                     "ipu_forward_cycles": [
+                         sum(r.ipu_cycles * r.executions for r in cost.ops
+                             if r.ipu == ipu and r.op_id in forward) for ipu in range(IPUS)],
                      "cycles": cost.cycles, "peak_tile_bytes": cost.peak_tile_bytes,
                      "fits": cost.fits}
     row["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report.put(("done", row))
 
 
-def scaled(row: dict[str, Any], split: tuple[int, ...]) -> dict[str, Any]:
+#: The suffix of a plan's figure with each IPU's forward pass counted twice.
+RECOMPUTED = " + forward again"
+
+
+def scaled(row: dict[str, Any], split: tuple[int, ...]) -> dict[str, int]:
     """Each plan's cycles per micro-batch on the published split: from the planned split
-    when it is the published one, else scaled per layer (module docstring)."""
+    when it is the published one, else scaled per layer (module docstring). Beside each,
+    an estimate of PopART's pipeline recomputation (``RECOMPUTED``): each IPU's forward
+    cycles once more."""
     found = {}
     for name in PLANS:
         if name not in row:
             continue
         planned = row[name]
-        if split == LAYERS_PER_IPU:
-            found[name] = planned["pipeline_cycles"]
-            continue
-        per_layer = sum(planned["ipu_cycles"][1:]) / (sum(split[1:]))
-        first_other = planned["ipu_cycles"][0] - split[0] * per_layer
-        ipus = [first_other + LAYERS_PER_IPU[0] * per_layer,
-                *(count * per_layer for count in LAYERS_PER_IPU[1:])]
-        found[name] = round(max(ipus) + planned["copy_phase_cycles"])
+        found[name] = published_split_cycles(planned["ipu_cycles"],
+                                             planned["copy_phase_cycles"], split)
+        if "ipu_forward_cycles" in planned:
+            again = [a + f for a, f in zip(planned["ipu_cycles"],
+                                           planned["ipu_forward_cycles"], strict=True)]
+            found[name + RECOMPUTED] = published_split_cycles(
+                again, planned["copy_phase_cycles"], split)
     return found
+
+
+def published_split_cycles(ipu_cycles: list[int], copy_phase: int,
+                           split: tuple[int, ...]) -> int:
+    """The pipeline's cycles per micro-batch (slowest IPU and the copy phase) had the IPUs
+    held the published split: each IPU's cycles as planned on that split, else IPU 0's
+    work besides its layers plus its layers, the others their layers, at the mean cycles
+    of a layer on IPUs 1-3."""
+    if tuple(split) == LAYERS_PER_IPU:
+        return max(ipu_cycles) + copy_phase
+    per_layer = sum(ipu_cycles[1:]) / sum(split[1:])
+    first_other = ipu_cycles[0] - split[0] * per_layer
+    ipus = [first_other + LAYERS_PER_IPU[0] * per_layer,
+            *(count * per_layer for count in LAYERS_PER_IPU[1:])]
+    return round(max(ipus) + copy_phase)
 
 
 def throughput(row: dict[str, Any], micro_batch: int) -> dict[str, float]:
@@ -328,10 +361,10 @@ def print_bert(rows: list[dict], markdown: bool) -> None:
         planned = f"{row['layers']} ({'/'.join(map(str, row['split']))})"
         for name, cycles in row["published_split_cycles"].items():
             modelled = row["seq_per_s_per_ipu"][name]
+            copy = row[name.removesuffix(RECOMPUTED)]["copy_phase_cycles"]
             for source, per_ipu in row["published_per_ipu"].items():
                 cells.append([name, planned, str(row["micro_batch"]), f"{cycles:,}",
-                              f"{cycles - row[name]['copy_phase_cycles']:,}",
-                              f"{row[name]['copy_phase_cycles']:,}", f"{modelled:,.1f}",
+                              f"{cycles - copy:,}", f"{copy:,}", f"{modelled:,.1f}",
                               source, f"{per_ipu:,.1f}", f"{modelled / per_ipu:.2f}"])
     models.print_table(columns, cells, markdown)
     for row in rows:
@@ -340,8 +373,9 @@ def print_bert(rows: list[dict], markdown: bool) -> None:
         for name in PLANS:
             if name in row:
                 ipus = " / ".join(f"{c:,}" for c in row[name]["ipu_cycles"])
-                print(f"{name}: cycles per IPU as planned {ipus}; peak tile "
-                      f"{row[name]['peak_tile_bytes'] / 1024:,.1f} KiB, fits "
+                forward = " / ".join(f"{c:,}" for c in row[name].get("ipu_forward_cycles", ()))
+                print(f"{name}: cycles per IPU as planned {ipus} (forward pass {forward}); "
+                      f"peak tile {row[name]['peak_tile_bytes'] / 1024:,.1f} KiB, fits "
                       f"{'yes' if row[name]['fits'] else 'no'}")
         if row["split"] != list(LAYERS_PER_IPU):
             print(f"planned {row['layers']} layers split {row['split']}; cycles scaled per "
@@ -354,7 +388,9 @@ def print_bert(rows: list[dict], markdown: bool) -> None:
     print("\nLeft out by the model: host I/O; the replicas' gradient all-reduce; LAMB "
           "(once per 2,048 micro-batches; the traced SGD update each micro-batch stands "
           "for the gradient accumulation); the pipeline ramp (6 of 2,054 pipeline cycles); "
-          "recomputation unless --recompute; float32 matmul partials (Graphcore: half); "
+          "recomputation (Graphcore's runs recompute each stage's forward pass: the rows '"
+          f"{RECOMPUTED.strip()}' count each IPU's forward cycles twice, an estimate); "
+          "float32 matmul partials (Graphcore: half); "
           "one available memory proportion for all IPUs. The PopART figure is on packed "
           "sequences (up to 3 per 128 tokens); the model's micro-batch holds 8 unpacked "
           "sequences, so TensorFlow 2's figure is the like-for-like one.\n")
@@ -374,9 +410,12 @@ def main() -> None:
                         help="the IPU Model's matmul available memory proportion")
     parser.add_argument("--timeout", type=float, default=5400.0)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
     args = parser.parse_args()
     rows = bert_large_rows(args.layers, args.micro_batch, not args.no_baseline,
                            args.recompute, args.amp, args.timeout)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
     print_bert(rows, args.markdown)
 
 

@@ -81,6 +81,9 @@ def test_a_narrow_replica_plans_as_a_four_ipu_pipeline():
         assert all(cycles > 0 for cycles in planned["ipu_cycles"])
         assert planned["pipeline_cycles"] == max(planned["ipu_cycles"]) \
             + planned["copy_phase_cycles"]
+        # every IPU runs a forward part and a (larger) backward part
+        assert all(0 < forward < total for forward, total in
+                   zip(planned["ipu_forward_cycles"], planned["ipu_cycles"], strict=True))
         # pipelined: the slowest IPU sets the pace, not the sum over the IPUs
         assert planned["pipeline_cycles"] < planned["cycles"]
 
@@ -106,3 +109,13 @@ def test_throughput_per_ipu():
 def test_the_layer_count_must_split_evenly():
     with pytest.raises(SystemExit, match="multiple of 4"):
         bert_large.layer_split(6)
+
+
+def test_the_recomputation_estimate_adds_each_ipus_forward_cycles():
+    """On the published split: the slowest IPU once its forward pass is counted twice."""
+    ipus, forward, copy = [900, 1000, 1000, 990], [300, 320, 330, 340], 7
+    row = {"ours": {"ipu_cycles": ipus, "ipu_forward_cycles": forward,
+                    "copy_phase_cycles": copy}}
+    found = bert_large.scaled(row, bert_large.LAYERS_PER_IPU)
+    assert found == {"ours": 1000 + copy,
+                     "ours" + bert_large.RECOMPUTED: 1330 + copy}  # IPUs 2 and 3: 1,330
