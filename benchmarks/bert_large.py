@@ -39,34 +39,42 @@ report's ``pipeline_cycles``: the slowest IPU's cycles per micro-batch plus one 
 
 beside Graphcore's published figure per IPU (sequences/s ÷ 16).
 
-Assumptions and what the model leaves out (each makes the model faster than the machine,
-unless said otherwise):
+Assumptions and what the model leaves out, and which way each leans ("faster": the model
+predicts more sequences/s than the machine would give for it):
 
-- the pipeline's ramp up and down (2N − 2 = 6 of 2,048 + 6 pipeline cycles: 0.3 %);
-- host I/O, the replicas' all-reduce of the gradients and the optimizer step: LAMB once
-  per 2,048 micro-batches, its state streamed from off-chip memory. The traced step
-  updates each weight by SGD every micro-batch, which the cost counts on each IPU: about
-  what accumulating the gradient into its accumulator costs each micro-batch on the
-  machine (an elementwise pass over the weights), so kept;
-- recomputation: the published PopART run recomputes each stage's forward pass in its
-  backward pass (PopART's ``RecomputationType::Pipeline``); the planned step does not.
-  The rows marked "+ forward again" estimate it: each IPU's cycles plus its forward
-  ops' cycles (the ops the loss depends on), as if every forward op ran twice, which
-  overstates it a little (a stage's stashed input and its loss are not recomputed).
-  ``--recompute recompute_all`` asks the tool's own ExplicitRecompute, which on this
-  placed and pipelined step is refused (a recomputed clone reads a weight of another
-  IPU: "a pipelined model cannot copy a weight between IPUs");
-- packing: the PopART figure is on packed sequences (up to 3 per pack of 128 tokens),
-  counting sequences, not packs; a micro-batch here is 8 unpadded sequences of 128
-  tokens, so the packed figure holds more sequences per micro-batch than modelled, and
-  the TensorFlow 2 figure (unpacked) is the one to compare with;
-- precision: matmul partials are float32 in the IPU Model (Graphcore ran half
-  partials, twice the AMP rate on the machine for the same tiles); the matmuls'
-  available memory proportion is the IPU Model's one value for every IPU (0.6 unless
-  ``--amp``), where Graphcore set 0.15 / 0.25;
-- the IPU Model itself: BSP steps with no overlap of compute and exchange, Poplibs'
-  vertex estimates for matmuls, and simpler rates for the other ops (docs/ipu-model.md);
-- the clock: 1.85 GHz, the Bow IPU's.
+- faster: the pipeline's ramp up and down (2N − 2 = 6 of 2,048 + 6 pipeline cycles:
+  0.3 %);
+- faster: host I/O, the replicas' all-reduce of the gradients and the optimizer step:
+  LAMB once per 2,048 micro-batches, its state streamed from off-chip memory. The
+  traced step updates each weight by SGD every micro-batch, which the cost counts on
+  each IPU: about what accumulating the gradient into its accumulator costs each
+  micro-batch on the machine (an elementwise pass over the weights), so kept;
+- faster: recomputation. The published PopART run recomputes each stage's forward
+  pass in its backward pass (PopART's ``RecomputationType::Pipeline``); the planned
+  step does not. The rows marked "+ forward again" estimate it: each IPU's cycles plus
+  its forward ops' cycles (the ops the loss depends on), as if every forward op ran
+  twice, which overstates it a little (a stage's stashed input and its loss are not
+  recomputed). ``--recompute recompute_all`` asks the tool's own ExplicitRecompute,
+  which on this placed and pipelined step is refused (a recomputed clone reads a
+  weight of another IPU: "a pipelined model cannot copy a weight between IPUs");
+- slower, against the PopART figure alone: packing. That figure counts sequences packed
+  up to 3 to a row of 128 tokens; a micro-batch here is 8 sequences of 128 tokens, so
+  the packed run holds more sequences per micro-batch than modelled, and the
+  TensorFlow 2 figure (unpacked) is the one to compare with;
+- slower: matmul partials are float32 in the IPU Model (``partial_bytes_per_element``),
+  where Graphcore ran half partials (half the bytes of partial sums to exchange);
+- faster, probably: the matmuls' available memory proportion is the IPU Model's one
+  value for every IPU (0.6 unless ``--amp``), where Graphcore set 0.15 on IPU 0 and
+  0.25 on the others, which leaves Poplibs fewer plans;
+- memory is not held against the plan: without recomputation the planned step does not
+  fit (its peak tile is reported), so the cycles are those of a step the machine could
+  not run as planned; the published one fits by recomputing;
+- the IPU Model itself (docs/ipu-model.md, "Cycles of a step"): BSP steps one after
+  another, Poplibs' vertex estimates for matmuls, one elementwise estimate for every
+  other op (GELU, softmax's exp and the norms cost as an add would: faster);
+  no host or stream copies, program syncs or code loading (faster);
+- the clock: 1.85 GHz, the Bow IPU's; no other Bow figure (exchange, links) differs
+  from the IPU Model's Mk2 figures.
 
 With ``--layers N`` (N a multiple of 4, less than 24) the model is built with N layers on
 an even split (N/4 layers per IPU) and each IPU's cycles are scaled to the published split:
@@ -262,6 +270,7 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
                      "ipu_forward_cycles": [
                          sum(r.ipu_cycles * r.executions for r in cost.ops
                              if r.ipu == ipu and r.op_id in forward) for ipu in range(IPUS)],
+                     "per_ipu": cost.per_ipu(),
                      "cycles": cost.cycles, "peak_tile_bytes": cost.peak_tile_bytes,
                      "fits": cost.fits}
     row["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -387,7 +396,8 @@ def print_bert(rows: list[dict], markdown: bool) -> None:
               f"(per IPU {' / '.join(map(str, row['ops_per_ipu']))})")
     print("\nLeft out by the model: host I/O; the replicas' gradient all-reduce; LAMB "
           "(once per 2,048 micro-batches; the traced SGD update each micro-batch stands "
-          "for the gradient accumulation); the pipeline ramp (6 of 2,054 pipeline cycles); "
+          f"for the gradient accumulation); the pipeline ramp (6 of {ACCUMULATION + 6:,} "
+          "pipeline cycles); "
           "recomputation (Graphcore's runs recompute each stage's forward pass: the rows '"
           f"{RECOMPUTED.strip()}' count each IPU's forward cycles twice, an estimate); "
           "float32 matmul partials (Graphcore: half); "
