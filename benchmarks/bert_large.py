@@ -225,6 +225,7 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
 
     from popart_unwind.baselines import popart_baseline
     from popart_unwind.cost import evaluate
+    from popart_unwind.cost.terms import ON_IPU, TERMS
     from popart_unwind.machine import IpuModel, TileTarget
 
     row: dict[str, Any] = {}
@@ -271,6 +272,10 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
                          sum(r.ipu_cycles * r.executions for r in cost.ops
                              if r.ipu == ipu and r.op_id in forward) for ipu in range(IPUS)],
                      "per_ipu": cost.per_ipu(),
+                     # where each IPU's cycles go: exchange, compute, partial sums
+                     "ipu_terms": {str(term.key): [
+                         sum(r.per_step(term.field) for r in cost.ops if r.ipu == ipu)
+                         for ipu in range(IPUS)] for term in TERMS if term.time == ON_IPU},
                      "cycles": cost.cycles, "peak_tile_bytes": cost.peak_tile_bytes,
                      "fits": cost.fits}
     row["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -386,6 +391,8 @@ def print_bert(rows: list[dict], markdown: bool) -> None:
                 print(f"{name}: cycles per IPU as planned {ipus} (forward pass {forward}); "
                       f"peak tile {row[name]['peak_tile_bytes'] / 1024:,.1f} KiB, fits "
                       f"{'yes' if row[name]['fits'] else 'no'}")
+                for term, cycles in row[name].get("ipu_terms", {}).items():
+                    print(f"  {term} per IPU: {' / '.join(f'{c:,}' for c in cycles)}")
         if row["split"] != list(LAYERS_PER_IPU):
             print(f"planned {row['layers']} layers split {row['split']}; cycles scaled per "
                   "layer to the published [3, 7, 7, 7] split")

@@ -81,6 +81,11 @@ def test_a_narrow_replica_plans_as_a_four_ipu_pipeline():
         assert all(cycles > 0 for cycles in planned["ipu_cycles"])
         assert planned["pipeline_cycles"] == max(planned["ipu_cycles"]) \
             + planned["copy_phase_cycles"]
+        # the terms on the IPU (exchange, compute, partial sums) make up its cycles
+        terms = planned["ipu_terms"]
+        assert {"exchange_cycles", "compute_cycles"} <= set(terms)
+        assert [sum(each) for each in zip(*terms.values(), strict=True)] \
+            == planned["ipu_cycles"]
         # every IPU runs a forward part and a (larger) backward part
         assert all(0 < forward < total for forward, total in
                    zip(planned["ipu_forward_cycles"], planned["ipu_cycles"], strict=True))
