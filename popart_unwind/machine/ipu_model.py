@@ -60,10 +60,11 @@ class IpuModel:
     ``min_bytes_per_tile`` and ``grain_bytes``: Poplibs' linear mapping puts at least 128 bytes
     on a used tile, in grains of one 64-bit vector. ``macs_per_cycle_half`` / ``_float``:
     multiply-accumulates per tile per cycle of 2-byte and wider operands.
-    ``partial_bytes_per_element``: matmul partial sums are float32. ``vertex_costs``: a
-    matmul's compute as Poplibs estimates its vertices (AMP, reduce, cast: fixed costs per
-    vertex and per channel group beside the core loop), or ``False`` for the multiply-accumulates
-    at peak rate alone (the model before those estimates, kept for comparison).
+    ``partial_bytes_per_element``: matmul partial sums are float32. ``vertex_costs``: compute
+    as Poplibs estimates its vertices (a matmul's AMP, reduce and cast vertices, every other
+    op's elementwise vertex: fixed costs beside the core loops), or ``False`` for matmuls'
+    multiply-accumulates at peak rate and one vector per cycle elsewhere, nothing fixed (the
+    model before those estimates, kept for comparison).
     ``available_memory_proportion``: the share of a tile's bytes a matmul plan may hold as
     temporary data (Poplibs' option, 0.6 by default): its planner takes the quickest
     partition within it, or the one of least temporary memory when none is (0: always).
