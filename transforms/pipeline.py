@@ -21,9 +21,13 @@ configurations all set): each gradient is added to its weight's accumulator in t
 that makes it, and the weights are updated once per step after the pipeline; the cost
 model counts that accumulator (``docs/multi-ipu.md``).
 
-A weight copied between IPUs is refused, as PopART refuses it when pipelining ("All
-pipeline stages using this tensor should be on the same graph"): a split must keep a
-weight's readers on one IPU (SplitByMemory keeps a tied head with its table).
+A weight the step updates, copied between IPUs, is refused, as PopART refuses to copy a
+variable when pipelining ("All pipeline stages using this tensor should be on the same
+graph"): a split must keep such a weight's readers on one IPU (SplitByMemory keeps a
+tied head with its table). A weight the step only reads (all of a forward model's) may
+be copied, in its reader's stage: PopART's inference session holds its weights as
+constants (``constantWeights``), which its pipeline copies so. ONNX exports need it: an
+exporter shares a scalar between layers, or merges equal-valued initializers.
 
 Scheduling: a Stash runs as soon as it can (so the tensor need not stay live for it); a
 Restore runs only when nothing else can, the one whose reader came first in the schedule
@@ -53,6 +57,7 @@ from .registry import PIPELINE, register
 
 if TYPE_CHECKING:
     from popart_unwind.ir import Graph, Op, Tensor
+    from popart_unwind.ops import OpRegistry
     from popart_unwind.rewrite import Rewriter
 
 STASH_TYPE = OpType(GRAPHCORE_DOMAIN, STASH, 1)
@@ -81,7 +86,7 @@ class Pipeline(Transform):
             return False
         main = ir.main_graph
         schedule = main.schedule()
-        _refuse_weight_copies(schedule)
+        _refuse_weight_copies(schedule, self.op_registry)
         position = {op.id: k for k, op in enumerate(schedule)}
         derived = weight_derived(schedule)
         loss = ir.final_loss_id
@@ -103,12 +108,27 @@ def stage(op: Op) -> int:
     return op.settings.pipeline_stage
 
 
-def _refuse_weight_copies(schedule: list[Op]) -> None:
+def updated_weights(schedule: list[Op], registry: OpRegistry) -> set[str]:
+    """The ids of the weights the step computes new values of (a training step's
+    updates); none in a forward model."""
+    found = set()
+    for op in schedule:
+        index = registry.layout_rule(op).updated_weight(op)
+        if index is not None:
+            found.add(op.input(index).id)
+    return found
+
+
+def _refuse_weight_copies(schedule: list[Op], registry: OpRegistry) -> None:
+    """A weight the step updates may not be copied between IPUs; one it only reads may
+    (module docstring)."""
+    updated = updated_weights(schedule, registry)
     for op in schedule:
         if not is_ipu_copy(op):
             continue
         for tensor in op.inputs:
-            if is_weight(tensor) and tensor.tensor_type is TensorType.VARIABLE:
+            if is_weight(tensor) and tensor.tensor_type is TensorType.VARIABLE \
+                    and tensor.id in updated:
                 raise TransformError(
                     f"weight {tensor.id!r} is read on IPU {op_ipu(op)} and on IPU "
                     f"{op.attributes.get('destIpu')}: a pipelined model cannot copy a "

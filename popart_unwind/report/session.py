@@ -148,8 +148,8 @@ def transform(ir: Ir) -> Ir:
     Returns the IR the PopART baseline plans: ``ir`` itself, unless ours is split over
     IPUs by SplitByMemory; PopART's split is then AutoVirtualGraph's, made on a copy of
     the model taken before the split (sharing its weights). When that split cannot be
-    pipelined (it copies a weight between IPUs, which PopART refuses when pipelining), the
-    baseline takes ours, with a TransformWarning saying so."""
+    pipelined (it copies a weight the step updates between IPUs, which PopART refuses
+    when pipelining), the baseline takes ours, with a TransformWarning saying so."""
     from popart_unwind.transforms import registry
 
     names = [name for name in registry.pipeline_names(ir.options)

@@ -73,3 +73,30 @@ def test_a_tied_training_step_is_pipelined_on_our_split(tmp_path, monkeypatch):
     assert all(stashes)  # every IPU keeps some tensor for its backward stage
     assert all(p["accumulator_bytes"] > 0 for p in ours["per_ipu"])
     assert ours["pipeline_cycles"] < ours["cycles"]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_tiny_gpt2_exported_to_onnx_is_pipelined_over_four_ipus(tmp_path, exporter):
+    """The ONNX exports read some weights in every layer (the attention's scale, a scalar
+    the exporter shares; the TorchScript exporter merges the equal layer norms' scales and
+    biases), so our split reads them on several IPUs. A forward model only reads its
+    weights, so each is copied to the IPUs reading it, as PopART's inference session
+    copies its constant weights; the plan spans the four IPUs."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import make_models
+
+    if exporter == "dynamo":
+        model, dims = make_models.build("gpt2"), ()
+    else:
+        model = make_models.export_with_dynamic_axes("gpt2", tmp_path / "gpt2.onnx",
+                                                     dynamo=False)
+        dims = ("--dim", f"{make_models.BATCH}=2", "--dim", f"{make_models.SEQUENCE}=16")
+    status, _, err = run("plan", str(model), "--ipus", "4", "--pipeline", "--tiles",
+                         str(TILES), "--baseline", "none", "--quiet", *dims,
+                         "--out", str(tmp_path / "plan.json"))
+    assert status == 0, err
+    document = json.loads((tmp_path / "plan.json").read_text())
+    validate_plan(document)
+    assert {entry["ipu"] for entry in document["tensors"].values()} == {0, 1, 2, 3}
+    assert document["summary"]["ours"]["pipeline_cycles"] > 0

@@ -272,6 +272,44 @@ def test_a_layers_passes_are_found_through_its_stashes(gpt2_pipeline):
     assert any(reads_a_restore(layer.wu) for layer in layers)
 
 
+def shared_weight_chain(updated: bool) -> Ir:
+    """Two layers on IPUs 0 and 1 reading one weight ``w`` (an exporter's shared scalar,
+    or equal-valued parameters it merged); with ``updated`` the step also computes ``w``'s
+    new value on IPU 0, as a training step's update does."""
+    b = Builder()
+    h = b.add_input_tensor(np.float32, (4, WIDTH), "x")
+    w = b.add_initialized_input_tensor(np.full((WIDTH, WIDTH), 0.5, np.float32), "w")
+    for ipu in (0, 1):
+        with b.virtual_graph(ipu):
+            h = b.ai_onnx.relu([b.ai_onnx.matmul([h, w])])
+    b.add_output_tensor(h)
+    if updated:
+        with b.virtual_graph(0):
+            b.add_output_tensor(b.ai_onnx.sub([w, b.ai_onnx.mul([w, w])]))
+    return b.ir()
+
+
+def test_a_weight_the_step_only_reads_is_copied_to_a_later_ipu():
+    """A forward model's weights are constant over the step (PopART's inference session
+    holds them as Const tensors, which its pipeline copies in their reader's stage): the
+    second IPU reads a copy of ``w``, made in its stage and not stashed."""
+    ir = pipelined(shared_weight_chain(updated=False), 2)
+    main = ir.main_graph
+    [copy] = [op for op in ops_of(ir, IPU_COPY) if op.input(0).id == "w"]
+    [reader] = copy.output(0).consumers
+    assert op_ipu(copy) == 0 and op_ipu(reader) == 1
+    assert _stage(copy) == _stage(reader) == 1
+    assert {op_ipu(op) for op in main.tensor("w").consumers} == {0}  # its home, IPU 0
+    assert ops_of(ir, STASH) == []
+
+
+def test_a_weight_the_step_updates_cannot_be_copied():
+    """The same weight with its update in the step is a variable, which PopART's pipeline
+    refuses to copy: named, with both IPUs."""
+    with pytest.raises(TransformError, match=r"weight 'w' is read on IPU 0 and on IPU 1"):
+        pipelined(shared_weight_chain(updated=True), 2)
+
+
 @pytest.mark.parametrize("name", ["gpt2", "bert", "vit", "llama", "t5"])
 def test_our_split_of_a_training_step_pipelines_without_copying_a_weight(name):
     """Each backward op goes to its layer's IPU (the weights it reads, the activations it
