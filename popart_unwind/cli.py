@@ -454,7 +454,10 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                 kept_ir, kept_baseline = kept
                 run = plan_session(kept_ir, model, args.algo, args.baseline, progress,
                                    kept_baseline)
-        document = build_plan_document(run.model, run.decisions, run.summaries(), ir.metadata,
+        from popart_unwind.report.session import step_kind
+
+        document = build_plan_document(run.model, run.decisions, run.summaries(),
+                                       {**ir.metadata, "kind": step_kind(ir)},
                                        run.planner(), run.ops_without_rule, run.planned_ops)
         if search is not None:
             document["memory_search"] = search.entry()

@@ -267,6 +267,15 @@ def _decision(entry: Any, ipu: int) -> TensorDecision:
                           str(entry.explanation), ipu)
 
 
+def step_kind(ir: Ir) -> str:
+    """``training`` when the model is a training step (it has a loss the backward pass
+    starts from, or updates a weight), else ``inference``: the plan file's ``model.kind``."""
+    if ir.final_loss_id is not None or any(
+            REGISTRY.layout_rule(op).updated_weight(op) is not None for op in ir.all_ops()):
+        return "training"
+    return "inference"
+
+
 #: PopART's per-op availableMemoryProportion (``Builder::setAvailableMemoryProportion``).
 MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
 

@@ -178,3 +178,13 @@ def test_algo_option_picks_the_solver(model_path, out_dir):
     assert planner["algorithm"] == "greedy0"
     assert 0 <= planner["unwinding_score"] <= planner["unwinding_upper_bound"]
     assert "objective" not in planner  # the one objective is the summary's
+
+
+def test_the_plan_file_says_whether_the_step_trains(model_path, out_dir):
+    plan = out_dir / "plan.json"
+    assert run("plan", str(model_path), "--out", str(plan), "--tiles", str(TILES), "--quiet",
+               "--baseline", "none")[0] == 0
+    assert json.loads(plan.read_text())["model"]["kind"] == "inference"
+    assert run("demo", "--out", str(out_dir / "demo.json"), "--tiles", str(TILES), "--quiet",
+               "--baseline", "none")[0] == 0
+    assert json.loads((out_dir / "demo.json").read_text())["model"]["kind"] == "training"
