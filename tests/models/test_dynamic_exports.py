@@ -27,7 +27,7 @@ IMAGE = (3, 32, 32)  # the tiny ViT's channels and side
 
 #: (model, exporter): the exports users make of each, one per exporter where both are common.
 EXPORTS = [("bert", "torchscript"), ("bert", "dynamo"), ("gpt2", "dynamo"),
-           ("llama", "dynamo"), ("t5", "torchscript"), ("vit", "torchscript")]
+           ("llama", "dynamo"), ("t5", "torchscript"), ("vit", "torchscript"), ("vit", "dynamo")]
 
 
 @pytest.fixture(scope="module")
