@@ -16,6 +16,7 @@ from typing import Any
 
 from popart_unwind.errors import OptionError
 from popart_unwind.option_names import OPTION_LINES, from_popart, popart_name, popart_names
+from popart_unwind.validation import check_proportion
 
 #: The transform pipeline, in order (each transform is applied once).
 DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps",
@@ -71,6 +72,12 @@ AUTO_SPLITS = ("memory", "popart")
 
 #: The values of ``SessionOptions.recompute`` (PopART's ``RecomputationType``).
 RECOMPUTE_CHOICES = ("none", "standard", "norm_only", "recompute_all")
+
+
+#: Poplibs' default share of a tile's memory a matmul or convolution plan may use for
+#: temporary data (``availableMemoryProportion``, lib/poplin/ConvOptions.hpp), which the IPU
+#: Model takes too.
+AVAILABLE_MEMORY_PROPORTION = 0.6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +172,7 @@ class SessionOptions:
     #: as in Poplibs): plans, ours and the PopART baseline's, take the quickest partition
     #: within it, or the one of least temporary memory when none is (0: always).
     #: Per-op ``__available_memory_proportion`` attributes are not read.
-    available_memory_proportion: float = 0.6
+    available_memory_proportion: float = AVAILABLE_MEMORY_PROPORTION
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -195,11 +202,8 @@ class SessionOptions:
             if not (isinstance(value, int | float) and 0.0 <= value < float("inf")):
                 raise OptionError(f"option {name} must be a finite number >= 0; got "
                                   f"{value!r}")
-        proportion = self.available_memory_proportion
-        if (isinstance(proportion, bool) or not isinstance(proportion, int | float)
-                or not 0.0 <= proportion <= 1.0):
-            raise OptionError(f"option available_memory_proportion must be a number from 0 "
-                              f"to 1; got {proportion!r}")
+        check_proportion(self.available_memory_proportion,
+                         "option available_memory_proportion", OptionError)
 
     def _check_placement(self) -> None:
         if self.virtual_graph_mode not in VIRTUAL_GRAPH_MODES:

@@ -10,6 +10,13 @@ from popart_unwind.errors import PopartUnwindError
 Shape = tuple[int, ...]
 
 
+def check_proportion(value: object, what: str, error: type[PopartUnwindError]) -> None:
+    """``error`` naming ``what`` unless ``value`` is a number from 0 to 1 (not a bool)."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 <= value <= 1):
+        raise error(f"{what} must be a number from 0 to 1; got {value!r}")
+
+
 def as_shape(value: object, what: str, error: type[PopartUnwindError]) -> Shape:
     """``value`` as a tuple of ints >= 0, or ``error`` naming ``what`` and the value.
 

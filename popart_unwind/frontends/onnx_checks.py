@@ -79,7 +79,7 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
     by node name; ``unbuilt`` why an op type's function body could not be used, by label
     (said with the op type)."""
     unknown: dict[str, list[str]] = defaultdict(list)
-    for node in _nodes(proto.graph):
+    for node in all_nodes(proto.graph):
         domain = node.domain or ONNX_DOMAIN
         label = node.name or node.op_type
         if domain not in opsets:
@@ -141,10 +141,10 @@ def _describe(name: str, nodes: list[str], unbuilt: str | None = None) -> str:
     return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more}{why})"
 
 
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of ``graph`` and of its subgraphs (Loop, If and Scan bodies)."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _nodes(sub)
+                yield from all_nodes(sub)

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from popart_unwind.errors import UnsupportedModelError
+from popart_unwind.frontends.onnx_checks import all_nodes
 from popart_unwind.ir.op import ONNX_DOMAIN, PLACEMENT_ATTRIBUTES, OpType
 from popart_unwind.ops.coverage import type_label
 from popart_unwind.ops.registry import REGISTRY
@@ -80,7 +81,7 @@ def expand_functions(proto: onnx.ModelProto, opsets: Mapping[str, int],
     opset imports by domain (``ai.onnx`` for the default one). The model is changed in
     place only where a node is expanded."""
     expander = _Expander(proto, dict(opsets), knows or _registered)
-    if any(expander.expandable(node, expander.opsets) for node in _all_nodes(proto.graph)):
+    if any(expander.expandable(node, expander.opsets) for node in all_nodes(proto.graph)):
         expander.graph(proto.graph, _Types.of_graph(proto.graph, None))
     return Expansion(proto, expander.node_opsets, dict(sorted(expander.counts.items())),
                      dict(sorted(expander.unbuilt.items())))
@@ -487,14 +488,6 @@ def _copy_node(node: onnx.NodeProto) -> onnx.NodeProto:
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
     return copy
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                yield from _all_nodes(sub)
 
 
 def _names_in(graph: onnx.GraphProto) -> set[str]:

@@ -12,6 +12,8 @@ from types import MappingProxyType
 
 from popart_unwind import _hooks
 from popart_unwind.errors import TargetError
+from popart_unwind.options import AVAILABLE_MEMORY_PROPORTION
+from popart_unwind.validation import check_proportion
 
 #: Bytes per element of the IR's dtypes (numpy names, as in ``popart_unwind.ir.dtypes``).
 DTYPE_SIZES: Mapping[str, int] = MappingProxyType({
@@ -28,9 +30,6 @@ IPU_LINK_BYTES_PER_CYCLE = 237
 #: An exchange step's syncs on one IPU: two of 118 cycles each, as measured on a Mk2 IPU by
 #: the ELK artifact's cost model (docs/ipu-model.md).
 SYNC_CYCLES = 2 * 118
-#: Poplibs' default share of a tile's memory a matmul or convolution plan may use for
-#: temporary data (``availableMemoryProportion``, lib/poplin/ConvOptions.hpp).
-AVAILABLE_MEMORY_PROPORTION = 0.6
 #: Worker contexts of a tile: a supervisor vertex splits its elements over them, and each
 #: runs at a sixth of the tile's issue rate (Poplibs' cycle estimates count them so).
 WORKER_CONTEXTS = 6
@@ -97,11 +96,8 @@ class IpuModel:
             _check_int(name, getattr(self, name), 1)
         for name in ("sync_cycles", "min_bytes_per_tile", "ipu_copy_sync_cycles"):
             _check_int(name, getattr(self, name), 0)
-        proportion = self.available_memory_proportion
-        if (isinstance(proportion, bool) or not isinstance(proportion, int | float)
-                or not 0 <= proportion <= 1):
-            raise TargetError(f"IpuModel.available_memory_proportion must be a number from 0 "
-                              f"to 1, got {proportion!r}")
+        check_proportion(self.available_memory_proportion,
+                         "IpuModel.available_memory_proportion", TargetError)
         if not isinstance(self.vertex_costs, bool):
             raise TargetError(f"IpuModel.vertex_costs must be True or False, "
                               f"got {self.vertex_costs!r}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -132,6 +133,20 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+def started(driver: Path, ready: Path, world: Path, step: str,
+            *outputs: str) -> subprocess.Popen:
+    """The driver planning PLAN with ``outputs``, once it says it has reached ``step``."""
+    process = subprocess.Popen(
+        [sys.executable, str(driver), str(ready), *PLAN, *outputs],
+        cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"the run never reached {step}"
+        time.sleep(0.05)
+    return process
+
+
 @pytest.mark.parametrize("module,function,signum,status", [
     ("popart_unwind.report.session", "plan_session", signal.SIGTERM, 143),
     ("popart_unwind.report.html", "write_report", signal.SIGTERM, 143),
@@ -142,15 +157,8 @@ def test_a_signal_removes_every_temporary(world, tmp_path, module, function, sig
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER.format(module=module, function=function))
     before = snapshot(world)
-    process = subprocess.Popen(
-        [sys.executable, str(driver), str(ready), *PLAN, "--out", "existing.json",
-         "--onnx-out", "out/a.onnx", "--report", "out/report"],
-        cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the run never reached the slow step"
-        time.sleep(0.05)
+    process = started(driver, ready, world, "the slow step", "--out", "existing.json",
+                      "--onnx-out", "out/a.onnx", "--report", "out/report")
     assert any(p.name.startswith(".") for p in (world / "out").iterdir())  # reserved
     process.send_signal(signum)
     out, err = process.communicate(timeout=60)
@@ -186,22 +194,13 @@ STUCK_DRIVER = textwrap.dedent("""
                          ids=["sigterm", "sigint"])
 def test_a_signal_ends_a_run_held_in_compiled_code_within_2_s(world, tmp_path, signum,
                                                                status):
-    from pathlib import Path
-
     ready = tmp_path / "ready"
     driver = tmp_path / "driver.py"
     unwind_tests = str(Path(__file__).parents[1] / "unwind")
     driver.write_text(STUCK_DRIVER.format(unwind_tests=unwind_tests))
     before = snapshot(world)
-    process = subprocess.Popen(
-        [sys.executable, str(driver), str(ready), *PLAN, "--out", "existing.json",
-         "--report", "out/report"],
-        cwd=world, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the run never reached the solve"
-        time.sleep(0.05)
+    process = started(driver, ready, world, "the solve", "--out", "existing.json",
+                      "--report", "out/report")
     time.sleep(0.5)  # into the solve
     sent = time.monotonic()
     process.send_signal(signum)

@@ -67,6 +67,17 @@ def folded(op_type: str, inputs: list[np.ndarray | None], attributes: dict, vers
     return shapes, values
 
 
+def agrees_with_onnx(op_type: str, inputs: list[np.ndarray], attributes: dict, version: int,
+                     rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Our shape rule and fold of a one-output op equal ONNX's reference evaluator's value
+    and strict shape inference's shape, in dtype too (``rtol = atol = 0``: exactly)."""
+    [want] = reference_outputs(op_type, inputs, attributes, version)
+    [shape], [value] = folded(op_type, inputs, attributes, version)
+    assert shape == want.shape == onnx_output_shapes(op_type, inputs, attributes, version)[0]
+    assert value.dtype == want.dtype
+    np.testing.assert_allclose(value, want, rtol=rtol, atol=atol)
+
+
 def backend_cases(op_type: str) -> list:
     """ONNX's backend node test cases whose model is one ``op_type`` node."""
     return [case for case in onnx_node_tests()

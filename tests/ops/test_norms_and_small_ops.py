@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 from onnx import TensorProto
 from onnx_cases import (
+    agrees_with_onnx,
     backend_cases,
     check_backend_case,
     folded,
-    onnx_output_shapes,
-    reference_outputs,
 )
 from op_building import build
 
@@ -26,14 +25,6 @@ from popart_unwind.ops.shape_inference import infer_op
 
 SETTINGS = settings(max_examples=25, deadline=None)
 floats = st.floats(-10, 10, width=32)
-
-
-def agrees_with_onnx(name, inputs, attributes, version, rtol=1e-5):
-    [want] = reference_outputs(name, inputs, attributes, version)
-    [shape], [value] = folded(name, inputs, attributes, version)
-    assert shape == want.shape == onnx_output_shapes(name, inputs, attributes, version)[0]
-    assert value.dtype == want.dtype
-    np.testing.assert_allclose(value, want, rtol=rtol, atol=1e-6)
 
 
 @SETTINGS

@@ -5,6 +5,7 @@ folded), and ONNX's backend node tests, which import."""
 from __future__ import annotations
 
 import numpy as np
+import onnx_cases
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,11 +29,7 @@ floats = st.floats(-4, 4, width=32)
 
 
 def agrees_with_onnx(name, inputs, attributes, version, rtol=1e-5):
-    [want] = reference_outputs(name, inputs, attributes, version)
-    [shape], [value] = folded(name, inputs, attributes, version)
-    assert shape == want.shape == onnx_output_shapes(name, inputs, attributes, version)[0]
-    assert value.dtype == want.dtype
-    np.testing.assert_allclose(value, want, rtol=rtol, atol=1e-5)
+    onnx_cases.agrees_with_onnx(name, inputs, attributes, version, rtol=rtol, atol=1e-5)
 
 
 @SETTINGS
