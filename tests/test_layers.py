@@ -28,6 +28,7 @@ LAYERS = (
     ("rewrite",),
     ("ops",),
     ("layers",),  # a training step's layers: recognition, plan options, the choice
+    ("training",),  # the backward pass, losses and optimizers built in the IR
     ("frontends",),
     ("cost",),
     ("baselines",),

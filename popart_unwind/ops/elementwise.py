@@ -44,6 +44,13 @@ from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops.common import input_shape
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    GradientRule,
+    is_differentiable,
+    one,
+    sum_to_shape,
+)
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -761,6 +768,69 @@ COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "And", "Or", "Xor", "Equal"
 _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 
 
+# -- gradients --------------------------------------------------------------------------------
+def _binary_gradient(of_a: Callable[[GradientBuilder, Op, Tensor], Tensor | None],
+                     of_b: Callable[[GradientBuilder, Op, Tensor], Tensor | None]
+                     ) -> GradientRule:
+    """A broadcasting binary op's rule from each operand's gradient at the result's shape
+    (``of_a(builder, op, dY)``), summed back to the operand's shape."""
+    def rule(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+        grad = grads[0]
+        if grad is None:
+            return [None, None]
+        found: list[Tensor | None] = []
+        for index, of in ((0, of_a), (1, of_b)):
+            operand = op.input(index)
+            full = of(builder, op, grad) if is_differentiable(operand) else None
+            found.append(None if full is None else sum_to_shape(builder, full, operand.shape))
+        return found
+    return rule
+
+
+def _negated(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    return one(builder, "Neg", [grad])
+
+
+def _times_other(index: int) -> Callable[[GradientBuilder, Op, Tensor], Tensor]:
+    return lambda builder, op, grad: one(builder, "Mul", [grad, op.input(1 - index)])
+
+
+def _div_numerator(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    return one(builder, "Div", [grad, op.input(1)])
+
+
+def _div_denominator(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """d(a / b)/db = -(a / b) / b."""
+    quotient = one(builder, "Div", [op.output(0), op.input(1)])
+    return one(builder, "Neg", [one(builder, "Mul", [grad, quotient])])
+
+
+def _passed(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    return grad
+
+
+def _sum_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """Every operand of a Sum gets the result's gradient, summed to its shape."""
+    grad = grads[0]
+    return [sum_to_shape(builder, grad, t.shape) if grad is not None and is_differentiable(t)
+            else None for t in op.inputs]
+
+
+def _neg_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    return [None if grads[0] is None else one(builder, "Neg", [grads[0]])]
+
+
+#: The gradient rules of the table's ops, by name (ONNX domain).
+_GRADIENTS: dict[str, GradientRule] = {
+    "Add": _binary_gradient(_passed, _passed),
+    "Sub": _binary_gradient(_passed, _negated),
+    "Mul": _binary_gradient(_times_other(0), _times_other(1)),
+    "Div": _binary_gradient(_div_numerator, _div_denominator),
+    "Sum": _sum_gradient,
+    "Neg": _neg_gradient,
+}
+
+
 def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: bool,
             domain: str = ONNX_DOMAIN) -> None:
     key = name if domain == ONNX_DOMAIN else f"{domain}.{name}"
@@ -770,7 +840,8 @@ def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: 
               else OPX_DEADEND if domain == GRAPHCORE_DOMAIN and name in ("ScaledAdd", "Nop")
               else ELEMENTWISE)
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
-                   commutative=name in COMMUTATIVE, layout=layout))
+                   commutative=name in COMMUTATIVE, layout=layout,
+                   gradient=_GRADIENTS.get(name) if domain == ONNX_DOMAIN else None))
 
 
 for _name, _kernel in _UNARY.items():

@@ -38,6 +38,15 @@ from popart_unwind.machine.interface import (
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape
 from popart_unwind.ops.elementwise import operand_of_result
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    is_differentiable,
+    one,
+    reshape,
+    scalar,
+    sum_to_shape,
+    swap_last_two,
+)
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -560,11 +569,75 @@ class GemmRule(MatMulRule):
         return op.input(2) if op.has_input(2) else None
 
 
+# -- gradients ------------------------------------------------------------------------------
+def _matmul_gradient(builder: GradientBuilder, op: Op,
+                     grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """``Y = A @ B``: ``dA = dY @ Bᵀ`` and ``dB = Aᵀ @ dY``, each summed over the batch
+    axes its operand was broadcast along (PopART's MatMulLhsGradOp and MatMulRhsGradOp).
+    A 2-D weight read by a batched operand gets its gradient from one matmul over the
+    flattened rows, ``[K, rows] x [rows, N]``, the weight-gradient pass of the layer's cube,
+    as Poplibs' fully connected pass computes it (no batch of products to sum after).
+    Vector operands (rank 1) are read as a row or a column, as ONNX's MatMul reads them."""
+    grad = grads[0]
+    a, b = op.input(0), op.input(1)
+    if grad is None:
+        return [None, None]
+    a2 = reshape(builder, a, (1, *a.shape)) if len(a.shape) == 1 else a
+    b2 = reshape(builder, b, (*b.shape, 1)) if len(b.shape) == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    g2 = reshape(builder, grad, (*batch, a2.shape[-2], b2.shape[-1]))
+    grad_a = grad_b = None
+    if is_differentiable(a):
+        product = one(builder, "MatMul", [g2, swap_last_two(builder, b2)])
+        grad_a = reshape(builder, sum_to_shape(builder, product, a2.shape), a.shape)
+    if is_differentiable(b):
+        if len(b2.shape) == 2 and len(a2.shape) > 2:
+            rows = reshape(builder, a2, (-1, a2.shape[-1]))
+            outs = reshape(builder, g2, (-1, g2.shape[-1]))
+            product = one(builder, "MatMul", [swap_last_two(builder, rows), outs])
+        else:
+            product = one(builder, "MatMul", [swap_last_two(builder, a2), g2])
+        grad_b = reshape(builder, sum_to_shape(builder, product, b2.shape), b.shape)
+    return [grad_a, grad_b]
+
+
+def _gemm_gradient(builder: GradientBuilder, op: Op,
+                   grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """``Y = alpha · op(A) op(B) + beta · C``: each operand's gradient as a Gemm of ``dY``
+    with the other operand (its transposes folded into the Gemm's flags), and C's as
+    ``beta · dY`` summed to C's shape."""
+    grad = grads[0]
+    if grad is None:
+        return [None, None, None]
+    a, b = op.input(0), op.input(1)
+    alpha = float(op.attributes.get("alpha", 1.0))
+    beta = float(op.attributes.get("beta", 1.0))
+    trans_a = bool(op.attributes.get("transA", 0))
+    trans_b = bool(op.attributes.get("transB", 0))
+    result: list[Tensor | None] = [None, None, None]
+    if is_differentiable(a):
+        # dA' = dY Bᵀ' ; stored transposed when transA
+        inputs = [b, grad] if trans_a else [grad, b]
+        flags = {"transA": int(trans_b), "transB": 1} if trans_a else \
+            {"transA": 0, "transB": int(not trans_b)}
+        result[0] = one(builder, "Gemm", inputs, {"alpha": alpha, **flags})
+    if is_differentiable(b):
+        inputs = [grad, a] if trans_b else [a, grad]
+        flags = {"transA": 1, "transB": int(trans_a)} if trans_b else \
+            {"transA": int(not trans_a), "transB": 0}
+        result[1] = one(builder, "Gemm", inputs, {"alpha": alpha, **flags})
+    if op.has_input(2) and is_differentiable(op.input(2)):
+        scaled = grad if beta == 1.0 else one(builder, "Mul", [grad, scalar(builder, beta,
+                                                                             grad)])
+        result[2] = sum_to_shape(builder, scaled, op.input(2).shape)
+    return result
+
+
 register(OpDef("MatMul", infer=_infer_matmul, fold=_fold_matmul, layout=MatMulRule(),
-               outline_value=HIGH_OUTLINE_VALUE))
+               outline_value=HIGH_OUTLINE_VALUE, gradient=_matmul_gradient))
 register(OpDef("MatMulInteger", infer=_infer_matmul_integer, outline_value=HIGH_OUTLINE_VALUE))
 register(OpDef("Gemm", infer=_infer_gemm, fold=_fold_gemm, layout=GemmRule(),
-               outline_value=HIGH_OUTLINE_VALUE))
+               outline_value=HIGH_OUTLINE_VALUE, gradient=_gemm_gradient))
 register(OpDef("Det", infer=_infer_det, fold=_fold_det))
 register(OpDef("Einsum", infer=_infer_einsum, fold=_fold_einsum,
                outline_value=HIGH_OUTLINE_VALUE))

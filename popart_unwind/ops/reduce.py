@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from popart_unwind.errors import ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import (
     broadcast_index,
     read_need,
@@ -51,6 +52,7 @@ from popart_unwind.ops.common import (
     normalize_axis,
 )
 from popart_unwind.ops.elementwise import ElementwiseRule
+from popart_unwind.ops.gradient import GradientBuilder, GradientRule, int64s, one, reshape, scalar
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -349,12 +351,52 @@ def _arg_axes(op: Op, rank: int) -> tuple[int, ...]:
 REDUCTION = ReductionRule(layout_axes)
 ARG_REDUCTION = ReductionRule(_arg_axes)
 
+
+def _spread_back(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """A reduction's result gradient broadcast back over the reduced axes (the result
+    seen with its reduced axes kept, then expanded to the input's shape)."""
+    shape = op.input(0).shape
+    axes = reduced_axes(op, len(shape))
+    if axes is None:
+        return grad
+    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    kept_grad = reshape(builder, grad, kept)
+    return one(builder, "Expand", [kept_grad, int64s(builder, shape)])
+
+
+def _reduce_sum_gradient(builder: GradientBuilder, op: Op,
+                         grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Each input element's gradient is its sum's (PopART's ReduceSumGradOp: a
+    broadcast)."""
+    if grads[0] is None:
+        return [None]
+    return [_spread_back(builder, op, grads[0])]
+
+
+def _reduce_mean_gradient(builder: GradientBuilder, op: Op,
+                          grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """The sum's gradient over the number of elements averaged."""
+    if grads[0] is None:
+        return [None]
+    x = op.input(0)
+    axes = reduced_axes(op, len(x.shape))
+    count = 1 if axes is None else math.prod(x.shape[a] for a in axes)
+    spread = _spread_back(builder, op, grads[0])
+    return [one(builder, "Mul", [spread, scalar(builder, 1.0 / max(count, 1), x)])]
+
+
+_REDUCTION_GRADIENTS: dict[str, GradientRule] = {
+    "ReduceSum": _reduce_sum_gradient,
+    "ReduceMean": _reduce_mean_gradient,
+}
+
 #: Every reduction but ReduceLogSum counts as reducing what it reads
 #: (``OpDef.reduces_input``), as the elementwise layouts have always been chosen.
 _NOT_REDUCING_INPUT = frozenset({"ReduceLogSum"})
 for _name in REDUCTIONS:
     register(OpDef(_name, infer=_infer_reduce, fold=_fold_reduce, layout=REDUCTION,
-                   reduces_input=_name not in _NOT_REDUCING_INPUT))
+                   reduces_input=_name not in _NOT_REDUCING_INPUT,
+                   gradient=_REDUCTION_GRADIENTS.get(_name)))
 register(OpDef("ArgMax", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
 register(OpDef("ArgMin", infer=_infer_arg, fold=_fold_arg, layout=ARG_REDUCTION))
 

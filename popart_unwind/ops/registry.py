@@ -17,6 +17,7 @@ import numpy as np
 from popart_unwind.errors import IrError
 from popart_unwind.ir.op import ONNX_DOMAIN, Op, OpType
 from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ops.gradient import GradientRule
 from popart_unwind.ops.layout_rule import BARRIER, LayoutRule
 
 #: One output's type as a shape rule gives it: the dtype, and the shape, or None where the
@@ -80,6 +81,9 @@ class OpDef:
     outline_value: float = LOW_OUTLINE_VALUE
     #: How the op bears on tile layouts (``ops/layout_rule.py``); unmodelled ops are barriers.
     layout: LayoutRule = BARRIER
+    #: Its gradient rule (``ops/gradient.py``): the ops that compute its inputs' gradients
+    #: from its outputs' in a training step's backward pass; None where the op has none.
+    gradient: GradientRule | None = None
 
     def has_side_effects(self, op: Op) -> bool:
         effect = self.side_effects
@@ -139,6 +143,10 @@ class OpRegistry:
 
     def broadcasts_input(self, op: Op) -> bool:
         return self._flag(op, "broadcasts_input")
+
+    def gradient_rule(self, op: Op) -> GradientRule | None:
+        opdef = self.lookup(op)
+        return None if opdef is None else opdef.gradient
 
     def outline_value(self, op: Op) -> float:
         opdef = self.lookup(op)
