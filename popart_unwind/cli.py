@@ -60,6 +60,22 @@ def _positive(option: str, text: str) -> int:
     return value
 
 
+def _positive_int(text: str) -> int:
+    return _positive("--gradient-accumulation", text)
+
+
+def _positive_float(text: str) -> float:
+    """``text`` as a finite number > 0 (``--loss-scaling``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--loss-scaling must be a finite number > 0, got "
+                                         f"{text!r}")
+    return value
+
+
 def _tiles(text: str) -> int:
     value = _positive("--tiles", text)
     if value > MAX_TILES_PER_IPU:
@@ -189,8 +205,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="model.onnx or module:factory")
     _add_common(plan)
     plan.add_argument("--training", action="store_true",
-                      help="plan one training step (forward, backward, update) of a PyTorch "
-                           "model")
+                      help="plan one training step (forward, backward, update): an ONNX "
+                           "model's with --loss, as PopART builds it; a PyTorch model's with "
+                           "its first output summed as the loss")
+    plan.add_argument("--loss", metavar="nll|l1|TENSOR",
+                      help="the loss of an ONNX model's training step: nll (softmax and "
+                           "negative log-likelihood over the first output, against a labels "
+                           "input it adds), l1 (the first output's absolute values summed) "
+                           "or the name of a scalar tensor of the model")
+    plan.add_argument("--optimizer", metavar="NAME",
+                      help="the weight updates of a training step: sgd (the default, "
+                           "PopART's ConstSGD), sgd_momentum, adam, adamw or lamb")
+    plan.add_argument("--gradient-accumulation", metavar="N", type=_positive_int,
+                      help="micro-batches each weight's gradient accumulator sums before "
+                           "one update (PopART's accumulationFactor)")
+    plan.add_argument("--loss-scaling", metavar="F", type=_positive_float,
+                      help="the factor the loss's gradient starts from (PopART's "
+                           "lossScaling)")
     plan.add_argument("--onnx-out", metavar="PATH", type=_path("--onnx-out"),
                       help="write a copy of the ONNX model with the plan in its metadata")
     plan.add_argument("--input-shape", metavar="NAME=D1,D2,...", type=_input_shape,
@@ -324,6 +355,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.algo is not None and args.algo not in _algorithms():
         raise UsageError(f"unknown --algo {args.algo!r}; choose from {', '.join(_algorithms())}")
     model = IpuModel(tiles_per_ipu=args.tiles)
+    args.options = [*args.options, *_training_assignments(args)]
     _check_options(args.options)
     onnx_out = getattr(args, "onnx_out", None)
     if onnx_out is not None and is_factory(args.model):
@@ -479,6 +511,42 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                     raise OutputError(f"cannot write --report {args.report}: "
                                       f"{error.strerror or error}") from None
     return run, title
+
+
+#: The training flags and the session options they set.
+_TRAINING_FLAGS = (("loss", "--loss"), ("optimizer", "--optimizer"),
+                   ("gradient_accumulation", "--gradient-accumulation"),
+                   ("loss_scaling", "--loss-scaling"))
+
+
+def _training_assignments(args: argparse.Namespace) -> list[str]:
+    """The ``--option`` settings the training flags stand for, after checking they go
+    together: each needs --training; an ONNX model's training step needs --loss, a PyTorch
+    model's takes none (its loss is its first output, summed)."""
+    from popart_unwind.report.model_input import is_factory
+
+    if args.command != "plan":
+        return []
+    given = [(key, flag, getattr(args, key)) for key, flag in _TRAINING_FLAGS
+             if getattr(args, key) is not None]
+    if given and not args.training:
+        raise UsageError(f"{given[0][1]} applies to a training step: add --training")
+    if not args.training:
+        return []
+    factory = is_factory(args.model)
+    if factory and args.loss is not None:
+        raise UsageError("--loss applies to ONNX models; a PyTorch model's training step "
+                         "takes its first output, summed, as the loss")
+    if not factory and args.loss is None:
+        raise UsageError("--training on an ONNX model needs --loss: nll, l1 or the name of "
+                         "a scalar tensor the model computes")
+    if args.optimizer is not None:
+        from popart_unwind.options import OPTIMIZER_CHOICES
+
+        if args.optimizer not in OPTIMIZER_CHOICES:
+            raise UsageError(f"unknown --optimizer {args.optimizer!r}; choose from "
+                             f"{', '.join(OPTIMIZER_CHOICES)}")
+    return [f"{key}={value}" for key, _, value in given]
 
 
 def _check_options(assignments: Sequence[str]) -> None:

@@ -44,6 +44,7 @@ POPART_NAMES: tuple[PopartName, ...] = (
     # A matmul and convolution option in PopART (its session's matmulOptions and
     # convolutionOptions pass it to Poplibs), taken here as a session option.
     PopartName("availableMemoryProportion", "available_memory_proportion"),
+    PopartName("accumulationFactor", "gradient_accumulation"),
 )
 _BY_POPART = MappingProxyType({name.popart: name for name in POPART_NAMES})
 _BY_OURS = MappingProxyType({name.ours: name for name in POPART_NAMES})
@@ -77,6 +78,12 @@ OPTION_LINES: Mapping[str, str] = MappingProxyType({
     "enable_pipelining": "run the IPUs as a pipeline",
     "available_memory_proportion": "share of a tile's memory a matmul plan may use for "
                                    "temporary data (Poplibs', 0 to 1)",
+    "loss": "make the model a training step with this loss: nll, l1 or a scalar tensor's "
+            "name; empty: as it is",
+    "optimizer": "a training step's updates: sgd, sgd_momentum, adam, adamw or lamb",
+    "learning_rate": "the optimizer's learning rate",
+    "gradient_accumulation": "micro-batches each weight's accumulator sums before an update",
+    "loss_scaling": "the factor the loss's gradient starts from (PopART's lossScaling)",
     "canonicalize_max_iterations": "the canonicalizer's cap on passes",
     "canonicalize_max_rewrites": "the canonicalizer's cap on rewrites",
     "canonicalize_test_convergence": "refuse a canonicalization that reaches its cap",

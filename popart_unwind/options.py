@@ -19,6 +19,9 @@ from popart_unwind.option_names import OPTION_LINES, from_popart, popart_name, p
 from popart_unwind.validation import check_proportion
 
 #: The transform pipeline, in order (each transform is applied once).
+#: The optimizers of a training step's updates (``popart_unwind.training.optimizers``).
+OPTIMIZER_CHOICES = ("sgd", "sgd_momentum", "adam", "adamw", "lamb")
+
 DEFAULT_PIPELINE: tuple[str, ...] = ("InferShapes", "Canonicalize", "Prune", "MergeDuplicateOps",
                                      "SerializeMatMuls")
 
@@ -173,6 +176,24 @@ class SessionOptions:
     #: within it, or the one of least temporary memory when none is (0: always).
     #: Per-op ``__available_memory_proportion`` attributes are not read.
     available_memory_proportion: float = AVAILABLE_MEMORY_PROPORTION
+    #: Make a forward model one training step as PopART's ``TrainingSession`` does
+    #: (docs/training.md): the loss, ``nll`` (softmax and negative log-likelihood over the
+    #: first output, against a labels input it adds), ``l1`` (the first output's absolute
+    #: values summed) or the name of a scalar tensor of the model; the backward pass is built
+    #: from each op's gradient rule and every weight gets its optimizer's update. Empty (the
+    #: default): the model is planned as it is. Adds Autodiff to the pipeline.
+    loss: str = ""
+    #: The weight updates of a training step: ``sgd`` (PopART's default, ConstSGD),
+    #: ``sgd_momentum``, ``adam``, ``adamw`` or ``lamb`` (their states in float32).
+    optimizer: str = "sgd"
+    #: The optimizer's learning rate (its value does not change a plan).
+    learning_rate: float = 0.01
+    #: Micro-batches whose gradients each weight's accumulator sums before one update
+    #: (PopART's ``accumulationFactor``); 1: no accumulator.
+    gradient_accumulation: int = 1
+    #: The factor the loss's gradient starts from and the update divides out (PopART's
+    #: ``lossScaling``, an optimizer setting there).
+    loss_scaling: float = 1.0
     #: Canonicalizer caps (MLIR's: iterations and rewrites), and whether reaching the
     #: iteration cap without a fixpoint is an error.
     canonicalize_max_iterations: int = 10
@@ -204,6 +225,23 @@ class SessionOptions:
                                   f"{value!r}")
         check_proportion(self.available_memory_proportion,
                          "option available_memory_proportion", OptionError)
+        self._check_training()
+
+    def _check_training(self) -> None:
+        if self.optimizer not in OPTIMIZER_CHOICES:
+            raise OptionError(f"option optimizer must be one of {', '.join(OPTIMIZER_CHOICES)}"
+                              f"; got {self.optimizer!r}")
+        accumulation = self.gradient_accumulation
+        if isinstance(accumulation, bool) or not isinstance(accumulation, int) \
+                or accumulation < 1:
+            raise OptionError(f"option gradient_accumulation must be an int of at least 1; "
+                              f"got {accumulation!r}")
+        for name in ("learning_rate", "loss_scaling"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 < value < float("inf")):
+                raise OptionError(f"option {name} must be a finite number > 0; got {value!r}")
+        if not isinstance(self.loss, str):
+            raise OptionError(f"option loss must be a name; got {self.loss!r}")
 
     def _check_placement(self) -> None:
         if self.virtual_graph_mode not in VIRTUAL_GRAPH_MODES:

@@ -8,6 +8,7 @@ library and never the other way round. See docs/transforms.md.
 
 from . import registry
 from .auto_virtual_graph import AutoVirtualGraph
+from .autodiff import Autodiff
 from .base import ALL_CONDITIONS, Transform
 from .canonicalize import Canonicalize
 from .conditions import Condition, check_condition, check_conditions
@@ -27,8 +28,9 @@ from .subgraph_outline import SubgraphOutline
 from .unwind_layouts import UnwindLayouts, plan_ir
 
 __all__ = [
-    "ALL_CONDITIONS", "AutoVirtualGraph", "Canonicalize", "Condition", "DecomposeGradSum",
-    "ExplicitRecompute", "InferPipelineStages", "InferShapes", "InterIpuCopy",
+    "ALL_CONDITIONS", "AutoVirtualGraph", "Autodiff", "Canonicalize", "Condition",
+    "DecomposeGradSum", "ExplicitRecompute", "InferPipelineStages", "InferShapes",
+    "InterIpuCopy",
     "MergeCopies", "MergeDuplicateOps", "Pipeline", "Prune",
     "SerializeMatMuls", "SplitByMemory", "SubgraphOutline", "Transform",
     "UnwindLayouts", "check_condition", "check_conditions", "plan_ir", "registry",

@@ -34,6 +34,9 @@ UNWIND_LAYOUTS = "UnwindLayouts"
 #: The transform that clones forward ops into the backward pass; it joins the pipeline
 #: (before the planner) when ``SessionOptions.recompute`` is not ``none``.
 EXPLICIT_RECOMPUTE = "ExplicitRecompute"
+#: The transform that makes a forward model a training step (loss, backward pass, updates);
+#: it joins the pipeline after Canonicalize when ``SessionOptions.loss`` is set.
+AUTODIFF = "Autodiff"
 #: The transform that cuts marked matmuls into pieces (in the default pipeline: it changes
 #: nothing when no matmul is marked and ``serialize_matmuls`` is empty).
 SERIALIZE_MATMULS = "SerializeMatMuls"
@@ -126,16 +129,16 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
 
 
 def pipeline_names(options: SessionOptions) -> list[str]:
-    """The transforms a session runs: ``options.pipeline``, then the memory transforms its
-    options ask for (DecomposeGradSum when ``decompose_grad_sum`` is set, ExplicitRecompute
-    when ``recompute`` is not ``none``: after MergeDuplicateOps, which would merge the
-    clones back; SubgraphOutline when ``enable_outlining`` is set, after them all, as PopART
-    outlines the prepared graph), then the split ``auto_split`` names (SplitByMemory or
-    AutoVirtualGraph) when ``virtual_graph_mode`` is ``auto``, InferPipelineStages when
-    ``enable_pipelining`` is set, InterIpuCopy when ``virtual_graph_mode`` is not
-    ``off``, then Pipeline when ``enable_pipelining`` is set or else MergeCopies
-    (PopART's order), then UnwindLayouts when ``enable_unwind_layouts`` is set and the
-    transform is registered."""
+    """The transforms a session runs: ``options.pipeline`` (with Autodiff after Canonicalize
+    when ``loss`` is set), then the memory transforms its options ask for (DecomposeGradSum
+    when ``decompose_grad_sum`` is set, ExplicitRecompute when ``recompute`` is not
+    ``none``: after MergeDuplicateOps, which would merge the clones back; SubgraphOutline
+    when ``enable_outlining`` is set, after them all, as PopART outlines the prepared
+    graph), then the split ``auto_split`` names (SplitByMemory or AutoVirtualGraph) when
+    ``virtual_graph_mode`` is ``auto``, InferPipelineStages when ``enable_pipelining`` is
+    set, InterIpuCopy when ``virtual_graph_mode`` is not ``off``, then Pipeline when
+    ``enable_pipelining`` is set or else MergeCopies (PopART's order), then UnwindLayouts
+    when ``enable_unwind_layouts`` is set and the transform is registered."""
     split = SPLIT_BY_MEMORY if options.auto_split == "memory" else AUTO_VIRTUAL_GRAPH
     multi_ipu = options.virtual_graph_mode != "off"
     asked_for = (  # (whether the options ask for it, transform), in the order they run
@@ -150,6 +153,12 @@ def pipeline_names(options: SessionOptions) -> list[str]:
         (options.enable_unwind_layouts and UNWIND_LAYOUTS in _TRANSFORMS, UNWIND_LAYOUTS),
     )
     pipeline = list(options.pipeline)
+    if options.loss and AUTODIFF not in pipeline:
+        # the backward pass is built from the canonical forward, and pruned and merged
+        # with it (PopART: Ir::prepare's patterns, then constructBackwards)
+        after = pipeline.index("Canonicalize") + 1 if "Canonicalize" in pipeline else \
+            int(bool(pipeline) and pipeline[0] == "InferShapes")
+        pipeline.insert(after, AUTODIFF)
     for asked, name in asked_for:
         if asked and name not in pipeline:
             pipeline.append(name)

@@ -13,9 +13,15 @@ FOLDED_PREFIX = "Folded___"
 GRADIENT_PREFIX = "Gradient___"
 UPDATED_PREFIX = "Updated___"
 TRANSFORM_PREFIX = "Transform___"
+#: An optimizer's state, named as PopART names it: SGD's velocity, Adam's and LAMB's first
+#: and second moments, a gradient accumulator.
+ACCL_PREFIX = "Accl___"
+ACCL1_PREFIX = "Accl1___"
+ACCL2_PREFIX = "Accl2___"
+ACCUM_PREFIX = "Accum___"
 
 RESERVED_PREFIXES = (CONSTANT_PREFIX, FOLDED_PREFIX, GRADIENT_PREFIX, UPDATED_PREFIX,
-                     TRANSFORM_PREFIX)
+                     TRANSFORM_PREFIX, ACCL_PREFIX, ACCL1_PREFIX, ACCL2_PREFIX, ACCUM_PREFIX)
 
 
 def reserved_id(graph, prefix: str, stem: str) -> str:

@@ -42,9 +42,7 @@ def load_model(model: str, training: bool, allow_unknown_ops: bool = False,
                 raise ModelImportError(f"{flag} applies to ONNX models; a PyTorch factory "
                                        f"gives its example inputs, whose shapes are used")
         return _load_factory(model, training)
-    if training:
-        raise ModelImportError("--training applies to PyTorch models (module:factory); an "
-                               "ONNX model is planned as it is")
+    # an ONNX model's training step is built by the Autodiff transform (SessionOptions.loss)
     return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops,
                         input_shapes=dict(input_shapes or {}), dims=dict(dims or {}))
 

@@ -125,6 +125,17 @@ class Rewriter:
         self._record(f"created constant {tensor.id!r}")
         return tensor
 
+    def variable(self, graph: Graph, prefix: str, stem: str, dtype: str,
+                 shape: Sequence[int]) -> Tensor:
+        """A new Variable of ``graph`` named ``prefix + stem`` (an optimizer's state), all
+        zeros. Its data is one zero seen at every position (a numpy broadcast view), so a
+        state as large as a model's weights takes no host memory while it is planned."""
+        zero = np.zeros((), dtype=numpy_dtype(check_dtype(dtype, prefix + stem)))
+        tensor = graph.add_tensor(reserved_id(graph, prefix, stem), dtype, tuple(shape),
+                                  TensorType.VARIABLE, np.broadcast_to(zero, tuple(shape)))
+        self._record(f"created variable {tensor.id!r}")
+        return tensor
+
     # -- tensors -------------------------------------------------------------------------
     def remove_tensor(self, tensor: Tensor) -> None:
         """Remove an unused producer-less tensor that is no graph input or output (a spare
