@@ -35,7 +35,7 @@ UNWIND_LAYOUTS = "UnwindLayouts"
 #: (before the planner) when ``SessionOptions.recompute`` is not ``none``.
 EXPLICIT_RECOMPUTE = "ExplicitRecompute"
 #: The transform that makes a forward model a training step (loss, backward pass, updates);
-#: it joins the pipeline after Canonicalize when ``SessionOptions.loss`` is set.
+#: it joins the pipeline after InferShapes when ``SessionOptions.loss`` is set.
 AUTODIFF = "Autodiff"
 #: The transform that cuts marked matmuls into pieces (in the default pipeline: it changes
 #: nothing when no matmul is marked and ``serialize_matmuls`` is empty).
@@ -129,7 +129,7 @@ def apply(transform: str | Transform, ir_or_graph: Ir | Graph,
 
 
 def pipeline_names(options: SessionOptions) -> list[str]:
-    """The transforms a session runs: ``options.pipeline`` (with Autodiff after Canonicalize
+    """The transforms a session runs: ``options.pipeline`` (with Autodiff after InferShapes
     when ``loss`` is set), then the memory transforms its options ask for (DecomposeGradSum
     when ``decompose_grad_sum`` is set, ExplicitRecompute when ``recompute`` is not
     ``none``: after MergeDuplicateOps, which would merge the clones back; SubgraphOutline
@@ -154,10 +154,10 @@ def pipeline_names(options: SessionOptions) -> list[str]:
     )
     pipeline = list(options.pipeline)
     if options.loss and AUTODIFF not in pipeline:
-        # the backward pass is built from the canonical forward, and pruned and merged
-        # with it (PopART: Ir::prepare's patterns, then constructBackwards)
-        after = pipeline.index("Canonicalize") + 1 if "Canonicalize" in pipeline else \
-            int(bool(pipeline) and pipeline[0] == "InferShapes")
+        # first after shape inference: the loss may be a tensor no output reads, which
+        # Canonicalize and Prune would remove; the backward pass is then canonicalized,
+        # pruned and merged with the forward (PopART runs its patterns after autodiff too)
+        after = int(bool(pipeline) and pipeline[0] == "InferShapes")
         pipeline.insert(after, AUTODIFF)
     for asked, name in asked_for:
         if asked and name not in pipeline:

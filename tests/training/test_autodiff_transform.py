@@ -1,0 +1,117 @@
+"""The Autodiff transform: a forward model becomes one training step (its loss, the
+backward pass, the updates) under the session's options, with its declared conditions
+checked; what it refuses, it names."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from popart_unwind.transforms import run_pipeline
+from popart_unwind.transforms.registry import pipeline_names
+
+from popart_unwind.errors import ModelImportError, TransformError
+from popart_unwind.ir import Builder, Ir
+from popart_unwind.ir.tensor import TensorType
+from popart_unwind.options import SessionOptions
+from popart_unwind.training import AutodiffError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
+from fold_oracle import fold_all
+
+RNG = np.random.default_rng(11)
+
+
+def two_layers(**options) -> Ir:
+    """y = (x @ w1 + b1) @ w2; loss = sum(y * y), a tensor of the model."""
+    b = Builder()
+    x = b.add_input_tensor("float32", (4, 6), "x")
+    w1 = b.add_initialized_input_tensor(RNG.standard_normal((6, 5)).astype(np.float32), "w1")
+    b1 = b.add_initialized_input_tensor(RNG.standard_normal(5).astype(np.float32), "b1")
+    w2 = b.add_initialized_input_tensor(RNG.standard_normal((5, 3)).astype(np.float32), "w2")
+    h = b.ai_onnx.add([b.ai_onnx.matmul([x, w1]), b1], name="h")
+    y = b.ai_onnx.matmul([h, w2], name="y")
+    b.add_output_tensor(y)
+    b.ai_onnx.reducesum([b.ai_onnx.mul([y, y])], keepdims=0, name="loss")
+    ir = b.ir()
+    ir.options = SessionOptions(enable_unwind_layouts=False, check_transform_conditions=True,
+                                **options)
+    return ir
+
+
+def test_autodiff_joins_the_pipeline_after_shape_inference_when_a_loss_is_set():
+    assert "Autodiff" not in pipeline_names(SessionOptions())
+    names = pipeline_names(SessionOptions(loss="nll"))
+    assert names[:3] == ["InferShapes", "Autodiff", "Canonicalize"]
+
+
+def test_a_training_step_with_sgd_trains_every_weight():
+    """SGD with learning rate 1 from the step's own outputs: w - w' is the gradient, which
+    equals the hand-derived one."""
+    ir = two_layers(loss="loss:0", learning_rate=1.0)
+    changed = run_pipeline(ir)
+    assert changed["Autodiff"]
+    graph = ir.main_graph
+    assert ir.final_loss_id == "loss:0" and ir.metadata["kind"] == "training"
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    weights = {t.id: np.asarray(t.data) for t in graph.producerless_tensors()
+               if t.tensor_type is TensorType.VARIABLE}
+    for tensor in graph.producerless_tensors():  # the stream input, as the oracle takes it
+        if tensor.id == "x":
+            tensor.data = x
+    values = dict(zip([t.id for t in graph.outputs], fold_all(ir, {}), strict=True))
+    w1, b1, w2 = weights["w1"], weights["b1"], weights["w2"]
+    h = x @ w1 + b1
+    dy = 2 * (h @ w2)
+    dh = dy @ w2.T
+    want = {"w2": h.T @ dy, "w1": x.T @ dh, "b1": dh.sum(0)}
+    updated = {t.producer.input(0).id: values[t.id] for t in graph.outputs
+               if t.producer is not None and t.producer.type.name == "Sub"}
+    assert sorted(updated) == ["b1", "w1", "w2"]
+    for name, grad in want.items():
+        np.testing.assert_allclose(weights[name] - updated[name], grad, rtol=2e-4, atol=1e-4)
+
+
+def test_adam_adds_two_float32_states_per_weight():
+    ir = two_layers(loss="loss:0", optimizer="adam")
+    run_pipeline(ir)
+    states = sorted(t.id for t in ir.main_graph.producerless_tensors()
+                    if t.tensor_type is TensorType.VARIABLE and "___" in t.id)
+    assert states == sorted(f"{p}{w}" for p in ("Accl1___", "Accl2___")
+                            for w in ("w1", "b1", "w2"))
+
+
+def test_without_a_loss_nothing_changes():
+    ir = two_layers()
+    assert "Autodiff" not in run_pipeline(ir)
+    assert ir.final_loss_id is None
+
+
+@pytest.mark.parametrize(("loss", "error", "words"), [
+    ("nothing_here", ModelImportError, "no such tensor"),
+    ("y:0", ModelImportError, "one element"),
+])
+def test_a_bad_loss_is_named(loss, error, words):
+    with pytest.raises(error, match=words):
+        run_pipeline(two_layers(loss=loss))
+
+
+def test_an_op_without_a_gradient_rule_is_named():
+    b = Builder()
+    w = b.add_initialized_input_tensor(RNG.standard_normal((3, 3)).astype(np.float32), "w")
+    det = b.ai_onnx.det([w], name="det")
+    b.ai_onnx.reducesum([det], keepdims=0, name="loss")
+    b.add_output_tensor(det)
+    ir = b.ir()
+    ir.options = SessionOptions(enable_unwind_layouts=False, loss="loss:0")
+    with pytest.raises(AutodiffError, match=r"\(Det\) has no gradient rule"):
+        run_pipeline(ir)
+
+
+def test_a_training_step_is_not_made_twice():
+    ir = two_layers(loss="loss:0")
+    ir.final_loss_id = "loss:0"
+    with pytest.raises(TransformError, match="already a training step"):
+        run_pipeline(ir)
