@@ -33,6 +33,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.interpreter import CALLEES_FIRST, Interpreter, Key, key
 from popart_unwind.ir.ir import Ir
+from popart_unwind.ir.names import ACCUM_PREFIX, is_optimizer_state
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals
@@ -221,7 +222,7 @@ class CostWalk(Interpreter):
             work = rule.work(op, input_tiles, outputs, self.target)
             link = rule.link_bytes(op, self.target)
             updated = rule.updated_weight(op) if self.pipelined else None
-            if updated is not None:
+            if updated is not None and self._implicit_accumulator(op.input(updated)):
                 self._accumulator(op, op.input(updated), input_tiles[updated])
         self.objective += score
         self.upper_bound += bound
@@ -272,13 +273,22 @@ class CostWalk(Interpreter):
             self.memory.stash(self.placement.op_ipu(op), key(tensor),
                               self._placed(tensor, self.read(tensor)))
 
+    @staticmethod
+    def _implicit_accumulator(weight: Tensor) -> bool:
+        """Whether a pipelined step's update of ``weight`` implies an accumulator the graph
+        does not hold: not for an optimizer's state (its update reads no gradient of its
+        own), nor for a weight whose accumulator the step already has (``Accum___``, made
+        with ``gradient_accumulation``)."""
+        return not is_optimizer_state(weight.id) and \
+            not weight.graph.has_tensor(ACCUM_PREFIX + weight.id)
+
     def _accumulator(self, op: Op, weight: Tensor, tiles: np.ndarray) -> None:
         """A pipelined training step accumulates each weight's gradient over the
         micro-batches (PopART's ``Accum___<weight>``, made by its optimizer decomposition
         when gradient accumulation is on): a buffer of the weight's shape, dtype and
         layout, live throughout."""
         self.memory.accumulator(
-            self.placement.op_ipu(op), (weight.graph.id, f"Accum___{weight.id}"),
+            self.placement.op_ipu(op), (weight.graph.id, ACCUM_PREFIX + weight.id),
             lambda: self.placement.placed_bytes(key(weight), tiles, weight.dtype))
 
     def _computed_in_place(self, op: Op, rule: LayoutRule) -> Tensor | None:

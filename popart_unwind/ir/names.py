@@ -20,6 +20,9 @@ ACCL1_PREFIX = "Accl1___"
 ACCL2_PREFIX = "Accl2___"
 ACCUM_PREFIX = "Accum___"
 
+#: The prefixes of an optimizer's states (module names above).
+OPTIMIZER_STATE_PREFIXES = (ACCL_PREFIX, ACCL1_PREFIX, ACCL2_PREFIX, ACCUM_PREFIX)
+
 RESERVED_PREFIXES = (CONSTANT_PREFIX, FOLDED_PREFIX, GRADIENT_PREFIX, UPDATED_PREFIX,
                      TRANSFORM_PREFIX, ACCL_PREFIX, ACCL1_PREFIX, ACCL2_PREFIX, ACCUM_PREFIX)
 
@@ -29,3 +32,8 @@ def reserved_id(graph, prefix: str, stem: str) -> str:
     if prefix not in RESERVED_PREFIXES:
         raise IrError(f"{prefix!r} is not a reserved prefix")
     return graph.unique_id(prefix + stem)
+
+
+def is_optimizer_state(tensor_id: str) -> bool:
+    """Whether a tensor is an optimizer's state or a gradient accumulator, by its name."""
+    return tensor_id.startswith(OPTIMIZER_STATE_PREFIXES)
