@@ -18,6 +18,10 @@ zero as ONNX defines; an integer division by zero is left unfolded) and drop ide
 (x + 0, x - 0, x * 1, x / 1, x ** 1, Neg(Neg x), ...) only where the result has exactly
 x's dtype and shape: a constant that broadcasts x wider must stay.
 
+Gradients (``_GRADIENTS``, by name): each rule builds its input's partials as ONNX ops,
+summed back over broadcast axes; the step functions (Floor, Ceil, Round, Sign) and PopART's
+Detach pass none, and constant operands get none.
+
 Layouts: the unwinding problem gets a ``sum_like``; inputs of the output's shape are
 elementwise partners, each smaller (numpy-broadcast) input is tied to the Poplibs
 broadcast-operand layout of the first full one. Poplar lays the result out like the
