@@ -18,6 +18,10 @@ zero as ONNX defines; an integer division by zero is left unfolded) and drop ide
 (x + 0, x - 0, x * 1, x / 1, x ** 1, Neg(Neg x), ...) only where the result has exactly
 x's dtype and shape: a constant that broadcasts x wider must stay.
 
+Gradients (``_GRADIENTS``, by name): each rule builds its input's partials as ONNX ops,
+summed back over broadcast axes; the step functions (Floor, Ceil, Round, Sign) and PopART's
+Detach pass none, and constant operands get none.
+
 Layouts: the unwinding problem gets a ``sum_like``; inputs of the output's shape are
 elementwise partners, each smaller (numpy-broadcast) input is tied to the Poplibs
 broadcast-operand layout of the first full one. Poplar lays the result out like the
@@ -37,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import ShapeError
-from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.exchange import broadcast_index, read_need
@@ -47,8 +51,9 @@ from popart_unwind.ops.common import input_shape
 from popart_unwind.ops.gradient import (
     GradientBuilder,
     GradientRule,
-    is_differentiable,
+    gets_gradient,
     one,
+    scalar,
     sum_to_shape,
 )
 from popart_unwind.ops.layout_rule import (
@@ -769,6 +774,21 @@ _INFER: dict[str, Callable[[Op], InferredOutputs]] = {}
 
 
 # -- gradients --------------------------------------------------------------------------------
+# Each rule builds ONNX ops; x is input 0, y output 0, dY the result's gradient. Where PopART
+# has a grad op of its own, the docstring names it.
+def _op(builder: GradientBuilder, op_type: str, *inputs: Tensor, **attributes: Any) -> Tensor:
+    return one(builder, op_type, list(inputs), attributes or None)
+
+
+def _where_else_zero(builder: GradientBuilder, condition: Tensor, grad: Tensor) -> Tensor:
+    """``dY`` where ``condition`` holds, 0 elsewhere."""
+    return _op(builder, "Where", condition, grad, scalar(builder, 0.0, grad))
+
+
+def _positive(builder: GradientBuilder, tensor: Tensor) -> Tensor:
+    return _op(builder, "Greater", tensor, scalar(builder, 0.0, tensor))
+
+
 def _binary_gradient(of_a: Callable[[GradientBuilder, Op, Tensor], Tensor | None],
                      of_b: Callable[[GradientBuilder, Op, Tensor], Tensor | None]
                      ) -> GradientRule:
@@ -781,7 +801,7 @@ def _binary_gradient(of_a: Callable[[GradientBuilder, Op, Tensor], Tensor | None
         found: list[Tensor | None] = []
         for index, of in ((0, of_a), (1, of_b)):
             operand = op.input(index)
-            full = of(builder, op, grad) if is_differentiable(operand) else None
+            full = of(builder, op, grad) if gets_gradient(operand) else None
             found.append(None if full is None else sum_to_shape(builder, full, operand.shape))
         return found
     return rule
@@ -805,6 +825,23 @@ def _div_denominator(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
     return one(builder, "Neg", [one(builder, "Mul", [grad, quotient])])
 
 
+def _pow_base(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """d(a^b)/da = b · a^(b-1) (PopART's PowArg0GradOp); an integer exponent is cast to
+    the base's type."""
+    base, exponent = op.input(0), op.input(1)
+    if exponent.dtype != base.dtype:
+        exponent = _op(builder, "Cast", exponent, to=ONNX_DTYPES[base.dtype])
+    lowered = _op(builder, "Pow", base, _op(builder, "Sub", exponent,
+                                                 scalar(builder, 1.0, exponent)))
+    return _op(builder, "Mul", grad, _op(builder, "Mul", exponent, lowered))
+
+
+def _pow_exponent(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """d(a^b)/db = a^b · ln a (PopART's PowArg1GradOp): defined for a > 0."""
+    return _op(builder, "Mul", grad, _op(builder, "Mul", op.output(0),
+                                         _op(builder, "Log", op.input(0))))
+
+
 def _passed(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
     return grad
 
@@ -812,22 +849,256 @@ def _passed(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
 def _sum_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
     """Every operand of a Sum gets the result's gradient, summed to its shape."""
     grad = grads[0]
-    return [sum_to_shape(builder, grad, t.shape) if grad is not None and is_differentiable(t)
+    return [sum_to_shape(builder, grad, t.shape) if grad is not None and gets_gradient(t)
             else None for t in op.inputs]
 
 
-def _neg_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
-    return [None if grads[0] is None else one(builder, "Neg", [grads[0]])]
+def _mean_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """Every operand of a Mean gets dY / n, summed to its shape."""
+    grad = grads[0]
+    if grad is None:
+        return [None] * len(op.inputs)
+    share = _op(builder, "Div", grad, scalar(builder, len(op.inputs), grad))
+    return _sum_gradient(builder, op, [share])
 
 
-#: The gradient rules of the table's ops, by name (ONNX domain).
+def _selected_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """Max, Min: each operand gets dY where it equals the result, summed to its shape (an
+    operand tied with another for the result gets all of dY too, as the mask of PopART's
+    MaxArgGradOp / MinArgGradOp gives it)."""
+    grad, result = grads[0], op.output(0)
+    return [sum_to_shape(builder, _where_else_zero(builder, _op(builder, "Equal", t, result),
+                                                   grad), t.shape)
+            if grad is not None and gets_gradient(t) else None for t in op.inputs]
+
+
+def _unary_gradient(local: Callable[[GradientBuilder, Op, Tensor], Tensor]) -> GradientRule:
+    """A unary map's rule: ``local(builder, op, dY)`` is dX."""
+    def rule(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+        if grads[0] is None or not gets_gradient(op.input(0)):
+            return [None]
+        return [local(builder, op, grads[0])]
+    return rule
+
+
+def _no_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """A step function (Floor, Ceil, Round, Sign) or PopART's Detach: the partial is 0
+    wherever it is defined, so no gradient flows back."""
+    return [None] * len(op.inputs)
+
+
+def _times(builder: GradientBuilder, grad: Tensor, *factors: Tensor) -> Tensor:
+    for factor in factors:
+        grad = _op(builder, "Mul", grad, factor)
+    return grad
+
+
+def _one_minus(builder: GradientBuilder, tensor: Tensor) -> Tensor:
+    return _op(builder, "Sub", scalar(builder, 1.0, tensor), tensor)
+
+
+def _gelu_erf_slope(builder: GradientBuilder, x: Tensor) -> Tensor:
+    """d/dx [x · Φ(x)] = Φ(x) + x · φ(x), Φ the normal CDF and φ its density."""
+    def c(value: float) -> Tensor:
+        return scalar(builder, value, x)
+    cdf = _times(builder, _op(builder, "Add", c(1.0), _op(builder, "Erf", _times(
+        builder, x, c(1 / math.sqrt(2))))), c(0.5))
+    density = _times(builder, _op(builder, "Exp", _times(builder, x, x, c(-0.5))),
+                     c(1 / math.sqrt(2 * math.pi)))
+    return _op(builder, "Add", cdf, _times(builder, x, density))
+
+
+def _gelu_tanh_slope(builder: GradientBuilder, x: Tensor) -> Tensor:
+    """With t = tanh(k (x + 0.044715 x³)), k = √(2/π): d/dx [x (1 + t) / 2] =
+    (1 + t) / 2 + x (1 - t²) k (1 + 3 · 0.044715 x²) / 2."""
+    def c(value: float) -> Tensor:
+        return scalar(builder, value, x)
+    k, cubic = math.sqrt(2 / math.pi), 0.044715
+    square = _times(builder, x, x)
+    t = _op(builder, "Tanh", _times(builder, x, _op(builder, "Add", c(1.0),
+                                                    _times(builder, square, c(cubic))), c(k)))
+    inner = _op(builder, "Add", c(1.0), _times(builder, square, c(3 * cubic)))
+    slope = _times(builder, x, _one_minus(builder, _times(builder, t, t)), inner, c(k / 2))
+    return _op(builder, "Add", _times(builder, _op(builder, "Add", c(1.0), t), c(0.5)), slope)
+
+
+def _gelu_gradient(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """ONNX Gelu: the exact or the tanh form's slope, as ``approximate`` says."""
+    tanh = op.attributes.get("approximate", "none") == "tanh"
+    slope = (_gelu_tanh_slope if tanh else _gelu_erf_slope)(builder, op.input(0))
+    return _times(builder, grad, slope)
+
+
+def _y(op: Op) -> Tensor:
+    return op.output(0)
+
+
+def _x(op: Op) -> Tensor:
+    return op.input(0)
+
+
+def _hard_sigmoid_gradient(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """alpha · dY where 0 < y < 1, else 0 (PopART's HardSigmoidGradOp)."""
+    y = _y(op)
+    inside = _op(builder, "And", _positive(builder, y),
+                 _op(builder, "Less", y, scalar(builder, 1.0, y)))
+    return _where_else_zero(builder, inside, _times(builder, grad, scalar(
+        builder, _attribute(op, "alpha", 0.2), grad)))
+
+
+def _selu_gradient(builder: GradientBuilder, op: Op, grad: Tensor) -> Tensor:
+    """gamma · dY for x > 0, else (y + alpha · gamma) · dY (PopART's SeluGradOp)."""
+    alpha = _attribute(op, "alpha", 1.67326319217681884765625)
+    gamma = _attribute(op, "gamma", 1.05070102214813232421875)
+    below = _op(builder, "Add", _y(op), scalar(builder, alpha * gamma, grad))
+    return _op(builder, "Where", _positive(builder, _x(op)),
+               _times(builder, grad, scalar(builder, gamma, grad)),
+               _times(builder, grad, below))
+
+
+def _cast_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY cast back to x's type (PopART's CastGradOp); none for an integer x."""
+    x = op.input(0)
+    if grads[0] is None or not gets_gradient(x):
+        return [None]
+    return [_op(builder, "Cast", grads[0], to=ONNX_DTYPES[x.dtype])]
+
+
+def _cast_like_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY cast like x; the type giver has none."""
+    x = op.input(0)
+    if grads[0] is None or not gets_gradient(x):
+        return [None, None]
+    return [_op(builder, "CastLike", grads[0], x), None]
+
+
+def _where_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """Each branch gets dY where it was chosen, summed to its shape (PopART's
+    WhereXGradOp, WhereYGradOp); the condition none."""
+    grad = grads[0]
+    if grad is None:
+        return [None, None, None]
+    condition, zero = op.input(0), scalar(builder, 0.0, grad)
+    found: list[Tensor | None] = [None]
+    for index, chosen in ((1, (grad, zero)), (2, (zero, grad))):
+        branch = op.input(index)
+        found.append(sum_to_shape(builder, _op(builder, "Where", condition, *chosen),
+                                  branch.shape) if gets_gradient(branch) else None)
+    return found
+
+
+def _clip_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """x gets dY where min <= x <= max, i.e. where y equals x (PopART's ClipGradOp); a
+    bound given as a tensor gets the sum of dY where x is beyond it (bounds with
+    min <= max)."""
+    grad, x = grads[0], op.input(0)
+    if grad is None:
+        return [None] * (max(op.input_map()) + 1)
+    found: list[Tensor | None] = [
+        sum_to_shape(builder, _where_else_zero(builder, _op(builder, "Equal", x, op.output(0)),
+                                               grad), x.shape) if gets_gradient(x) else None]
+    for index, beyond in ((1, "Less"), (2, "Greater")):
+        if op.type.version < 11 or not op.has_input(index) or not gets_gradient(
+                op.input(index)):
+            found.append(None)
+            continue
+        bound = op.input(index)
+        past = _where_else_zero(builder, _op(builder, beyond, x, bound), grad)
+        found.append(sum_to_shape(builder, past, bound.shape))
+    return found
+
+
+def _prelu_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """x gets dY for x > 0 and slope · dY elsewhere; the slope gets x · dY where x <= 0,
+    summed to its shape (PopART's PReluGradOp builds the same from an elementwise pass)."""
+    grad = grads[0]
+    x, slope = op.input(0), op.input(1)
+    if grad is None:
+        return [None, None]
+    above = _positive(builder, x)
+    grad_x = (_op(builder, "Where", above, grad, _times(builder, grad, slope))
+              if gets_gradient(x) else None)
+    grad_slope = None
+    if gets_gradient(slope):
+        below = _op(builder, "Where", above, scalar(builder, 0.0, grad), _times(builder, grad, x))
+        grad_slope = sum_to_shape(builder, below, slope.shape)
+    return [grad_x, grad_slope]
+
+
+def _c(builder: GradientBuilder, value: float, like: Tensor) -> Tensor:
+    return scalar(builder, value, like)
+
+
+#: The local gradients of the unary maps: (builder, op, dY) -> dX.
+_UNARY_GRADIENTS: dict[str, Callable[[GradientBuilder, Op, Tensor], Tensor]] = {
+    # dY where y > 0 (ReluGradOp)
+    "Relu": lambda b, op, g: _where_else_zero(b, _positive(b, _y(op)), g),
+    # dY (1 - y²) (TanhGradOp)
+    "Tanh": lambda b, op, g: _times(b, g, _one_minus(b, _times(b, _y(op), _y(op)))),
+    # dY y (1 - y) (SigmoidGradOp)
+    "Sigmoid": lambda b, op, g: _times(b, g, _y(op), _one_minus(b, _y(op))),
+    # dY 2/√π exp(-x²)
+    "Erf": lambda b, op, g: _times(b, g, _op(b, "Exp", _times(b, _x(op), _x(op), _c(b, -1, g))),
+                                   _c(b, 2 / math.sqrt(math.pi), g)),
+    # dY / (2 y) (SqrtGradOp)
+    "Sqrt": lambda b, op, g: _op(b, "Div", _times(b, g, _c(b, 0.5, g)), _y(op)),
+    # dY y (ExpGradOp)
+    "Exp": lambda b, op, g: _times(b, g, _y(op)),
+    # dY / x (LogGradOp)
+    "Log": lambda b, op, g: _op(b, "Div", g, _x(op)),
+    # dY sign(x) (AbsGradOp)
+    "Abs": lambda b, op, g: _times(b, g, _op(b, "Sign", _x(op))),
+    # -dY y² (ReciprocalGradOp)
+    "Reciprocal": lambda b, op, g: _op(b, "Neg", _times(b, g, _y(op), _y(op))),
+    # dY sigmoid(x) (SoftPlusGradOp)
+    "Softplus": lambda b, op, g: _times(b, g, _op(b, "Sigmoid", _x(op))),
+    # dY / (1 + |x|)² (SoftSignGradOp)
+    "Softsign": lambda b, op, g: _op(b, "Div", g, _times(
+        b, *[_op(b, "Add", _op(b, "Abs", _x(op)), _c(b, 1, g))] * 2)),
+    # dY cos x (SinGradOp), -dY sin x (CosGradOp)
+    "Sin": lambda b, op, g: _times(b, g, _op(b, "Cos", _x(op))),
+    "Cos": lambda b, op, g: _op(b, "Neg", _times(b, g, _op(b, "Sin", _x(op)))),
+    # dY for x > 0, alpha dY else (LeakyReluGradOp)
+    "LeakyRelu": lambda b, op, g: _op(b, "Where", _positive(b, _x(op)), g, _times(
+        b, g, _c(b, _attribute(op, "alpha", 0.01), g))),
+    # dY for x > 0, (y + alpha) dY else (EluGradOp)
+    "Elu": lambda b, op, g: _op(b, "Where", _positive(b, _x(op)), g, _times(
+        b, g, _op(b, "Add", _y(op), _c(b, _attribute(op, "alpha", 1.0), g)))),
+    "Selu": _selu_gradient,
+    "HardSigmoid": _hard_sigmoid_gradient,
+    "Gelu": _gelu_gradient,
+}
+#: PopART's ai.graphcore ops and com.microsoft's Gelu (the exact form).
+_DOMAIN_GRADIENTS: dict[str, Callable[[GradientBuilder, Op, Tensor], Tensor]] = {
+    f"{GRAPHCORE_DOMAIN}.Gelu": lambda b, op, g: _times(b, g, _gelu_tanh_slope(b, _x(op))),
+    f"{GRAPHCORE_DOMAIN}.GeluErf": lambda b, op, g: _times(b, g, _gelu_erf_slope(b, _x(op))),
+    f"{MICROSOFT_DOMAIN}.Gelu": lambda b, op, g: _times(b, g, _gelu_erf_slope(b, _x(op))),
+    f"{GRAPHCORE_DOMAIN}.Scale": lambda b, op, g: _times(b, g, _c(
+        b, _attribute(op, "scale", 1.0), g)),
+    f"{GRAPHCORE_DOMAIN}.Nop": lambda b, op, g: g,
+}
+
+#: The gradient rules of the table's ops, by name (``domain.name`` outside ai.onnx).
 _GRADIENTS: dict[str, GradientRule] = {
     "Add": _binary_gradient(_passed, _passed),
     "Sub": _binary_gradient(_passed, _negated),
     "Mul": _binary_gradient(_times_other(0), _times_other(1)),
     "Div": _binary_gradient(_div_numerator, _div_denominator),
+    "Pow": _binary_gradient(_pow_base, _pow_exponent),
     "Sum": _sum_gradient,
-    "Neg": _neg_gradient,
+    "Mean": _mean_gradient,
+    "Max": _selected_gradient,
+    "Min": _selected_gradient,
+    "Neg": _unary_gradient(_negated),
+    "Cast": _cast_gradient,
+    "CastLike": _cast_like_gradient,
+    "Where": _where_gradient,
+    "Clip": _clip_gradient,
+    "PRelu": _prelu_gradient,
+    f"{GRAPHCORE_DOMAIN}.Detach": _no_gradient,
+    **{name: _no_gradient for name in ("Floor", "Ceil", "Round", "Sign")},
+    **{name: _unary_gradient(local) for name, local in _UNARY_GRADIENTS.items()},
+    **{name: _unary_gradient(local) for name, local in _DOMAIN_GRADIENTS.items()},
 }
 
 
@@ -841,7 +1112,7 @@ def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: 
               else ELEMENTWISE)
     register(OpDef(name, domain=domain, infer=infer, fold=_fold_rule(kernel),
                    commutative=name in COMMUTATIVE, layout=layout,
-                   gradient=_GRADIENTS.get(name) if domain == ONNX_DOMAIN else None))
+                   gradient=_GRADIENTS.get(key)))
 
 
 for _name, _kernel in _UNARY.items():

@@ -18,7 +18,7 @@ import numpy as np
 
 from popart_unwind.ir.dtypes import numpy_dtype
 from popart_unwind.ir.op import Op
-from popart_unwind.ir.tensor import Tensor
+from popart_unwind.ir.tensor import Tensor, TensorType
 
 #: The element types a gradient flows through; integer and boolean tensors have none.
 DIFFERENTIABLE_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -50,6 +50,13 @@ def is_differentiable(tensor: Tensor | None) -> bool:
     return tensor is not None and tensor.dtype in DIFFERENTIABLE_DTYPES
 
 
+def gets_gradient(tensor: Tensor | None) -> bool:
+    """Whether a rule builds ``tensor``'s gradient: a floating-point tensor that is no
+    constant (no weight reaches a constant, so its gradient would be dead ops: a constant
+    exponent's ``log`` of the base, say)."""
+    return is_differentiable(tensor) and tensor.tensor_type is not TensorType.CONST
+
+
 def one(builder: GradientBuilder, op_type: str, inputs: Sequence[Tensor | None],
         attributes: dict[str, Any] | None = None) -> Tensor:
     """The single output of a new op."""
@@ -65,6 +72,12 @@ def int64s(builder: GradientBuilder, values: Sequence[int]) -> Tensor:
     """A 1-d int64 constant (axes, shapes, starts and ends of the ops that take them as
     inputs)."""
     return builder.constant(np.array(list(values), dtype=np.int64), "int64")
+
+
+def zeros(builder: GradientBuilder, shape: Sequence[int], like: Tensor) -> Tensor:
+    """Zeros of ``shape`` and ``like``'s dtype: a 0-d zero expanded (a broadcast, not a
+    constant of the whole shape)."""
+    return one(builder, "Expand", [scalar(builder, 0.0, like), int64s(builder, shape)])
 
 
 def reshape(builder: GradientBuilder, tensor: Tensor, shape: Sequence[int]) -> Tensor:

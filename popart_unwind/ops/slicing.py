@@ -36,6 +36,7 @@ from popart_unwind.ops.common import (
     operands_constant,
     unchanged,
 )
+from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, int64s, one, zeros
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, UnwindEmitter, known_shape
 from popart_unwind.ops.registry import Constants, InferredOutputs, OpDef, register
 from popart_unwind.ops.views import Step, ViewRule, flat_layout, input_layout
@@ -199,6 +200,67 @@ def _fold_split(op: Op, constants: Constants) -> list[Tensor | np.ndarray] | Non
 def is_slice(op: Op) -> bool:
     """Whether ``op`` is a Slice."""
     return op.is_type("Slice")
+
+
+# -- gradients ------------------------------------------------------------------------------
+def _slice_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY put back where the box lay in x, zeros elsewhere (PopART's SliceGradOp, a pad).
+    With unit steps (axes of one element or none count as such) that is a Pad, axes of
+    step -1 reversed first by a Slice of step -1; with other steps a ScatterND of dY into
+    zeros of x's shape, at the indices the box reads. Starts, ends and axes are read as
+    the shape rule reads them (``slice_plan``: negative, clamped); they get no gradient."""
+    grad, x = grads[0], op.input(0)
+    if grad is None or not gets_gradient(x):
+        return [None]
+    plan = slice_plan(op, x.shape)
+    if any(abs(step) != 1 and size > 1 for *_, step, size in plan):
+        box = np.indices([size for *_, size in plan], dtype=np.int64)
+        where = np.stack([start + box[axis] * step
+                          for axis, (start, _, step, _) in enumerate(plan)], axis=-1)
+        return [one(builder, "ScatterND", [zeros(builder, x.shape, grad),
+                                           builder.constant(where, "int64"), grad])]
+    flipped = [axis for axis, (*_, step, size) in enumerate(plan) if step < 0 and size > 1]
+    if flipped:
+        grad = one(builder, "Slice", [grad, int64s(builder, [-1] * len(flipped)),
+                                      int64s(builder, [-plan[a][3] - 1 for a in flipped]),
+                                      int64s(builder, flipped),
+                                      int64s(builder, [-1] * len(flipped))])
+    lower = [0 if size == 0 else start if step > 0 else start - (size - 1)
+             for start, _, step, size in plan]
+    upper = [dim - low - size for dim, low, (*_, size) in zip(x.shape, lower, plan, strict=True)]
+    if not any(lower) and not any(upper):
+        return [grad]
+    return [one(builder, "Pad", [grad, int64s(builder, lower + upper)])]
+
+
+def _split_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """The outputs' gradients joined along the split axis, zeros for an output that has
+    none (PopART's SplitGradOp, a concat)."""
+    x = op.input(0)
+    if all(g is None for g in grads) or not gets_gradient(x):
+        return [None]
+    axis = normalize_axis(op, int(op.attributes.get("axis", 0)), len(x.shape))
+    parts = [grad if grad is not None else zeros(builder, out.shape, x)
+             for grad, out in zip(grads, op.outputs, strict=True)]
+    return [one(builder, "Concat", parts, {"axis": axis}) if len(parts) > 1 else parts[0]]
+
+
+def _concat_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """Each input's slab of dY along the axis (PopART's ConcatGradOp, a slice)."""
+    grad = grads[0]
+    if grad is None:
+        return [None] * len(op.inputs)
+    axis = normalize_axis(op, int(op.attributes["axis"]), len(grad.shape))
+    found: list[Tensor | None] = []
+    begin = 0
+    for tensor in op.inputs:
+        end = begin + tensor.shape[axis]
+        whole = begin == 0 and end == grad.shape[axis]
+        found.append(None if not gets_gradient(tensor) else grad if whole else one(
+            builder, "Slice", [grad, int64s(builder, [begin]), int64s(builder, [end]),
+                               int64s(builder, [axis])]))
+        begin = end
+    return found
 
 
 # -- layouts ----------------------------------------------------------------------------
@@ -371,6 +433,9 @@ class ConcatRule(LayoutRule):
             concat_slab(out_shape, axis, begin, end - begin))
 
 
-register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=SliceRule()))
-register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=ConcatRule()))
-register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=SplitRule()))
+register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=SliceRule(),
+               gradient=_slice_gradient))
+register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=ConcatRule(),
+               gradient=_concat_gradient))
+register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=SplitRule(),
+               gradient=_split_gradient))

@@ -2,7 +2,8 @@
 RandomUniformLike, RandomNormalLike), with ONNX semantics.
 
 Two such ops give different values from the same inputs, so their OpDefs say ``random``
-and they are never merged; outside training Dropout is the identity and folds away.
+and they are never merged; outside training Dropout is the identity and folds away. Its
+gradient in training reads the mask output (``_dropout_gradient``).
 RandomUniformLike and RandomNormalLike read only their input's type and shape;
 RandomUniform and RandomNormal take no input, their shape and type being attributes.
 """
@@ -13,10 +14,16 @@ import math
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
-from popart_unwind.ir.dtypes import DTYPE_OF_ONNX
+from popart_unwind.errors import ShapeError, TransformError
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, ONNX_DTYPES
 from popart_unwind.ir.op import Op
-from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, constant_value, input_shape
+from popart_unwind.ops.common import (
+    FOLD_MAX_ELEMENTS,
+    computed_value,
+    constant_value,
+    input_shape,
+)
+from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, one, scalar
 from popart_unwind.ops.layout_rule import LayoutRule
 from popart_unwind.ops.registry import OpDef, register
 
@@ -45,7 +52,57 @@ def _fold_dropout(op: Op, constants) -> list | None:
     return replacements
 
 
-register(OpDef("Dropout", infer=_infer_dropout, fold=_fold_dropout, random=True))
+def _dropout_ratio(op: Op) -> float:
+    """The drop probability: input 1 from opset 12 (0.5 when absent), an attribute before."""
+    if op.type.version < 12:
+        return float(op.attributes.get("ratio", 0.5))
+    if not op.has_input(1):
+        return 0.5
+    value = computed_value(op.input(1))
+    if value is None:
+        raise TransformError(f"Dropout {op.debug_name()}: its ratio {op.input(1).id!r} is "
+                             f"not known before running; its gradient needs it")
+    return float(np.asarray(value).reshape(-1)[0])
+
+
+def _dropout_trains(op: Op) -> bool:
+    """Whether the op drops: from opset 12 as its training_mode input says (false when
+    absent); before, unless ``is_test`` says it is a test (PopART drops in a training
+    session)."""
+    if op.type.version < 12:
+        return not (op.type.version < 7 and op.attributes.get("is_test", 0))
+    if not op.has_input(2):
+        return False
+    value = computed_value(op.input(2))
+    if value is None:
+        raise TransformError(f"Dropout {op.debug_name()}: its training_mode "
+                             f"{op.input(2).id!r} is not known before running; its gradient "
+                             f"needs it")
+    return bool(np.asarray(value).reshape(-1)[0])
+
+
+def _dropout_gradient(builder: GradientBuilder, op: Op, grads) -> list:
+    """The identity where the op drops nothing; when it drops, dY · mask / (1 - ratio)
+    (PopART's DropoutGradOp), the mask read from the op's mask output. PopART's grad op
+    draws the mask again from the forward's seed, which ONNX ops cannot say: a dropping
+    Dropout without a mask output is refused (TransformError naming it)."""
+    grad, x = grads[0], op.input(0)
+    rest = [None] * max(op.input_map())
+    if grad is None or not gets_gradient(x):
+        return [None, *rest]
+    ratio = _dropout_ratio(op) if _dropout_trains(op) else 0.0
+    if ratio == 0.0:
+        return [grad, *rest]
+    if not op.has_output(1):
+        raise TransformError(f"Dropout {op.debug_name()} drops (ratio {ratio}) and has no "
+                             f"mask output, which its gradient reads: keep the mask output")
+    mask = one(builder, "Cast", [op.output(1)], {"to": ONNX_DTYPES[grad.dtype]})
+    scaled = one(builder, "Mul", [grad, scalar(builder, 1.0 / (1.0 - ratio), grad)])
+    return [one(builder, "Mul", [scaled, mask]), *rest]
+
+
+register(OpDef("Dropout", infer=_infer_dropout, fold=_fold_dropout, random=True,
+               gradient=_dropout_gradient))
 
 
 def _infer_random_like(op: Op) -> list:

@@ -33,6 +33,13 @@ from popart_unwind.ops.common import (
     operands_constant,
     unchanged,
 )
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    gets_gradient,
+    reshape,
+    sum_to_shape,
+    transpose,
+)
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, UnwindEmitter, known_shape
 from popart_unwind.ops.registry import Constants, InferredOutputs, OpDef, register
 from popart_unwind.rewrite import Rewriter, pattern
@@ -434,18 +441,52 @@ class ExpandRule(ViewRule):
         return [] if out == known_shape(op, op.input(0)) else [("expand", out)]
 
 
+# -- gradients ------------------------------------------------------------------------------
+def _reshape_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """A row-major reshape's gradient is dY reshaped to x's shape (PopART's
+    ReshapeGradOp, SqueezeGradOp, UnsqueezeGradOp, FlattenGradOp); shapes and axes none."""
+    grad, x = grads[0], op.input(0)
+    return [reshape(builder, grad, x.shape) if grad is not None and gets_gradient(x) else None]
+
+
+def _transpose_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY transposed by the inverse permutation (PopART's TransposeGradOp)."""
+    grad = grads[0]
+    if grad is None:
+        return [None]
+    perm = transpose_perm(op, len(grad.shape))
+    return [transpose(builder, grad, [perm.index(axis) for axis in range(len(perm))])]
+
+
+def _identity_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY itself (PopART's IdentityGradOp)."""
+    return [grads[0]]
+
+
+def _expand_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """dY summed over the axes the broadcast added or stretched (PopART's ExpandGradOp)."""
+    grad, x = grads[0], op.input(0)
+    return [sum_to_shape(builder, grad, x.shape) if grad is not None and gets_gradient(x)
+            else None]
+
+
 _reshape_patterns = (_compose_reshapes,)
 register(OpDef("Reshape", infer=_infer_reshape, fold=_fold_reshape_like(_infer_reshape),
-               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
+               gradient=_reshape_gradient))
 register(OpDef("Flatten", infer=_infer_flatten, fold=_fold_reshape_like(_infer_flatten),
-               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
+               gradient=_reshape_gradient))
 register(OpDef("Squeeze", infer=_infer_squeeze, fold=_fold_reshape_like(_infer_squeeze),
-               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
+               gradient=_reshape_gradient))
 register(OpDef("Unsqueeze", infer=_infer_unsqueeze, fold=_fold_reshape_like(_infer_unsqueeze),
-               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule()))
+               patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
+               gradient=_reshape_gradient))
 register(OpDef("Transpose", infer=_infer_transpose, fold=_fold_transpose,
-               patterns=(_compose_transposes,), layout=TransposeRule()))
+               patterns=(_compose_transposes,), layout=TransposeRule(),
+               gradient=_transpose_gradient))
 register(OpDef("Identity", infer=_infer_identity, fold=_fold_identity,
-               keeps_input_layout=True, layout=IdentityRule()))
+               keeps_input_layout=True, layout=IdentityRule(), gradient=_identity_gradient))
 register(OpDef("Expand", infer=_infer_expand, fold=_fold_expand, broadcasts_input=True,
-               layout=ExpandRule()))
+               layout=ExpandRule(), gradient=_expand_gradient))
