@@ -48,10 +48,11 @@ def ir_gradients(forward: Forward, weights: Mapping[str, np.ndarray],
     grads = build_backward(graph, graph.tensor(loss), Rewriter(REGISTRY))
     names = {tensor_id: name for name, tensor_id in ids.items()}
     order = list(grads)
+    first = len(graph.outputs)
     for weight_id in order:
         graph.mark_output(grads[weight_id])
     values = fold_all(ir, {})
-    return {names[w]: v for w, v in zip(order, values[-len(order):], strict=True)}
+    return {names[w]: v for w, v in zip(order, values[first:], strict=True)}
 
 
 def numeric_gradients(forward: Forward, weights: Mapping[str, np.ndarray],

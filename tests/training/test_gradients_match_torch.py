@@ -1,0 +1,98 @@
+"""The backward pass the IR builds from an ONNX export equals PyTorch autograd's, on the
+same weights and inputs: BERT (masked-LM head), GPT-2 (tied LM head), ViT and ResNet (a
+conv net with inference-mode batch norm), tiny configurations, float32.
+
+The ONNX file is the forward export of ``tests/models/make_models.py`` (its initializers
+named after the module's parameters); the loss is ``--loss nll`` (the first output's
+softmax cross-entropy against labels); the IR's gradients are evaluated with every op's
+numpy fold, and torch's by ``loss.backward()`` on the module the file was exported from.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxscript")
+
+import make_models  # noqa: E402
+
+from popart_unwind.ir import Ir  # noqa: E402
+from popart_unwind.ops import REGISTRY  # noqa: E402
+from popart_unwind.rewrite import Rewriter  # noqa: E402
+from popart_unwind.training import build_backward  # noqa: E402
+from popart_unwind.training.losses import add_loss  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
+from fold_oracle import fold_all  # noqa: E402
+
+MODELS = ("bert", "gpt2", "vit", "resnet")
+
+
+@pytest.fixture
+def uncapped_folds(monkeypatch):
+    """The folds' size caps lifted: the oracle computes whole tiny models."""
+    for module in ("common", "linalg", "reduce", "indexing", "conv", "pools", "norms",
+                   "resizing", "constants", "stochastic"):
+        loaded = importlib.import_module(f"popart_unwind.ops.{module}")
+        for cap in ("FOLD_MAX_ELEMENTS", "FOLD_MAX_FLOPS"):
+            if hasattr(loaded, cap):
+                monkeypatch.setattr(loaded, cap, 1 << 40)
+
+
+def ir_gradients(path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    ir = Ir.from_onnx(path)
+    graph = ir.main_graph
+    rewriter = Rewriter(REGISTRY)
+    loss = add_loss(graph, rewriter, "nll")
+    grads = build_backward(graph, loss, rewriter)
+    first = len(graph.outputs)
+    for grad in grads.values():
+        graph.mark_output(grad)
+    values = fold_all(ir, inputs)
+    return dict(zip(grads, values[first:], strict=True))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gradients_equal_torch_autograd(name, uncapped_folds):
+    path = make_models.build(name, "forward", "tiny")
+    module, args = make_models.tiny_model(name)
+    module.eval()
+    logits = module(*args)
+    classes = logits.shape[-1]
+    labels = torch.from_numpy(np.random.default_rng(5).integers(
+        0, classes, logits.shape[:-1]).astype(np.int32))
+    inputs = {n: a.numpy() for n, a in zip(make_models.input_names(name), args, strict=True)}
+    inputs["labels"] = labels.numpy()
+    got = ir_gradients(path, inputs)
+
+    module.zero_grad()
+    logits = module(*args)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, classes),
+                                             labels.reshape(-1).long())
+    loss.backward()
+    params = dict(module.named_parameters())
+    assert got, "no gradient"
+    missing = [w for w in got if w not in params]
+    assert not missing, f"weights the module does not have: {missing[:3]}"
+    trained = {n for n, p in params.items() if p.grad is not None and p.grad.abs().max() > 0}
+    assert trained <= set(got) | _tied(module, set(got)), sorted(trained - set(got))[:5]
+    for weight, value in got.items():
+        want = params[weight].grad.numpy()
+        scale = float(np.abs(want).max()) or 1.0
+        np.testing.assert_allclose(value, want, rtol=1e-3, atol=1e-4 * scale,
+                                   err_msg=f"{name}: gradient of {weight}")
+
+
+def _tied(module, names: set[str]) -> set[str]:
+    """Every name of a parameter one of ``names`` also names (a tied table)."""
+    by_id: dict[int, list[str]] = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(n)
+    return {n for group in by_id.values() if names & set(group) for n in group}
