@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.options import OPTIMIZER_CHOICES
+
 MODELS = ("bert", "gpt2", "t5", "llama", "vit", "resnet")
 SIZES = ("tiny", "real")
 KINDS = ("forward", "training")
@@ -71,17 +73,30 @@ def make_models() -> Any:
     return module
 
 
-def import_graph(model: str, size: str, kind: str, frontend: str) -> Any:
-    """The graph as an Ir, the planner itself left out of the pipeline options."""
+def import_graph(model: str, size: str, kind: str, frontend: str,
+                 optimizer: str | None = None) -> Any:
+    """The graph as an Ir, the planner itself left out of the pipeline options.
+
+    A training step: through ONNX, the forward export made a step by the Autodiff
+    transform (``--loss nll``, as PopART's TrainingSession makes one) with ``optimizer``'s
+    updates (SGD when None); through PyTorch, torch's traced step with ``optimizer``'s
+    updates built in the IR, or, when None, the SGD update traced with it."""
     from popart_unwind.ir import Ir
     from popart_unwind.options import SessionOptions
+    from popart_unwind.training.optimizers import Optimizer
 
     options = SessionOptions(enable_unwind_layouts=False)
     builder = make_models()
+    training = kind == "training"
     if frontend == "onnx":
-        return Ir.from_onnx(builder.build(model, kind, size), options=options)
+        if training:
+            options = dataclasses.replace(options, loss="nll", optimizer=optimizer or "sgd")
+        return Ir.from_onnx(builder.build(model, "forward", size), options=options)
     module, args = (builder.tiny_model if size == "tiny" else builder.real_model)(model, kind)
-    return Ir.from_torch(module, args, training=kind == "training", options=options)
+    if training and optimizer is not None:
+        return Ir.from_torch(module, args, training=True, options=options,
+                             optimizer=Optimizer(optimizer))
+    return Ir.from_torch(module, args, training=training, options=options)
 
 
 def run_graph(job: dict[str, Any], report: Any) -> None:
@@ -99,7 +114,8 @@ def run_graph(job: dict[str, Any], report: Any) -> None:
     row: dict[str, Any] = {}
     report.put(("stage", "import"))
     began = time.perf_counter()
-    ir = import_graph(job["model"], job["size"], job["kind"], job["frontend"])
+    ir = import_graph(job["model"], job["size"], job["kind"], job["frontend"],
+                      job["optimizer"])
     ir.options = with_options(ir.options, job["options"])
     row["import_s"] = time.perf_counter() - began
     began = time.perf_counter()
@@ -266,7 +282,9 @@ def _child(job: dict[str, Any], report: Any) -> None:
 
 # -- the parent: one process per graph ------------------------------------------------------
 def job_name(job: dict[str, Any]) -> str:
-    return f"{job['model']}-{job['size']}-{job['kind']}-{job['frontend']}"
+    optimizer = job.get("optimizer")
+    return f"{job['model']}-{job['size']}-{job['kind']}-{job['frontend']}" + (
+        f"-{optimizer}" if optimizer and job["kind"] == "training" else "")
 
 
 def make_job(model: str, size: str, kind: str, **settings: Any) -> dict[str, Any]:
@@ -275,7 +293,7 @@ def make_job(model: str, size: str, kind: str, **settings: Any) -> dict[str, Any
     job = dict(model=model, size=size, kind=kind, frontend="torch", tiles=1472, memory=False,
                dump=None, check=None, tied_gather=False, balance_tile_memory=True,
                rotate_start_tiles=False, matmul_plans="with_layouts", popart_no_fc=False,
-               sensitivity=False, options=())
+               sensitivity=False, options=(), optimizer=None)
     unknown = sorted(set(settings) - set(job))
     if unknown:
         raise TypeError(f"unknown job settings {unknown}")
@@ -284,9 +302,6 @@ def make_job(model: str, size: str, kind: str, **settings: Any) -> dict[str, Any
 
 def run_job(job: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Run one graph in a fresh process; the row, or why there is none."""
-    if job["frontend"] == "onnx" and job["kind"] == "training" and \
-            job["model"] in make_models().ONNX_TRAINING_UNSUPPORTED:
-        return {**job, "failed": "no ONNX export (the exporter has no convolution backward)"}
     return run_child(job, timeout, _child, job_name)
 
 
@@ -335,7 +350,7 @@ TIME_COLUMNS = ("graph", "ops", "producer-less", "import s", "plan s", "plan MiB
 COST_COLUMNS = ("graph", "tile obj/bound o/P/L", "exchange MB o/P/L", "exchange kcycles o/P/L",
                 "cycles k o/P/L", "left to save MB o/P/L", "max tile KiB o/P/L",
                 "peak tile KiB o/P/L", "always-live KiB o/P/L", "fits o/P/L", "o÷P exchange",
-                "o÷P cycles", "o÷P left", "plans ≠ P", "same tiles as P")
+                "o÷P cycles", "o÷P peak", "o÷P left", "plans ≠ P", "same tiles as P")
 SENSITIVITY_COLUMNS = ("graph", "figure", "×", "o÷P exchange", "o÷P cycles", "ours ≤ PopART")
 
 
@@ -384,7 +399,8 @@ def cost_cells(row: dict[str, Any]) -> list[str]:
             three(lambda c: f"{c['always_live_max_tile_bytes'] / 1024:,.1f}"
                   if "fits" in c else "-"),
             three(lambda c: ("yes" if c["fits"] else "no") if "fits" in c else "-"),
-            ratio("exchange_bytes"), ratio("cycles"), ratio("avoidable_exchange_bytes"),
+            ratio("exchange_bytes"), ratio("cycles"), ratio("peak_tile_bytes"),
+            ratio("avoidable_exchange_bytes"),
             f"{row['plans_differing']:,}" if "plans_differing" in row else "-",
             f"{100 * row['same_as_popart']:.1f}%" if "same_as_popart" in row else "-"]
 
@@ -445,8 +461,11 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=[",".join(MODELS)])
     parser.add_argument("--kinds", default="forward,training")
     parser.add_argument("--frontends", default="torch",
-                        help="torch, onnx or both (ViT and ResNet training steps do not "
-                             "export to ONNX)")
+                        help="torch, onnx or both (an ONNX training step is the forward "
+                             "export made a step by the Autodiff transform, --loss nll)")
+    parser.add_argument("--optimizers", default="",
+                        help="the optimizers of training steps, e.g. sgd,adam (built in the "
+                             "IR); empty: the PyTorch route's traced SGD update, SGD on ONNX")
     parser.add_argument("--tiles", type=int, default=1472)
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds one graph may take, import included")
@@ -487,11 +506,14 @@ def main() -> None:
                      balance_tile_memory=not args.no_balance_tile_memory,
                      rotate_start_tiles=args.rotate_start_tiles,
                      matmul_plans=args.matmul_plans, popart_no_fc=args.popart_no_fc,
-                     sensitivity=args.sensitivity, options=tuple(args.option))
+                     sensitivity=args.sensitivity, options=tuple(args.option),
+                     optimizer=optimizer)
             for size in _names(args.sizes, SIZES, "sizes")
             for model in _names(" ".join(args.models), MODELS, "models")
             for kind in _names(args.kinds, KINDS, "kinds")
-            for frontend in _names(args.frontends, FRONTENDS, "front ends")]
+            for frontend in _names(args.frontends, FRONTENDS, "front ends")
+            for optimizer in (_names(args.optimizers, OPTIMIZER_CHOICES, "optimizers")
+                              if kind == "training" and args.optimizers else [None])]
     if args.from_json:
         print_tables(json.loads(Path(args.from_json).read_text()), args)
         return
