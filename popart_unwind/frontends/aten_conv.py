@@ -20,6 +20,7 @@ from popart_unwind.ops.conv import (
     conv_weight_gradient,
     transpose_padding,
 )
+from popart_unwind.ops.pools import window_max_gradient
 
 
 # -- convolutions ---------------------------------------------------------------------------
@@ -132,19 +133,12 @@ def _pair(value: Any) -> list[int]:
 def _max_pool_backward(ctx, node, args, kwargs):
     """The gradient of a max pool: each output gradient added at the input position its
     index names (torch's index within its (n, c) plane), i.e. ScatterElements with "add"
-    into zeros[N, C, H·W] along the plane, reshaped to the input's shape. The pool's
-    geometry does not enter: the indices say where every window's maximum lay."""
-    grad_out, x, indices = args[0], args[1], args[7]
-    shape, g_shape = ctx.shape(x), ctx.shape(grad_out)
-    if len(shape) != 4 or ctx.shape(indices) != g_shape:
+    into zeros[N, C, H·W] along the plane (``ops.pools.window_max_gradient``, as MaxPool's
+    gradient rule builds it), reshaped to the input's shape. The pool's geometry does not
+    enter: the indices say where every window's maximum lay."""
+    grad_out, x, indices = (ctx.tensor(value) for value in (args[0], args[1], args[7]))
+    shape = x.shape
+    if len(shape) != 4 or indices.shape != grad_out.shape:
         return NotImplemented
-    batch, channels = shape[:2]
-    plane = [batch, channels, int(np.prod(shape[2:]))]
-    flat = ctx.int_constant([batch, channels, int(np.prod(g_shape[2:]))])
-    zeros = ctx.constant(np.zeros(plane, dtype=ctx.dtype(grad_out)))
-    scattered = ctx.op(None, "ScatterElements", [
-        zeros, ctx.op(None, "Reshape", [indices, flat]),
-        ctx.op(None, "Reshape", [grad_out, flat])], {"axis": 2, "reduction": "add"})
+    scattered = window_max_gradient(ContextBuilder(ctx), grad_out, indices, shape)
     return ctx.op(node, "Reshape", [scattered, ctx.int_constant(list(shape))])
-
-
