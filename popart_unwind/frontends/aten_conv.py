@@ -1,7 +1,8 @@
 """ATen converters for convolutions and max pooling, forward and backward:
 ``convolution_backward`` as ConvTranspose, Conv and ReduceSum (PopART's data-gradient and
 weight-gradient convolutions), ``max_pool2d_with_indices`` as MaxPool and its backward as
-ScatterElements.
+ScatterElements. The backward passes are built by the ops' own gradient formulas
+(``ops.conv``, ``ops.pools``), so a gradient rule and this front end give one form.
 """
 
 from __future__ import annotations
@@ -12,6 +13,14 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.frontends.aten_table import argument, converts, ints
+from popart_unwind.ir.dtypes import numpy_dtype
+from popart_unwind.ops.conv import (
+    conv_bias_gradient,
+    conv_data_gradient,
+    conv_weight_gradient,
+    transpose_padding,
+)
+from popart_unwind.ops.pools import window_max_gradient
 
 
 # -- convolutions ---------------------------------------------------------------------------
@@ -29,88 +38,50 @@ def _convolution(ctx, node, args, kwargs):
 
 @converts("convolution_backward.default")
 def _convolution_backward(ctx, node, args, kwargs):
-    """The three gradients of a forward convolution, as the convolutions PopART lowers them
-    to, each only if ``output_mask`` asks for it.
-
-    - grad_input: PopART's ConvDataGradOp, a convolution of the gradient with the flipped,
-      transposed weights and input dilation the forward stride: ONNX's
-      ``ConvTranspose(grad_out, weight)`` with the forward strides, pads, dilations and
-      groups, ``output_padding`` the rows the forward's last window left unread, so that its
-      shape is the input's;
-    - grad_weight: PopART's ConvWeightsGradOp (Poplibs' weight-delta convolution): a Conv
-      of the input over the gradient, batch as the channels summed over, with stride and
-      dilation swapped (the forward dilation steps the kernel position, the forward stride
-      the output position) and groups kept as groups; its output, channels first as the
-      input's channels per group then the output channels, is transposed to the weights'
-      order and sliced to the kernel (the field may leave positions past it);
-    - grad_bias: ReduceSum of the gradient over batch and spatial axes.
-
-    Transposed forward convolutions are declined (they stay opaque)."""
-    grad_out, x, weight = args[0], args[1], args[2]
+    """The three gradients of a forward convolution, each only if ``output_mask`` asks for
+    it, built by the Conv gradient rule's own formulas (``ops.conv``): grad_input as
+    PopART's ConvDataGradOp (a ConvTranspose of the gradient with the weights),
+    grad_weight as its ConvWeightsGradOp (a Conv of the input over the gradient), grad_bias
+    as a ReduceSum. Declined (kept opaque): transposed forward convolutions, and shapes no
+    forward convolution of these arguments gives."""
+    grad_out, x, weight = (ctx.tensor(value) for value in args[:3])
     stride, padding, dilation = ints(args[4]), ints(args[5]), ints(args[6])
     transposed, groups, mask = args[7], int(args[9]), list(args[10])
-    x_shape, w_shape, g_shape = ctx.shape(x), ctx.shape(weight), ctx.shape(grad_out)
-    n = len(x_shape) - 2
+    n = len(x.shape) - 2
     if transposed or n < 1 or len(stride) != n or len(padding) != n or len(dilation) != n:
         return NotImplemented
+    builder = ContextBuilder(ctx)
     results: list = [None, None, None]
     if mask[0]:
-        extra = [x_shape[2 + a] - (stride[a] * (g_shape[2 + a] - 1)
-                                   + (w_shape[2 + a] - 1) * dilation[a] + 1 - 2 * padding[a])
-                 for a in range(n)]
-        if min(extra) < 0 or any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation,
-                                                                   strict=True)):
+        pads, extra = transpose_padding(x.shape[2:], grad_out.shape[2:], weight.shape[2:],
+                                        stride, padding * 2, dilation)
+        if pads != padding * 2 or any(e >= max(s, d) for e, s, d in zip(
+                extra, stride, dilation, strict=True)):
             return NotImplemented
-        results[0] = ctx.op(None, "ConvTranspose", [grad_out, weight], {
-            "strides": stride, "pads": padding * 2, "dilations": dilation, "group": groups,
-            "kernel_shape": list(w_shape[2:]), "output_padding": extra})
+        results[0] = conv_data_gradient(builder, grad_out, weight, x.shape[2:], stride,
+                                        padding * 2, dilation, groups)
     if mask[1]:
-        results[1] = _weight_gradient(ctx, grad_out, x, w_shape, stride, padding, dilation,
-                                      groups)
+        results[1] = conv_weight_gradient(builder, grad_out, x, weight.shape, stride, padding,
+                                          dilation, groups)
     if mask[2]:
-        axes = ctx.int_constant([0, *range(2, n + 2)])
-        results[2] = ctx.op(None, "ReduceSum", [grad_out, axes], {"keepdims": 0})
+        results[2] = conv_bias_gradient(builder, grad_out)
     return results
 
 
-def _weight_gradient(ctx, grad_out, x, w_shape, stride, padding, dilation, groups):
-    """grad_w[g·N + n, c, kk] = Σ_b,o x[b, g·C/g + c, o·stride − pad + kk·dilation] ·
-    grad_out[b, g·N + n, o]: a Conv whose batch is the input's channels per group, whose
-    input channels are (group, batch) and whose weights are the gradient as
-    [(group, output channel), batch, *O], in groups. Its field ends where the last kernel
-    position's windows end (Poplibs truncates the weight-delta convolution's input the
-    same way): its upper pad is cut to fit, and where even none is too many, the data's
-    unread trailing positions are sliced off, so that it computes exactly the kernel's
-    positions."""
-    x_shape, g_shape = ctx.shape(x), ctx.shape(grad_out)
-    n = len(x_shape) - 2
-    batch, channels, out_channels = x_shape[0], x_shape[1], g_shape[1]
-    per_group, cols = channels // groups, out_channels // groups
-    spatial = list(range(3, n + 3))
-    data = ctx.op(None, "Reshape", [x, ctx.int_constant(
-        [batch, groups, per_group, *x_shape[2:]])])
-    data = ctx.op(None, "Transpose", [data], {"perm": [2, 1, 0, *spatial]})
-    data = ctx.op(None, "Reshape", [data, ctx.int_constant(
-        [per_group, groups * batch, *x_shape[2:]])])
-    # positions up to (k − 1)·dilation − pad + (O − 1)·stride are read, no further
-    upper = [(w_shape[2 + a] - 1) * dilation[a] + (g_shape[2 + a] - 1) * stride[a] + 1
-             - x_shape[2 + a] - padding[a] for a in range(n)]
-    if min(upper) < 0:
-        cropped = [a for a in range(n) if upper[a] < 0]
-        data = ctx.op(None, "Slice", [
-            data, ctx.int_constant([0] * len(cropped)),
-            ctx.int_constant([x_shape[2 + a] + upper[a] for a in cropped]),
-            ctx.int_constant([2 + a for a in cropped])])
-    kernel = ctx.op(None, "Reshape", [grad_out, ctx.int_constant(
-        [batch, groups, cols, *g_shape[2:]])])
-    kernel = ctx.op(None, "Transpose", [kernel], {"perm": [1, 2, 0, *spatial]})
-    kernel = ctx.op(None, "Reshape", [kernel, ctx.int_constant(
-        [out_channels, batch, *g_shape[2:]])])
-    delta = ctx.op(None, "Conv", [data, kernel], {
-        "strides": dilation, "pads": list(padding) + [max(u, 0) for u in upper],
-        "dilations": stride, "group": groups, "kernel_shape": list(g_shape[2:])})
-    return ctx.op(None, "Transpose", [delta], {"perm": [1, 0, *range(2, n + 2)]})
+class ContextBuilder:
+    """A converter's context seen as the ``GradientBuilder`` the ops' gradient formulas
+    take (``ops.conv``, ``ops.pools``): unnamed ops shaped by their rules, shared
+    constants."""
 
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+
+    def op(self, op_type: str, inputs, attributes=None, *, num_outputs: int = 1) -> list:
+        made = self.ctx.op(None, op_type, list(inputs), attributes, num_outputs)
+        return [made] if num_outputs == 1 else list(made)
+
+    def constant(self, value, dtype: str):
+        return self.ctx.constant(np.asarray(value, dtype=numpy_dtype(dtype)))
 
 
 # -- max pooling ----------------------------------------------------------------------------
@@ -162,19 +133,12 @@ def _pair(value: Any) -> list[int]:
 def _max_pool_backward(ctx, node, args, kwargs):
     """The gradient of a max pool: each output gradient added at the input position its
     index names (torch's index within its (n, c) plane), i.e. ScatterElements with "add"
-    into zeros[N, C, H·W] along the plane, reshaped to the input's shape. The pool's
-    geometry does not enter: the indices say where every window's maximum lay."""
-    grad_out, x, indices = args[0], args[1], args[7]
-    shape, g_shape = ctx.shape(x), ctx.shape(grad_out)
-    if len(shape) != 4 or ctx.shape(indices) != g_shape:
+    into zeros[N, C, H·W] along the plane (``ops.pools.window_max_gradient``, as MaxPool's
+    gradient rule builds it), reshaped to the input's shape. The pool's geometry does not
+    enter: the indices say where every window's maximum lay."""
+    grad_out, x, indices = (ctx.tensor(value) for value in (args[0], args[1], args[7]))
+    shape = x.shape
+    if len(shape) != 4 or indices.shape != grad_out.shape:
         return NotImplemented
-    batch, channels = shape[:2]
-    plane = [batch, channels, int(np.prod(shape[2:]))]
-    flat = ctx.int_constant([batch, channels, int(np.prod(g_shape[2:]))])
-    zeros = ctx.constant(np.zeros(plane, dtype=ctx.dtype(grad_out)))
-    scattered = ctx.op(None, "ScatterElements", [
-        zeros, ctx.op(None, "Reshape", [indices, flat]),
-        ctx.op(None, "Reshape", [grad_out, flat])], {"axis": 2, "reduction": "add"})
+    scattered = window_max_gradient(ContextBuilder(ctx), grad_out, indices, shape)
     return ctx.op(node, "Reshape", [scattered, ctx.int_constant(list(shape))])
-
-

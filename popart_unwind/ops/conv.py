@@ -17,6 +17,7 @@ numpy (the front ends' oracle).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError, ShapeError
 from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import broadcast_index, read_need
 from popart_unwind.machine.interface import (
     REARRANGE_ABOVE_DESTINATIONS,
@@ -34,6 +36,7 @@ from popart_unwind.machine.interface import (
     plan_operand_tiles,
 )
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, input_shape, small_constants
+from popart_unwind.ops.gradient import GradientBuilder, int64s, is_differentiable, one
 from popart_unwind.ops.im2col import created_data_tiles, im2col_reads
 from popart_unwind.ops.layout_rule import (
     InputTiles,
@@ -87,6 +90,9 @@ def _conv_fold_operands(op: Op, constants) -> tuple | None:
         return None
     n = x.ndim - 2
     window = window_attributes(op, n)
+    if window is None and op.type.name == "Conv":
+        strides, pads, dilations, _ = explicit_window(op)
+        window = strides, dilations, pads
     if window is None:
         return None
     return (x, w, bias, out, n, *window, int(op.attributes.get("group", 1)))
@@ -380,8 +386,134 @@ def alone_plan(geometry: ConvGeometry, target: TileMachine) -> MatmulPlan:
     return MatmulPlan(geometry.dims, target.matmul_plan(*geometry.dims, geometry.dtype))
 
 
+# -- gradients ------------------------------------------------------------------------------
+# The one home of a convolution's backward pass: the Conv gradient rule builds it, and the
+# PyTorch front end lowers ``convolution_backward`` through it, so both give one form (the
+# form ``layers.convolution`` recognises).
+def transpose_padding(field: Sequence[int], out_field: Sequence[int], kernel: Sequence[int],
+                      strides: Sequence[int], pads: Sequence[int],
+                      dilations: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Pads (lower then upper) and ``output_padding`` of the ConvTranspose that spreads a
+    window op's ``out_field`` gradient back over its ``field``: the forward's pads, and
+    the positions past the last window as output padding; where the last window reaches
+    past the padded field (a ceil-mode pool), its overhang is cropped as upper pad."""
+    n = len(field)
+    pads, extra = list(pads), []
+    for a in range(n):
+        reach = strides[a] * (out_field[a] - 1) + (kernel[a] - 1) * dilations[a] + 1
+        left = field[a] + pads[a] + pads[a + n] - reach
+        pads[a + n] -= min(left, 0)
+        extra.append(max(left, 0))
+    return pads, extra
+
+
+def conv_data_gradient(builder: GradientBuilder, grad_out: Tensor, weight: Tensor,
+                       field: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                       dilations: Sequence[int], group: int) -> Tensor:
+    """dX of ``Y = Conv(X, W)`` (PopART's ConvDataGradOp): the gradient convolved with the
+    flipped, transposed weights at input dilation the stride, i.e. ONNX's
+    ``ConvTranspose(dY, W)`` with the forward's window and groups, ``output_padding`` the
+    positions the forward's last window left unread, so that its shape is X's."""
+    kernel = list(weight.shape[2:])
+    pads, extra = transpose_padding(field, grad_out.shape[2:], kernel, strides, pads,
+                                    dilations)
+    return one(builder, "ConvTranspose", [grad_out, weight], {
+        "strides": list(strides), "pads": pads, "dilations": list(dilations),
+        "group": group, "kernel_shape": kernel, "output_padding": extra})
+
+
+def conv_weight_gradient(builder: GradientBuilder, grad_out: Tensor, x: Tensor,
+                         w_shape: Sequence[int], strides: Sequence[int],
+                         lower_pads: Sequence[int], dilations: Sequence[int],
+                         group: int) -> Tensor:
+    """dW of ``Y = Conv(X, W)`` (PopART's ConvWeightsGradOp, Poplibs' weight-delta
+    convolution): ``dW[g·N + n, c, kk] = Σ_b,o X[b, g·C/g + c, o·stride − pad +
+    kk·dilation] · dY[b, g·N + n, o]``, a Conv whose batch is X's channels per group, whose
+    input channels are (group, batch) and whose weights are dY as [(group, output channel),
+    batch, *O], in groups, stride and dilation swapped; its output, transposed, is W's.
+    Its field ends where the last kernel position's windows end (as Poplibs truncates it):
+    the upper pad is cut to fit, and where even none is too many, X's unread trailing
+    positions are sliced off, so that it computes exactly the kernel's positions."""
+    x_shape, g_shape = tuple(x.shape), tuple(grad_out.shape)
+    n = len(x_shape) - 2
+    batch, channels, out_channels = x_shape[0], x_shape[1], g_shape[1]
+    per_group, cols = channels // group, out_channels // group
+    spatial = list(range(3, n + 3))
+    data = one(builder, "Reshape", [x, int64s(builder, [batch, group, per_group,
+                                                        *x_shape[2:]])])
+    data = one(builder, "Transpose", [data], {"perm": [2, 1, 0, *spatial]})
+    data = one(builder, "Reshape", [data, int64s(builder, [per_group, group * batch,
+                                                           *x_shape[2:]])])
+    # positions up to (k − 1)·dilation − pad + (O − 1)·stride are read, no further
+    upper = [(w_shape[2 + a] - 1) * dilations[a] + (g_shape[2 + a] - 1) * strides[a] + 1
+             - x_shape[2 + a] - lower_pads[a] for a in range(n)]
+    if min(upper) < 0:
+        cropped = [a for a in range(n) if upper[a] < 0]
+        data = one(builder, "Slice", [
+            data, int64s(builder, [0] * len(cropped)),
+            int64s(builder, [x_shape[2 + a] + upper[a] for a in cropped]),
+            int64s(builder, [2 + a for a in cropped])])
+    kernel = one(builder, "Reshape", [grad_out, int64s(builder, [batch, group, cols,
+                                                                 *g_shape[2:]])])
+    kernel = one(builder, "Transpose", [kernel], {"perm": [1, 2, 0, *spatial]})
+    kernel = one(builder, "Reshape", [kernel, int64s(builder, [out_channels, batch,
+                                                               *g_shape[2:]])])
+    delta = one(builder, "Conv", [data, kernel], {
+        "strides": list(dilations), "pads": list(lower_pads) + [max(u, 0) for u in upper],
+        "dilations": list(strides), "group": group, "kernel_shape": list(g_shape[2:])})
+    return one(builder, "Transpose", [delta], {"perm": [1, 0, *range(2, n + 2)]})
+
+
+def conv_bias_gradient(builder: GradientBuilder, grad_out: Tensor) -> Tensor:
+    """dB of a convolution: dY summed over batch and spatial axes."""
+    n = len(grad_out.shape) - 2
+    return one(builder, "ReduceSum", [grad_out, int64s(builder, [0, *range(2, n + 2)])],
+               {"keepdims": 0})
+
+
+def explicit_window(op: Op) -> tuple[list[int], list[int], list[int], int]:
+    """Strides, pads (lower then upper), dilations and group of a Conv, its ``auto_pad``
+    resolved to the pads ONNX states for it (SAME_UPPER puts the odd one at the end)."""
+    x, w, y = input_shape(op, 0), input_shape(op, 1), op.output(0).shape
+    n = len(x) - 2
+    strides, dilations, auto_pad, pads = shape_window(op, n)
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * 2 * n
+        for a in range(n):
+            total = max((y[2 + a] - 1) * strides[a] + (w[2 + a] - 1) * dilations[a] + 1
+                        - x[2 + a], 0)
+            small = total // 2
+            pads[a], pads[a + n] = ((small, total - small) if auto_pad == "SAME_UPPER"
+                                    else (total - small, small))
+    return strides, pads, dilations, int(op.attributes.get("group", 1))
+
+
+def _conv_gradient(builder: GradientBuilder, op: Op,
+                   grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX, dW and dB of ``Y = Conv(X, W, B)`` (PopART's ConvDataGradOp, ConvWeightsGradOp
+    and the bias's reduction), each built as above."""
+    grad = grads[0]
+    if grad is None:
+        return [None, None, None]
+    x, w = op.input(0), op.input(1)
+    strides, pads, dilations, group = explicit_window(op)
+    n = len(x.shape) - 2
+    found: list[Tensor | None] = [None, None, None]
+    if is_differentiable(x):
+        found[0] = conv_data_gradient(builder, grad, w, x.shape[2:], strides, pads,
+                                      dilations, group)
+    if is_differentiable(w):
+        found[1] = conv_weight_gradient(builder, grad, x, w.shape, strides, pads[:n],
+                                        dilations, group)
+    if op.has_input(2) and is_differentiable(op.input(2)):
+        found[2] = conv_bias_gradient(builder, grad)
+    return found
+
+
 register(OpDef("Conv", infer=_infer_conv, fold=_fold_conv, layout=ConvRule(),
-               outline_value=HIGH_OUTLINE_VALUE))
+               outline_value=HIGH_OUTLINE_VALUE, gradient=_conv_gradient))
 
 
 # -- ConvTranspose --------------------------------------------------------------------------

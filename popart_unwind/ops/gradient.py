@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from popart_unwind.ir.dtypes import numpy_dtype
+from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 
@@ -113,3 +113,14 @@ def swap_last_two(builder: GradientBuilder, tensor: Tensor) -> Tensor:
     perm = list(range(rank))
     perm[-2], perm[-1] = perm[-1], perm[-2]
     return transpose(builder, tensor, perm)
+
+
+def shared_among_maxima(builder: GradientBuilder, x: Tensor, kept_max: Tensor,
+                        kept_grad: Tensor, axes: Sequence[int]) -> Tensor:
+    """The gradient of a maximum (or minimum) over ``axes`` of ``x``: ``kept_grad`` (the
+    result's gradient, reduced axes kept as 1) routed to the elements equal to
+    ``kept_max``, split evenly among elements tied for it (so the sum is kept)."""
+    mask = one(builder, "Cast", [one(builder, "Equal", [x, kept_max])],
+               {"to": ONNX_DTYPES[x.dtype]})
+    count = one(builder, "ReduceSum", [mask, int64s(builder, axes)], {"keepdims": 1})
+    return one(builder, "Mul", [one(builder, "Div", [mask, count]), kept_grad])

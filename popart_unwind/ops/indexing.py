@@ -15,6 +15,7 @@ lie. Indices unknown at plan time are assumed to spread uniformly (docs/ipu-mode
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from math import prod
 from typing import Any
 
@@ -31,6 +32,13 @@ from popart_unwind.ops.common import (
     input_shape,
     normalize_axis,
     small_constants,
+)
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    int64s,
+    is_differentiable,
+    one,
+    transpose,
 )
 from popart_unwind.ops.layout_rule import (
     InputTiles,
@@ -323,7 +331,31 @@ class GatherRule(LayoutRule):
         return 1 if in_index in (0, 1) and self.table_dims(op) is not None else None
 
 
-register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule()))
+def _gather_gradient(builder: GradientBuilder, op: Op,
+                     grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """The table's gradient (PopART's GatherGradOp): each slice of dY added into zeros of
+    the table's shape at the row its index names, as ScatterND with "add" (repeated indices
+    accumulate; negative ones count from the end, as Gather and this IR's ScatterND read
+    them, though ONNX's ScatterND only states in-range ones), indices unsqueezed
+    to one column: the PyTorch front end's embedding backward (``index_put``) in the same
+    form. Another axis than 0 is moved to the front and back (Transpose)."""
+    grad, data, indices = grads[0], op.input(0), op.input(1)
+    if grad is None or not is_differentiable(data):
+        return [None, None]
+    rank, depth = len(data.shape), len(indices.shape)
+    axis = normalize_axis(op, op.attributes.get("axis", 0), rank)
+    front = [axis, *range(axis), *range(axis + 1, rank)]
+    # dY's axes: data[:axis], indices, data[axis + 1:] -> indices, data[:axis], the rest
+    grad = transpose(builder, grad, [*range(axis, axis + depth), *range(axis),
+                                     *range(axis + depth, rank - 1 + depth)])
+    zeros = builder.constant(np.zeros([data.shape[a] for a in front]), data.dtype)
+    column = one(builder, "Unsqueeze", [indices, int64s(builder, [depth])])
+    scattered = one(builder, "ScatterND", [zeros, column, grad], {"reduction": "add"})
+    return [transpose(builder, scattered, list(np.argsort(front))), None]
+
+
+register(OpDef("Gather", infer=_infer_gather, fold=_fold_gather, layout=GatherRule(),
+               gradient=_gather_gradient))
 
 
 def _spread(count: int, size: int) -> np.ndarray:
@@ -645,5 +677,18 @@ class GatherElementsRule(_LaidOutLikeInput):
         return super().least_received(op, input_tiles, output_tiles, planned, target)
 
 
+def _gather_elements_gradient(builder: GradientBuilder, op: Op,
+                              grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """The data's gradient: dY added into zeros of the data's shape where each element was
+    read, ScatterElements with "add" along the same axis."""
+    grad, data = grads[0], op.input(0)
+    if grad is None or not is_differentiable(data):
+        return [None, None]
+    zeros = builder.constant(np.zeros(data.shape), data.dtype)
+    axis = normalize_axis(op, op.attributes.get("axis", 0), len(data.shape))
+    return [one(builder, "ScatterElements", [zeros, op.input(1), grad],
+                {"axis": axis, "reduction": "add"}), None]
+
+
 register(OpDef("GatherElements", infer=_infer_gather_elements, fold=_fold_gather_elements,
-               layout=GatherElementsRule()))
+               layout=GatherElementsRule(), gradient=_gather_elements_gradient))

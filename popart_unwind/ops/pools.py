@@ -4,21 +4,33 @@ semantics (window sizes as ``ops/windows.py`` counts them).
 Layouts: windowed pools read each output's window from the tile holding the output, seen
 as the depthwise convolution whose windows they reduce; global pools are reductions over
 the spatial axes. docs/ipu-model.md ("Pools") states every choice and approximation. The
-MaxPool fold gives its values in numpy (the front ends' oracle).
+folds give MaxPool's, AveragePool's and the global pools' values in numpy (the front ends'
+oracle). The gradient rules are PopART's pool grad ops written as ONNX ops.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError
+from popart_unwind.errors import IrError, ShapeError
 from popart_unwind.ir.op import Op
+from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import FOLD_MAX_ELEMENTS, small_constants
+from popart_unwind.ops.conv import transpose_padding
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    int64s,
+    is_differentiable,
+    one,
+    scalar,
+    shared_among_maxima,
+)
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -226,9 +238,116 @@ def _pool_reads(geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray]:
     return readers.reshape(-1), elements.reshape(-1)
 
 
-register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool, layout=PoolRule()))
-for _pool in ("AveragePool", "LpPool"):
-    register(OpDef(_pool, infer=_infer_pool, layout=PoolRule()))
+def _window_counts(op: Op, field: Sequence[int], out_field: Sequence[int]) -> np.ndarray | None:
+    """How many elements each AveragePool window averages, shape ``out_field``: its
+    positions inside the padded field (``count_include_pad`` 1; a ceil-mode window's part
+    past that field counts not) or inside the data (0). None for ``auto_pad`` forms."""
+    n = len(field)
+    window = window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    kernel = window_attribute(op, "kernel_shape", (), n)
+    include = bool(op.attributes.get("count_include_pad", 0))
+    counts = np.ones((), dtype=np.int64)
+    for a in range(n):
+        start = np.arange(out_field[a])[:, None] * strides[a] - pads[a]
+        at = start + np.arange(kernel[a])[None, :] * dilations[a]
+        low, high = (-pads[a], field[a] + pads[a + n]) if include else (0, field[a])
+        counts = np.multiply.outer(counts, ((at >= low) & (at < high)).sum(axis=1))
+    return counts
+
+
+def _fold_average_pool(op: Op, constants) -> list | None:
+    """Each window's sum over its data elements, divided by ``_window_counts``."""
+    x = constants[0]
+    out = op.output(0).shape
+    if (not small_constants(x) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or x.dtype.kind != "f"):
+        return None
+    n = x.ndim - 2
+    counts = _window_counts(op, x.shape[2:], out[2:])
+    if counts is None or not counts.all():
+        return None
+    strides, dilations, pads = window_attributes(op, n)
+    kernel = window_attribute(op, "kernel_shape", (), n)
+    upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
+                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
+    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)])
+    total = np.zeros(out, dtype=x.dtype)
+    for kk in np.ndindex(*kernel):
+        total += padded[window_positions(kk, dilations, out[2:], strides)]
+    return [(total / counts).astype(x.dtype)]
+
+
+# -- gradients ------------------------------------------------------------------------------
+def window_max_gradient(builder: GradientBuilder, grad_out: Tensor, plane_indices: Tensor,
+                        shape: Sequence[int]) -> Tensor:
+    """A max pool's input gradient as [N, C, spatial positions]: each output gradient
+    added at the position within its (n, c) plane where its window's maximum lay
+    (``plane_indices``), i.e. ScatterElements with "add" into zeros along the plane. The
+    PyTorch front end's max-pool backward is built by it too."""
+    batch, channels = shape[0], shape[1]
+    plane = [batch, channels, prod(shape[2:])]
+    flat = int64s(builder, [batch, channels, prod(grad_out.shape[2:])])
+    zeros = builder.constant(np.zeros(plane), grad_out.dtype)
+    return one(builder, "ScatterElements", [
+        zeros, one(builder, "Reshape", [plane_indices, flat]),
+        one(builder, "Reshape", [grad_out, flat])], {"axis": 2, "reduction": "add"})
+
+
+def _max_pool_gradient(builder: GradientBuilder, op: Op,
+                       grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX: each output's gradient at its window's maximum (PopART's MaxPoolGradOp), found
+    by the Indices of ``op`` or of a second MaxPool (ONNX counts them over the whole
+    input: taken modulo a plane), scattered by ``window_max_gradient``. A window whose
+    maximum is tied gives its gradient to the first of them, as the Indices say."""
+    grad = grads[0]
+    x = op.input(0)
+    if grad is None or not is_differentiable(x):
+        return [None]
+    if op.has_output(1) and int(op.attributes.get("storage_order", 0)) == 0:
+        indices = op.output(1)
+    else:
+        attributes = {k: v for k, v in op.attributes.items() if k != "storage_order"}
+        indices = builder.op("MaxPool", [x], attributes, num_outputs=2)[1]
+    plane = builder.constant(np.array(prod(x.shape[2:])), "int64")
+    scattered = window_max_gradient(builder, grad, one(builder, "Mod", [indices, plane]),
+                                    x.shape)
+    return [one(builder, "Reshape", [scattered, int64s(builder, x.shape)])]
+
+
+def _average_pool_gradient(builder: GradientBuilder, op: Op,
+                           grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX: each output's gradient over its window's count, spread back over the window
+    (PopART's AveragePoolGradOp): ``ConvTranspose(dY / counts, ones)`` in groups of one
+    channel, with the pool's window."""
+    grad = grads[0]
+    x = op.input(0)
+    if grad is None or not is_differentiable(x):
+        return [None]
+    n = len(x.shape) - 2
+    out = tuple(grad.shape[2:])
+    counts = _window_counts(op, x.shape[2:], out)
+    if counts is None or not counts.all():
+        raise IrError(f"op {op.debug_name()} (AveragePool): no gradient for auto_pad "
+                      f"{op.attributes.get('auto_pad')!r} or a window over padding alone")
+    strides, dilations, pads = window_attributes(op, n)
+    kernel = window_attribute(op, "kernel_shape", (), n)
+    scaled = one(builder, "Mul", [grad, builder.constant(
+        (1.0 / counts).reshape((1, 1, *out)), grad.dtype)])
+    ones = builder.constant(np.ones((x.shape[1], 1, *kernel)), grad.dtype)
+    pads, extra = transpose_padding(x.shape[2:], out, kernel, strides, pads, dilations)
+    return [one(builder, "ConvTranspose", [scaled, ones], {
+        "strides": strides, "pads": pads, "dilations": dilations, "group": x.shape[1],
+        "kernel_shape": kernel, "output_padding": extra})]
+
+
+register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool, layout=PoolRule(),
+               gradient=_max_pool_gradient))
+register(OpDef("AveragePool", infer=_infer_pool, fold=_fold_average_pool, layout=PoolRule(),
+               gradient=_average_pool_gradient))
+register(OpDef("LpPool", infer=_infer_pool, layout=PoolRule()))
 
 
 # -- global pools ---------------------------------------------------------------------------
@@ -243,6 +362,37 @@ def _global_axes(op: Op, rank: int) -> tuple[int, ...]:
 
 # A global pool reduces each (n, c) plane: laid out and costed as a reduction over the
 # spatial axes (popops::reduce's partials), docs/ipu-model.md.
-for _pool in ("GlobalAveragePool", "GlobalMaxPool"):
-    register(OpDef(_pool, infer=_infer_global_pool, layout=ReductionRule(_global_axes)))
+def _fold_global_pool(op: Op, constants) -> list | None:
+    """Each (n, c) plane's mean or maximum."""
+    x = constants[0]
+    if not small_constants(x) or x.ndim < 3 or x.dtype.kind != "f" or not x.size:
+        return None
+    meaning = np.mean if op.type.name == "GlobalAveragePool" else np.max
+    return [meaning(x, axis=_global_axes(op, x.ndim), keepdims=True).astype(x.dtype)]
+
+
+def _global_average_pool_gradient(builder: GradientBuilder, op: Op,
+                                  grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX = dY broadcast over the plane, over the plane's size."""
+    grad, x = grads[0], op.input(0)
+    if grad is None or not is_differentiable(x):
+        return [None]
+    spread = one(builder, "Expand", [grad, int64s(builder, x.shape)])
+    return [one(builder, "Mul", [spread, scalar(builder, 1.0 / prod(x.shape[2:]), x)])]
+
+
+def _global_max_pool_gradient(builder: GradientBuilder, op: Op,
+                              grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX = dY at each plane's maximum (shared evenly among tied maxima)."""
+    grad, x = grads[0], op.input(0)
+    if grad is None or not is_differentiable(x):
+        return [None]
+    return [shared_among_maxima(builder, x, op.output(0), grad,
+                                _global_axes(op, len(x.shape)))]
+
+
+for _pool, _gradient in (("GlobalAveragePool", _global_average_pool_gradient),
+                         ("GlobalMaxPool", _global_max_pool_gradient)):
+    register(OpDef(_pool, infer=_infer_global_pool, fold=_fold_global_pool,
+                   layout=ReductionRule(_global_axes), gradient=_gradient))
 register(OpDef("GlobalLpPool", infer=_infer_global_pool))

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from popart_unwind.errors import ShapeError, ShapeUndecided
+from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
@@ -52,7 +52,17 @@ from popart_unwind.ops.common import (
     normalize_axis,
 )
 from popart_unwind.ops.elementwise import ElementwiseRule
-from popart_unwind.ops.gradient import GradientBuilder, GradientRule, int64s, one, reshape, scalar
+from popart_unwind.ops.gradient import (
+    GradientBuilder,
+    GradientRule,
+    int64s,
+    is_differentiable,
+    one,
+    reshape,
+    scalar,
+    shared_among_maxima,
+    sum_to_shape,
+)
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
@@ -385,9 +395,72 @@ def _reduce_mean_gradient(builder: GradientBuilder, op: Op,
     return [one(builder, "Mul", [spread, scalar(builder, 1.0 / max(count, 1), x)])]
 
 
+def _kept(builder: GradientBuilder, op: Op, tensor: Tensor) -> Tensor:
+    """A reduction's result (or its gradient) with its reduced axes kept as 1."""
+    shape = op.input(0).shape
+    axes = reduced_axes(op, len(shape)) or ()
+    return reshape(builder, tensor, tuple(1 if a in axes else d for a, d in enumerate(shape)))
+
+
+def _of_result(formula: Callable[[GradientBuilder, Op, Tensor, Tensor], Tensor]
+               ) -> GradientRule:
+    """A reduction's rule from ``formula(builder, op, dY, Y)`` (both with the reduced
+    axes kept) giving dX; the identity's gradient passes."""
+    def rule(builder: GradientBuilder, op: Op,
+             grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+        if grads[0] is None:
+            return [None]
+        if reduced_axes(op, len(op.input(0).shape)) is None:
+            return [grads[0]]
+        return [formula(builder, op, _kept(builder, op, grads[0]),
+                        _kept(builder, op, op.output(0)))]
+    return rule
+
+
+def _to_extreme(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceMax, ReduceMin: dY at the extreme, shared evenly among tied elements."""
+    x = op.input(0)
+    return shared_among_maxima(builder, x, result, grad, reduced_axes(op, len(x.shape)))
+
+
+def _l2(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceL2: dX = dY · X / Y (infinite where Y is 0, as the derivative of the norm)."""
+    return one(builder, "Mul", [grad, one(builder, "Div", [op.input(0), result])])
+
+
+def _sum_square(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceSumSquare: dX = 2 · X · dY."""
+    x = op.input(0)
+    return one(builder, "Mul", [grad, one(builder, "Mul", [x, scalar(builder, 2.0, x)])])
+
+
+def _log_sum_exp(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceLogSumExp: dX = dY · exp(X − Y), the softmax over the reduced axes."""
+    return one(builder, "Mul", [grad, one(builder, "Exp", [
+        one(builder, "Sub", [op.input(0), result])])])
+
+
+def _l1(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceL1: dX = dY · sign(X) (0 at 0)."""
+    return one(builder, "Mul", [grad, one(builder, "Sign", [op.input(0)])])
+
+
+def _log_sum(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> Tensor:
+    """ReduceLogSum: dX = dY / Σ X = dY · exp(−Y), broadcast back over the reduced axes."""
+    quotient = one(builder, "Mul", [grad, one(builder, "Exp", [one(builder, "Neg", [result])])])
+    return one(builder, "Expand", [quotient, int64s(builder, op.input(0).shape)])
+
+
 _REDUCTION_GRADIENTS: dict[str, GradientRule] = {
     "ReduceSum": _reduce_sum_gradient,
     "ReduceMean": _reduce_mean_gradient,
+    "ReduceMax": _of_result(_to_extreme),
+    "ReduceMin": _of_result(_to_extreme),
+    "ReduceL2": _of_result(_l2),
+    "ReduceSumSquare": _of_result(_sum_square),
+    "ReduceLogSumExp": _of_result(_log_sum_exp),
+    "ReduceL1": _of_result(_l1),
+    "ReduceLogSum": _of_result(_log_sum),
 }
 
 #: Every reduction but ReduceLogSum counts as reducing what it reads
@@ -607,10 +680,34 @@ class LayerNormRule(ElementwiseRule):
 SOFTMAX = SoftmaxRule()
 LAYER_NORM = LayerNormRule()
 
+def _softmax_gradient(builder: GradientBuilder, op: Op,
+                      grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """``dX = Y · (dY − Σ dY·Y)`` over the softmax's axes (PopART's SoftmaxGradOp)."""
+    grad, y = grads[0], op.output(0)
+    if grad is None:
+        return [None]
+    axes = int64s(builder, _softmax_axes(op, len(y.shape)))
+    product = one(builder, "Mul", [grad, y])
+    total = one(builder, "ReduceSum", [product, axes], {"keepdims": 1})
+    return [one(builder, "Sub", [product, one(builder, "Mul", [y, total])])]
+
+
+def _log_softmax_gradient(builder: GradientBuilder, op: Op,
+                          grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """``dX = dY − exp(Y) · Σ dY`` over the axes (PopART's LogSoftmaxGradOp)."""
+    grad, y = grads[0], op.output(0)
+    if grad is None:
+        return [None]
+    axes = int64s(builder, _softmax_axes(op, len(y.shape)))
+    total = one(builder, "ReduceSum", [grad, axes], {"keepdims": 1})
+    return [one(builder, "Sub", [grad, one(builder, "Mul", [one(builder, "Exp", [y]),
+                                                            total])])]
+
+
 register(OpDef("Softmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
-               reduces_input=True))
+               reduces_input=True, gradient=_softmax_gradient))
 register(OpDef("LogSoftmax", infer=_infer_softmax, fold=_fold_softmax, layout=SOFTMAX,
-               reduces_input=True))
+               reduces_input=True, gradient=_log_softmax_gradient))
 #: Hardmax reads its input as Softmax does: the maximum along the axis, broadcast back.
 register(OpDef("Hardmax", infer=_infer_softmax, fold=_fold_hardmax, layout=SOFTMAX,
                reduces_input=True))
@@ -636,8 +733,58 @@ def _fold_layer_norm(op: Op, constants) -> list | None:
     return [values[index] for index in op.output_map()]
 
 
+def _layer_norm_statistics(builder: GradientBuilder, op: Op,
+                           axes: Tensor) -> tuple[Tensor, Tensor]:
+    """The mean and inverse standard deviation of X over the normalised axes, in X's type:
+    the op's own outputs where it has them, else computed again."""
+    x = op.input(0)
+    if op.has_output(1) and op.has_output(2):
+        mean, inverse = op.output(1), op.output(2)
+        if mean.dtype != x.dtype:
+            to = {"to": ONNX_DTYPES[x.dtype]}
+            mean, inverse = (one(builder, "Cast", [t], to) for t in (mean, inverse))
+        return mean, inverse
+    mean = one(builder, "ReduceMean", [x, axes], {"keepdims": 1})
+    centred = one(builder, "Sub", [x, mean])
+    var = one(builder, "ReduceMean", [one(builder, "Mul", [centred, centred]), axes],
+              {"keepdims": 1})
+    eps = scalar(builder, float(op.attributes.get("epsilon", 1e-5)), x)
+    return mean, one(builder, "Reciprocal", [one(builder, "Sqrt", [
+        one(builder, "Add", [var, eps])])])
+
+
+def _layer_norm_gradient(builder: GradientBuilder, op: Op,
+                         grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """With ``x̂ = (X − mean) · r`` and ``g = dY · Scale``: ``dX = r · (g − mean(g) −
+    x̂ · mean(g · x̂))`` over the normalised axes, ``dScale = Σ dY · x̂`` and ``dB = Σ dY``
+    over the axes each was broadcast along (PopART's LayerNormGradOp, its GroupNormGradOp
+    with one group)."""
+    grad = grads[0]
+    if grad is None:
+        return [None, None, None]
+    x, scale = op.input(0), op.input(1)
+    axes = int64s(builder, _norm_axes(op, len(x.shape)))
+    mean, inverse = _layer_norm_statistics(builder, op, axes)
+    normalised = one(builder, "Mul", [one(builder, "Sub", [x, mean]), inverse])
+    found: list[Tensor | None] = [None, None, None]
+    if is_differentiable(x):
+        g = one(builder, "Mul", [grad, scale])
+        g_mean = one(builder, "ReduceMean", [g, axes], {"keepdims": 1})
+        gx_mean = one(builder, "ReduceMean", [one(builder, "Mul", [g, normalised]), axes],
+                      {"keepdims": 1})
+        inner = one(builder, "Sub", [one(builder, "Sub", [g, g_mean]),
+                                     one(builder, "Mul", [normalised, gx_mean])])
+        found[0] = one(builder, "Mul", [inner, inverse])
+    if is_differentiable(scale):
+        found[1] = sum_to_shape(builder, one(builder, "Mul", [grad, normalised]), scale.shape)
+    if op.has_input(2) and is_differentiable(op.input(2)):
+        found[2] = sum_to_shape(builder, grad, op.input(2).shape)
+    return found
+
+
 register(OpDef("LayerNormalization", infer=_infer_layer_norm, fold=_fold_layer_norm,
-               norm=True, reduces_input=True, layout=LAYER_NORM))
+               norm=True, reduces_input=True, layout=LAYER_NORM,
+               gradient=_layer_norm_gradient))
 class BatchNormRule(LayoutRule):
     """BatchNormalization: Y is laid out like X; scale, B, mean and var hold one value per
     channel (axis 1) and are read like a convolution's bias: in the unwinding problem each
@@ -777,9 +924,42 @@ def _fold_batch_norm(op: Op, constants) -> list | None:
     return [result.astype(x.dtype)]
 
 
+def _batch_norm_gradient(builder: GradientBuilder, op: Op,
+                         grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Inference form, the statistics given: with ``r = 1 / sqrt(var + eps)`` per channel,
+    ``dX = dY · scale · r``, ``dScale = Σ dY · (X − mean) · r`` and ``dB = Σ dY`` over all
+    axes but the channels; the running mean and variance are statistics, with none.
+    Training mode (the batch's own statistics, PopART's BatchNormGradOp) is refused."""
+    if BatchNormRule.training(op):
+        raise IrError(f"op {op.debug_name()} (BatchNormalization): no gradient rule for "
+                      f"training mode; only the inference form (running statistics given)")
+    grad = grads[0]
+    if grad is None:
+        return [None] * 5
+    x, scale, mean, var = (op.input(i) for i in (0, 1, 3, 4))
+    column = BatchNormRule._channel_shape(op)
+    axes = int64s(builder, BatchNormRule._axes(op))
+    eps = scalar(builder, float(op.attributes.get("epsilon", 1e-5)), var)
+    inverse = reshape(builder, one(builder, "Reciprocal", [one(builder, "Sqrt", [
+        one(builder, "Add", [var, eps])])]), column)
+    found: list[Tensor | None] = [None] * 5
+    if is_differentiable(x):
+        found[0] = one(builder, "Mul", [grad, one(builder, "Mul", [
+            reshape(builder, scale, column), inverse])])
+    if is_differentiable(scale):
+        normalised = one(builder, "Mul", [
+            one(builder, "Sub", [x, reshape(builder, mean, column)]), inverse])
+        found[1] = one(builder, "ReduceSum", [one(builder, "Mul", [grad, normalised]), axes],
+                       {"keepdims": 0})
+    if is_differentiable(op.input(2)):
+        found[2] = one(builder, "ReduceSum", [grad, axes], {"keepdims": 0})
+    return found
+
+
 BATCH_NORM = BatchNormRule()
 register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
-               norm=True, reduces_input=True, layout=BATCH_NORM))
+               norm=True, reduces_input=True, layout=BATCH_NORM,
+               gradient=_batch_norm_gradient))
 
 
 # -- NegativeLogLikelihoodLoss ------------------------------------------------------------

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
+from onnx_cases import agrees_with_onnx, folded, reference_outputs
 from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
 from op_building import build, shapes_of
 
@@ -259,3 +260,44 @@ def test_ceil_mode_pool_shapes_and_max_pool_fold_agree_with_torch_from_opset_22(
     [values] = _fold("MaxPool", [x.numpy()], {**attributes, "dilations": case["dilations"]},
                      version=22)
     np.testing.assert_array_equal(values, expected.numpy())
+
+
+# -- folds against ONNX's reference evaluator ---------------------------------------------
+@pytest.mark.parametrize("window", [
+    dict(kernel_shape=[3], strides=[2], pads=[1, 1]),
+    dict(kernel_shape=[2, 3], strides=[2, 1], pads=[1, 1, 0, 1]),
+    dict(kernel_shape=[2, 2], strides=[1, 2], dilations=[2, 1], pads=[0, 1, 1, 0]),
+    dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 1, 2], strides=[1, 1, 2], pads=[0, 0, 1, 1, 0, 0]),
+])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_average_pool_fold_agrees_with_onnx(window, count_include_pad):
+    x = np.random.default_rng(3).standard_normal((2, 3, *[6, 5, 3][:len(
+        window["kernel_shape"])])).astype(np.float32)
+    agrees_with_onnx("AveragePool", [x], dict(window, count_include_pad=count_include_pad),
+                     19)
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 4), (1, 2, 3, 4), (2, 1, 2, 2, 3)])
+def test_global_pool_folds_agree_with_onnx(op_type, shape):
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    if op_type == "GlobalAveragePool" or len(shape) == 4:
+        agrees_with_onnx(op_type, [x], {}, 18)
+        return
+    # ONNX's reference GlobalMaxPool reduces the wrong axes but for 4-D inputs: its
+    # ReduceMax over the spatial axes is the oracle there
+    [want] = reference_outputs("ReduceMax", [x, np.arange(2, len(shape))], {}, 18)
+    [got_shape], [got] = folded(op_type, [x], {}, 18)
+    assert got_shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("strides", [[1, 1], [2, 3]])
+def test_conv_fold_resolves_auto_pad_as_onnx(auto_pad, strides):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 2, 3)).astype(np.float32)
+    agrees_with_onnx("Conv", [x, w], {"auto_pad": auto_pad, "strides": strides}, 18)

@@ -1,0 +1,48 @@
+"""Conv's gradient rule against central differences, and the PyTorch front end's backward
+pass built by the same formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gradcheck import check_gradients
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize(("field", "kernel", "strides", "pads", "dilations", "group"), [
+    ((5,), (3,), (1,), (0, 0), (1,), 1),
+    ((7,), (2,), (2,), (1, 0), (1,), 1),
+    ((6,), (3,), (3,), (0, 1), (2,), 2),
+    ((5, 4), (3, 2), (1, 1), (1, 0, 1, 1), (1, 1), 1),
+    ((6, 5), (2, 2), (2, 3), (0, 1, 1, 0), (2, 1), 2),
+    ((4, 3, 3), (2, 1, 2), (1, 2, 1), (0, 0, 1, 1, 0, 0), (1, 1, 1), 1),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(field, kernel, strides, pads, dilations, group, bias):
+    channels, maps = 2 * group, 2 * group
+    weights = {"x": RNG.standard_normal((2, channels, *field)),
+               "w": RNG.standard_normal((maps, channels // group, *kernel))}
+    if bias:
+        weights["b"] = RNG.standard_normal((maps,))
+
+    def forward(b, ids):
+        inputs = [ids["x"], ids["w"]] + ([ids["b"]] if bias else [])
+        return b.ai_onnx.conv(inputs, strides=list(strides), pads=list(pads),
+                              dilations=list(dilations), group=group)
+
+    check_gradients(forward, weights)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_conv_auto_pad(auto_pad):
+    weights = {"x": RNG.standard_normal((1, 2, 6, 5)), "w": RNG.standard_normal((3, 2, 2, 3))}
+    check_gradients(lambda b, ids: b.ai_onnx.conv([ids["x"], ids["w"]], strides=[2, 1],
+                                                  auto_pad=auto_pad), weights)
+
+
+def test_conv_weights_only_with_constant_data():
+    """A constant input gets no gradient; the weights' still flows."""
+    check_gradients(lambda b, ids: b.ai_onnx.conv([ids["x"], ids["w"]], pads=[1, 1]),
+                    {"w": RNG.standard_normal((2, 3, 3))},
+                    {"x": RNG.standard_normal((2, 3, 5))})
