@@ -77,17 +77,31 @@ def test_gradients_equal_torch_autograd(name, uncapped_folds):
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, classes),
                                              labels.reshape(-1).long())
     loss.backward()
-    params = dict(module.named_parameters())
-    assert got, "no gradient"
-    missing = [w for w in got if w not in params]
-    assert not missing, f"weights the module does not have: {missing[:3]}"
-    trained = {n for n, p in params.items() if p.grad is not None and p.grad.abs().max() > 0}
+    # a tied table under each of its names; an exporter's own initializers (a constant it
+    # wrote as one, such as a scalar) are trained too, as PopART trains every initializer,
+    # but have no parameter to compare with
+    params = dict(module.named_parameters(remove_duplicate=False))
+    compared = [w for w in got if w in params]
+    assert len(compared) >= 10, compared
+    # every parameter the file's graph reads gets its gradient (the exporter drops a bias
+    # that is all zeros, as GPT-2's and a fresh classifier's are: the file has no such
+    # parameter to train)
+    read = _read_initializers(path)
+    trained = {n for n, p in params.items() if p.grad is not None and p.grad.abs().max() > 0
+               and n in read}
     assert trained <= set(got) | _tied(module, set(got)), sorted(trained - set(got))[:5]
-    for weight, value in got.items():
-        want = params[weight].grad.numpy()
-        scale = float(np.abs(want).max()) or 1.0
-        np.testing.assert_allclose(value, want, rtol=1e-3, atol=1e-4 * scale,
-                                   err_msg=f"{name}: gradient of {weight}")
+    scale = max(float(params[w].grad.abs().max()) for w in compared)
+    for weight in compared:
+        np.testing.assert_allclose(got[weight], params[weight].grad.numpy(), rtol=1e-3,
+                                   atol=1e-5 * scale, err_msg=f"{name}: gradient of {weight}")
+
+
+def _read_initializers(path: Path) -> set[str]:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    names = {i.name for i in model.graph.initializer}
+    return {name for node in model.graph.node for name in node.input if name in names}
 
 
 def _tied(module, names: set[str]) -> set[str]:
