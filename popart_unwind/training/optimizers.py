@@ -159,8 +159,10 @@ class _Updater:
                 g = self.op("Add", g, self.op("Mul", self.cast(w, STATE_DTYPE),
                                               self.const(opt.decay, g)))
             velocity = self.state(ACCL_PREFIX, STATE_DTYPE)
-            kept = self.op("Mul", velocity, self.const(1.0 - opt.momentum, g))
-            new_velocity = self.output(self.op("Add", velocity, self.op("Sub", g, kept)))
+            # v + ((g - v) + μ·v): the velocity's first reader pairs it with its updater, g
+            change = self.op("Add", self.op("Sub", g, velocity),
+                             self.op("Mul", velocity, self.const(opt.momentum, g)))
+            new_velocity = self.output(self.op("Add", velocity, change))
             return self._apply(new_velocity, opt.learning_rate)
         first = self.state(ACCL1_PREFIX, STATE_DTYPE)
         second = self.state(ACCL2_PREFIX, STATE_DTYPE)

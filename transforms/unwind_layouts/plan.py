@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.cost import computed_layouts
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
 from popart_unwind.ir.tile_mapping import TileIntervals, read_only_tiles, tile_dtype, tile_mapping
+from popart_unwind.layers import state_updaters
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.ipu_copy import tensor_ipus
@@ -37,6 +39,8 @@ from .realize import Realizer, validate
 from .start_tiles import planner_plans
 
 UNWOUND, LINEAR, PARTLY = "unwound", "linear", "partly unwound"
+#: An optimizer state, laid out as the gradient it accumulates.
+AS_UPDATER = "as its updater"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +53,8 @@ class PlannedTensor:
     dtype: str
     #: Poplar's format, held compactly (a sequence of per-tile run lists).
     tile_mapping: TileIntervals = dataclasses.field(repr=False)
-    #: "unwound" (every element from a path), "linear" or "partly unwound".
+    #: "unwound" (every element from a path), "linear", "partly unwound" or, for an
+    #: optimizer state, "as its updater".
     method: str
     explanation: str
     num_tiles: int = dataclasses.field(repr=False, compare=False)
@@ -101,7 +106,7 @@ class Plan:
 
     def counts(self) -> dict[str, int]:
         """How many tensors each method decided."""
-        found = {UNWOUND: 0, PARTLY: 0, LINEAR: 0}
+        found = {UNWOUND: 0, PARTLY: 0, LINEAR: 0, AS_UPDATER: 0}
         for planned in self.tensors:
             found[planned.method] += 1
         return found
@@ -163,6 +168,7 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
         validate(tiles, tensor.nelms(), target.num_tiles, what)
         planned.append(_planned(emitter, realizer, tensor, sink, tiles, target.num_tiles))
     realizer.compact()
+    planned = _states_as_updaters(ir, planned, target, op_plans)
     timings["realize"] = _lap(began, timings)
 
     changed = False
@@ -177,6 +183,36 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     return Plan(planned, float(solution.symbolic_score()), float(solution.upper_bound()),
                 solution.algo, solution.proven_optimal, target.num_tiles, timings,
                 emitter.graph, solution, realizer, changed, op_plans)
+
+
+def _states_as_updaters(ir: Ir, planned: list[PlannedTensor], target: TileMachine,
+                        op_plans: Mapping[tuple[str, int], MatmulPlan]
+                        ) -> list[PlannedTensor]:
+    """Each optimizer state laid out as its updater, the gradient it accumulates, is laid
+    out under the plan (``layers.optimizer_state``): the solver weighs a state only as an
+    elementwise partner, and a few elements it leaves elsewhere would each cost an
+    exchange and its syncs at every update."""
+    main = ir.main_graph
+    updaters = {state: updater.id for state, updater in state_updaters(main).items()}
+    if not updaters:
+        return planned
+    mappings = {(p.graph_id, p.tensor_id): p.tiles for p in planned}
+    layouts = computed_layouts(ir, target, mappings, set(updaters.values()), dict(op_plans))
+    result = []
+    for tensor in planned:
+        updater = updaters.get(tensor.tensor_id) if tensor.graph_id == main.id else None
+        tiles = layouts.get(updater) if updater is not None else None
+        if tiles is None:
+            result.append(tensor)
+            continue
+        flat = np.asarray(tiles).reshape(-1)
+        flat = flat.astype(tile_dtype(int(flat.max()) + 1 if flat.size else 1), copy=False)
+        flat.flags.writeable = False
+        result.append(dataclasses.replace(
+            tensor, tile_mapping=tile_mapping(flat, tensor.num_tiles), method=AS_UPDATER,
+            explanation=f"an optimizer state, laid out as its updater {updater!r} (the "
+                        f"gradient it accumulates) is under the plan"))
+    return result
 
 
 def _lap(began: float, timings: dict[str, float]) -> float:

@@ -1,0 +1,44 @@
+"""An optimizer's states beside the gradient each one accumulates.
+
+PopART's SGD, Adam and Lamb optimizers keep each state (a momentum, a first or second
+moment, a gradient accumulator) in an Accumulate op's variable, and ``AccumulateBaseOpx``
+(``willow/src/popx/op/accumulatex.cpp``) creates that variable as a clone of its updater,
+the gradient it accumulates, once the gradient exists: every element of the state lies
+where the gradient's does, so the accumulation exchanges nothing. ``training.optimizers``
+builds each state's update with its first reader pairing the state with its updater
+(``Sub(g, m)``, ``Add(a, g)``); that reader is how the updater is found here. The PopART
+baseline lays the states out so, and so does the planner, whose solver sees a state only
+as an elementwise partner and could leave a few of its elements elsewhere, each costing an
+exchange (and its syncs) at every update.
+"""
+
+from __future__ import annotations
+
+from popart_unwind.ir.graph import Graph
+from popart_unwind.ir.names import is_optimizer_state
+from popart_unwind.ir.tensor import Tensor, TensorType
+
+__all__ = ["state_updaters"]
+
+
+def state_updaters(graph: Graph) -> dict[str, Tensor]:
+    """Each optimizer state of ``graph`` (by its reserved name) -> its updater: the computed
+    tensor of its shape its first two-operand reader pairs it with. States without one are
+    left out."""
+    found = {}
+    for state in graph.producerless_tensors():
+        if state.tensor_type is not TensorType.VARIABLE or not is_optimizer_state(state.id):
+            continue
+        updater = _updater(state)
+        if updater is not None:
+            found[state.id] = updater
+    return found
+
+
+def _updater(state: Tensor) -> Tensor | None:
+    for op in state.consumers:
+        others = [t for t in op.inputs if t is not state]
+        if len(op.inputs) == 2 and len(others) == 1 and others[0].producer is not None \
+                and others[0].shape == state.shape:
+            return others[0]
+    return None
