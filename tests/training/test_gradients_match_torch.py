@@ -110,3 +110,23 @@ def _tied(module, names: set[str]) -> set[str]:
     for n, p in module.named_parameters(remove_duplicate=False):
         by_id.setdefault(id(p), []).append(n)
     return {n for group in by_id.values() if names & set(group) for n in group}
+
+
+def _matmuls(ir: Ir) -> int:
+    return sum(op.type.name in ("MatMul", "Gemm") for op in ir.main_graph.ops)
+
+
+@pytest.mark.parametrize("name", ["bert", "vit"])
+def test_a_step_holds_more_than_twice_the_forward_matmuls(name):
+    """Every layer's forward matmul gains its weight-gradient pass and, but for the first
+    layer's, its data-gradient pass."""
+    from popart_unwind.options import SessionOptions
+    from popart_unwind.transforms import run_pipeline
+
+    path = make_models.build(name, "forward", "tiny")
+    forward = Ir.from_onnx(path, options=SessionOptions(enable_unwind_layouts=False))
+    run_pipeline(forward)
+    step = Ir.from_onnx(path, options=SessionOptions(enable_unwind_layouts=False, loss="nll",
+                                                     optimizer="adam"))
+    run_pipeline(step)
+    assert _matmuls(step) > 2 * _matmuls(forward) > 0
