@@ -585,9 +585,12 @@ def _import(args: argparse.Namespace) -> Any:
         return build_demo_ir()
     from popart_unwind.options import SessionOptions
     from popart_unwind.report.model_input import load_model
+    from popart_unwind.training.optimizers import optimizer_of
 
-    allow = args.allow_unknown_ops or session_options(
-        SessionOptions(), args.options).allow_unknown_ops  # --option allow_unknown_ops=true
+    chosen = session_options(SessionOptions(), args.options)
+    allow = args.allow_unknown_ops or chosen.allow_unknown_ops  # --option allow_unknown_ops
+    # a PyTorch step's updates as an ONNX one's: --optimizer and the rest (sgd by default)
+    optimizer = optimizer_of(chosen) if args.training else None
     shapes: dict[str, tuple[int, ...]] = {}
     for name, shape in args.input_shapes:
         if shapes.get(name, shape) != shape:
@@ -600,7 +603,7 @@ def _import(args: argparse.Namespace) -> Any:
             raise ModelImportError(f"--dim gives dimension {name!r} two sizes, {dims[name]} "
                                    f"and {size}")
         dims[name] = size
-    return load_model(args.model, args.training, allow, shapes, dims)
+    return load_model(args.model, args.training, allow, shapes, dims, optimizer)
 
 
 if __name__ == "__main__":

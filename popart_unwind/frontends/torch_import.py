@@ -5,12 +5,17 @@ graph capture torch 2.x supports), decomposed to core ATen, and convert each ATe
 the table in ``aten_ops``. Parameters and buffers become Variable tensors named by their
 qualified names (``encoder.layer.0.attention.self.query.weight``), traced constants Const
 tensors, user inputs Stream inputs of the main graph.
+
+A training step is traced with its SGD update (``p - lr·g``, the default), or, given an
+``Optimizer``, traced to its gradients and given that optimizer's updates in the IR by
+``popart_unwind.training.optimizers``: the one home of the update rules, which the ONNX
+route's Autodiff transform uses too.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,19 +25,33 @@ from popart_unwind.frontends.aten_ops import CONVERTERS
 from popart_unwind.frontends.torch_values import ATEN_DOMAIN, TorchContext, torch_dtype_name
 from popart_unwind.ir import Ir, TensorType
 from popart_unwind.ir.weights import is_weight_op, weight_derived, weights_read
+from popart_unwind.ops import REGISTRY
 from popart_unwind.options import SessionOptions
+from popart_unwind.rewrite import Rewriter
+from popart_unwind.training.optimizers import Optimizer, add_updates
 
-__all__ = ["exported_program_to_ir", "import_torch"]
+__all__ = ["add_optimizer", "exported_program_to_ir", "import_torch"]
 
 
 def import_torch(module: Any, example_args: tuple, training: bool = False,
                  options: SessionOptions | None = None,
-                 blocks: Mapping[str, int] | None = None, **training_options: Any) -> Ir:
+                 blocks: Mapping[str, int] | None = None, optimizer: Optimizer | None = None,
+                 **training_options: Any) -> Ir:
     """Trace ``module`` on ``example_args`` and convert the graph (see ``torch_trace``);
     ``blocks`` places submodules on IPUs as PopTorch's ``BeginBlock`` does
-    (``place_blocks``)."""
+    (``place_blocks``). A training step without ``optimizer`` is traced with its SGD
+    update; with one, its updates (and states) are built in the IR (``add_optimizer``)."""
     from popart_unwind.frontends import torch_trace
 
+    if optimizer is not None:
+        if not training:
+            raise ModelImportError(f"optimizer {optimizer.name!r} applies to a training "
+                                   f"step; pass training=True")
+        for key in ("learning_rate", "update"):
+            if key in training_options:
+                raise ModelImportError(f"{key} cannot go with an optimizer, which holds "
+                                       f"the step's update settings")
+        training_options = {**training_options, "update": False}
     if training:
         program = torch_trace.trace_training_step(module, example_args, **training_options)
     else:
@@ -43,9 +62,48 @@ def import_torch(module: Any, example_args: tuple, training: bool = False,
     if training:  # the step's outputs: the buffers it updates, then its loss (torch_trace)
         ir.final_loss_id = ir.main_graph.output_ids[len(program.graph_signature
                                                         .buffers_to_mutate)]
+    if optimizer is not None:
+        add_optimizer(ir, list(torch_trace.parameter_gradients(program)),
+                      len(program.graph_signature.buffers_to_mutate), optimizer,
+                      _tied_names(module))
     if blocks:
         place_blocks(ir, blocks, _tied_names(module))
     return ir
+
+
+def add_optimizer(ir: Ir, parameters: Sequence[str], buffers: int, optimizer: Optimizer,
+                  tied: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Give a step traced to its gradients (``trace_training_step(update=False)``) the
+    updates of ``optimizer``. ``parameters`` names the trained parameters in the order of
+    their gradients, the graph outputs after the ``buffers`` mutated buffers and the loss
+    (``parameter_gradients``' order); the gradients leave
+    the outputs, each weight's new value and states join them after the loss. A tied
+    parameter (one tensor under the names ``tied`` gives) has one update, of the Variable
+    the graph reads."""
+    graph = ir.main_graph
+    first = buffers + 1
+    if len(graph.output_ids) != first + len(parameters):
+        raise ModelImportError(f"the training step has {len(graph.output_ids)} outputs; "
+                               f"expected {buffers} buffers, the loss and {len(parameters)} "
+                               f"gradients")
+    found = {_read_variable(graph, name, (tied or {}).get(name, (name,))): grad
+             for name, grad in zip(parameters, graph.outputs[first:], strict=True)}
+    rewriter = Rewriter(REGISTRY)
+    for index in reversed(range(first, first + len(parameters))):
+        rewriter.remove_graph_output(graph, index)
+    add_updates(graph, found, rewriter, optimizer)
+
+
+def _read_variable(graph: Any, name: str, names: tuple[str, ...]) -> str:
+    """The Variable of parameter ``name`` the graph reads: under one of its tied names
+    (only one is read), else its own (a parameter no op reads is updated all the same)."""
+    for candidate in names:
+        if graph.has_tensor(candidate) and graph.tensor(candidate).consumers and \
+                graph.tensor(candidate).tensor_type is TensorType.VARIABLE:
+            return candidate
+    if not graph.has_tensor(name) or graph.tensor(name).tensor_type is not TensorType.VARIABLE:
+        raise ModelImportError(f"parameter {name!r} has no Variable in the imported graph")
+    return name
 
 
 def _tied_names(module: Any) -> dict[str, tuple[str, ...]]:

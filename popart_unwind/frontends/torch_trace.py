@@ -21,7 +21,10 @@ Graph layout, for whoever consumes these programs:
   one ``BUFFER_MUTATION`` per buffer the step updates (BatchNorm running statistics, its
   batch counter), then ``USER_OUTPUT`` specs: the loss (a scalar) first, then the updated
   value of every trainable parameter, in ``module.named_parameters()`` order.
-  :func:`updated_parameters` maps parameter names to those outputs.
+  :func:`updated_parameters` maps parameter names to those outputs. Traced with
+  ``update=False``, the step stops at the gradients: each trainable parameter's gradient
+  takes its updated value's place, and :func:`parameter_gradients` maps names to them (the
+  front end then adds an optimizer's updates in the IR).
 * A tied parameter (one tensor under several names) is lifted as one ``PARAMETER`` input per
   name, all with the same tensor in ``program.state_dict``; the graph reads only one of them.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "INSTALL_HINT",
     "aten_op_counts",
     "default_loss",
+    "parameter_gradients",
     "trace_forward",
     "trace_training_step",
     "transformers_tracing_patch",
@@ -191,7 +195,7 @@ def default_loss(output: Any) -> torch.Tensor:
 def trace_training_step(module: torch.nn.Module, example_args: Any,
                         loss_fn: Callable[[Any], torch.Tensor] | None = None,
                         learning_rate: float = 0.01, *, train_mode: bool = True,
-                        decompose: bool = True) -> ExportedProgram:
+                        decompose: bool = True, update: bool = True) -> ExportedProgram:
     """Capture one SGD training step of ``module`` as a single ExportedProgram.
 
     The graph computes the forward pass, ``loss = loss_fn(output)`` (default:
@@ -199,7 +203,9 @@ def trace_training_step(module: torch.nn.Module, example_args: Any,
     ``p - learning_rate * grad`` for every parameter with ``requires_grad``. Parameters
     and buffers are graph inputs; the loss and the updated parameters are outputs (see
     the module docstring for the order). ``train_mode`` traces with dropout and BatchNorm
-    in training behaviour; flags are restored afterwards.
+    in training behaviour; flags are restored afterwards. With ``update=False`` the
+    outputs are the loss and each parameter's gradient (``learning_rate`` is unused): the
+    step an optimizer's updates are added to in the IR (``torch_import``).
 
     Why this route: ``torch.export`` cannot trace through ``torch.func`` transforms
     directly, so the step is first traced with ``make_fx`` over a functionalized function
@@ -236,6 +242,8 @@ def trace_training_step(module: torch.nn.Module, example_args: Any,
         # the state goes in as an argument (not differentiated) so that in-place buffer
         # updates such as BatchNorm's are allowed by the grad transform
         grads, loss = grad_and_value(objective)(params, state, *flat[n_train + n_state:])
+        if not update:
+            return (loss, *(grads[n] for n in trainable))
         return (loss, *(params[n] - lr * grads[n] for n in trainable))
 
     def tensor(name: str) -> Any:
@@ -307,6 +315,18 @@ def updated_parameters(program: ExportedProgram) -> dict[str, str]:
     ``PARAMETER`` input per name, all holding the same tensor, of which the graph reads one
     (in practice the last); it has one update, listed under its first name.
     """
+    return _per_parameter_outputs(program)
+
+
+def parameter_gradients(program: ExportedProgram) -> dict[str, str]:
+    """Map each trained parameter's name to the graph output that carries its gradient,
+    for programs traced with ``update=False``; the outputs and tied parameters are as
+    :func:`updated_parameters` has them."""
+    return _per_parameter_outputs(program)
+
+
+def _per_parameter_outputs(program: ExportedProgram) -> dict[str, str]:
+    """The user outputs after the loss, one per trained tensor under its first name."""
     _import_torch()
     from torch.export.graph_signature import InputKind
 
@@ -317,7 +337,7 @@ def updated_parameters(program: ExportedProgram) -> dict[str, str]:
         if spec.kind != InputKind.PARAMETER:
             continue
         tensor = program.state_dict[spec.target]
-        # a tied parameter is lifted once per name it has; only its first name is updated
+        # a tied parameter is lifted once per name it has; only its first name is listed
         if tensor.requires_grad and id(tensor) not in seen:
             seen.add(id(tensor))
             trained.append(spec.target)

@@ -155,12 +155,15 @@ class Ir:
     @classmethod
     def from_torch(cls, module: Any, example_args: tuple, training: bool = False,
                    options: SessionOptions | None = None,
-                   blocks: Mapping[str, int] | None = None, **training_options: Any) -> Ir:
+                   blocks: Mapping[str, int] | None = None, optimizer: Any = None,
+                   **training_options: Any) -> Ir:
         """Import a PyTorch module through ``torch.export`` (needs the ``torch`` extra).
 
         With ``training=True`` the graph is one training step: forward, loss, backward
-        and an SGD update of every parameter. ``blocks`` ({submodule name: IPU}) places
-        the forward pass on IPUs as PopTorch's ``BeginBlock`` does (docs/multi-ipu.md).
+        and an SGD update of every parameter, or, given ``optimizer`` (a
+        ``popart_unwind.training.optimizers.Optimizer``), that optimizer's updates and
+        states built in the IR. ``blocks`` ({submodule name: IPU}) places the forward pass
+        on IPUs as PopTorch's ``BeginBlock`` does (docs/multi-ipu.md).
         """
         return entry_point("torch")(module, example_args, training=training, options=options,
-                                    blocks=blocks, **training_options)
+                                    blocks=blocks, optimizer=optimizer, **training_options)

@@ -10,13 +10,16 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from popart_unwind.errors import ModelImportError, PopartUnwindError
 from popart_unwind.frontends.input_file import describe_unreadable
 from popart_unwind.frontends.onnx_import import external_locations, load_light
 from popart_unwind.ir import Ir
 from popart_unwind.report.output_targets import InputFile
+
+if TYPE_CHECKING:
+    from popart_unwind.training.optimizers import Optimizer
 
 _FACTORY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
@@ -30,18 +33,21 @@ def is_factory(model: str) -> bool:
 
 def load_model(model: str, training: bool, allow_unknown_ops: bool = False,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
-               dims: Mapping[str, int] | None = None) -> Ir:
+               dims: Mapping[str, int] | None = None,
+               optimizer: Optimizer | None = None) -> Ir:
     """The model as an Ir (shapes inferred), or ModelImportError saying what is wrong.
     ``allow_unknown_ops`` plans ONNX op types the registry does not know as barriers (the
     PyTorch front end keeps ATen ops it does not convert as opaque ops in any case);
     ``input_shapes`` (per input) and ``dims`` (per dimension name) fix an ONNX model's
-    symbolic input dimensions."""
+    symbolic input dimensions. ``optimizer`` gives a PyTorch factory's training step its
+    updates (without it, the step's traced SGD); an ONNX model's step takes its optimizer
+    from the session options, in the Autodiff transform."""
     if is_factory(model):
         for given, flag in ((input_shapes, "--input-shape"), (dims, "--dim")):
             if given:
                 raise ModelImportError(f"{flag} applies to ONNX models; a PyTorch factory "
                                        f"gives its example inputs, whose shapes are used")
-        return _load_factory(model, training)
+        return _load_factory(model, training, optimizer)
     # an ONNX model's training step is built by the Autodiff transform (SessionOptions.loss)
     return Ir.from_onnx(model, allow_unknown_ops=allow_unknown_ops,
                         input_shapes=dict(input_shapes or {}), dims=dict(dims or {}))
@@ -85,7 +91,7 @@ def _module_file(module_name: str) -> list[InputFile]:
     return [InputFile("the source of the model's module", Path(origin))]
 
 
-def _load_factory(spec: str, training: bool) -> Ir:
+def _load_factory(spec: str, training: bool, optimizer: Optimizer | None = None) -> Ir:
     module_name, factory_name = spec.split(":", 1)
     try:
         import torch  # noqa: F401  (the front end needs it; say so plainly if it is absent)
@@ -122,7 +128,8 @@ def _load_factory(spec: str, training: bool) -> Ir:
     if not isinstance(example_args, tuple):
         example_args = (example_args,)
     try:  # torch's own deprecation notices are left out by the command (cli.main)
-        return Ir.from_torch(module_object, example_args, training=training, blocks=blocks)
+        return Ir.from_torch(module_object, example_args, training=training, blocks=blocks,
+                             optimizer=optimizer if training else None)
     except PopartUnwindError:
         raise
     except (Exception, SystemExit) as error:  # torch.export raises many types; a forward

@@ -114,6 +114,24 @@ def test_mlp_training_step_is_one_sgd_step(torch: Any, trace: Any, mlp: Any) -> 
         torch.testing.assert_close(new, param - 0.1 * param.grad, msg=name)
 
 
+def test_a_step_traced_without_its_update_gives_the_gradients(
+        torch: Any, trace: Any, mlp: Any) -> None:
+    module, x = mlp
+    program = trace.trace_training_step(module, (x,), update=False)
+    signature = program.graph_signature
+    assert _kinds(signature.output_specs) == ["BUFFER_MUTATION"] * 3 + ["USER_OUTPUT"] * 7
+    gradients = trace.parameter_gradients(program)
+    assert list(gradients) == [name for name, _ in module.named_parameters()]
+    assert list(gradients.values()) == list(signature.user_outputs[1:])
+    reference = copy.deepcopy(module)
+    loss = reference(x).sum()
+    loss.backward()
+    outputs = program.module()(x)
+    torch.testing.assert_close(outputs[0], loss)
+    for (name, param), grad in zip(reference.named_parameters(), outputs[1:], strict=True):
+        torch.testing.assert_close(grad, param.grad, msg=name)
+
+
 def test_training_graph_has_backward_ops_before_and_after_decomposition(
         trace: Any, mlp: Any) -> None:
     module, x = mlp
