@@ -14,7 +14,11 @@ solution's labels, polish applies the best improving move until none is left:
 A move is refused if it would make a layout depend on itself (the rule of
 ``solution.dependency_order``) or use another element's own origin that is not kept.
 Element-level work grows with the number of sink elements, so polish only runs below
-``max_sink_elements``; above it the solution is returned unchanged.
+``max_sink_elements``; above it the solution is returned unchanged. Each search for the best
+move weighs every element's candidate labels again, which on a graph of many partnered
+sinks (an optimizer's states beside their gradients and weights) is hundreds of thousands
+of candidates per move; polish therefore stops once it has weighed ``max_candidates`` in
+all, keeping the moves made so far (a count, not a clock: reruns stay identical).
 """
 
 from __future__ import annotations
@@ -92,8 +96,25 @@ class _Labels:
         return any(self.reaches(t, sink) for sink in sinks for t, n in self.deps[sink].items() if n)
 
 
+#: The candidate moves polish weighs in all before it stops (about 5 s of work).
+MAX_CANDIDATES = 400_000
+
+
+class _Budget:
+    """Candidates left to weigh."""
+
+    def __init__(self, candidates: int) -> None:
+        self.left = candidates
+
+    def spend(self) -> bool:
+        """Take one candidate; False once none is left."""
+        self.left -= 1
+        return self.left >= 0
+
+
 def polish(
-    solution: Solution, max_sink_elements: int = 20_000, max_moves: int = 10_000
+    solution: Solution, max_sink_elements: int = 20_000, max_moves: int = 10_000,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> Solution:
     """``solution`` improved by element moves, or ``solution`` itself if none helps."""
     graph = solution.graph
@@ -116,9 +137,9 @@ def polish(
         partners[s1].append((s2, v))
         partners[s2].append((s1, v))
     spares = _spare_origins(graph, origins)
-    moves, taboo = 0, set()
-    while moves < max_moves:
-        best = _best_move(state, with_root, partners, spares, taboo)
+    moves, taboo, budget = 0, set(), _Budget(max_candidates)
+    while moves < max_moves and budget.left > 0:
+        best = _best_move(state, with_root, partners, spares, taboo, budget)
         if best is None:
             break
         replaced = state.apply(best)
@@ -182,13 +203,17 @@ def _with_readers(state: _Labels, moves: dict[int, int]) -> dict[int, int] | Non
     return grown
 
 
-def _best_move(state: _Labels, with_root, partners, spares, taboo) -> dict[int, int] | None:
+def _best_move(state: _Labels, with_root, partners, spares, taboo,
+               budget: _Budget) -> dict[int, int] | None:
     """The most improving move of one element, or of the two of a sink-with-sink term, with
-    the elements that read their own origins (ties: first found in element order)."""
+    the elements that read their own origins (ties: first found in element order), among
+    the candidates the budget lets it weigh."""
     best_gain, best = 1e-9, None
 
     def consider(moves: dict[int, int]) -> None:
         nonlocal best_gain, best
+        if not budget.spend():
+            return
         grown = _with_readers(state, moves)
         if grown is not None and frozenset(grown.items()) not in taboo:
             gain = _delta(state, grown, with_root, partners)
@@ -196,6 +221,8 @@ def _best_move(state: _Labels, with_root, partners, spares, taboo) -> dict[int, 
                 best_gain, best = gain, grown
 
     for s in sorted(set(with_root) | set(partners)):
+        if budget.left <= 0:
+            break
         options = {r for r, _ in with_root[s]} | {state.label[o] for o, _ in partners[s]} | {s}
         for lab in sorted(options - {state.label[s]}):
             consider({s: lab})

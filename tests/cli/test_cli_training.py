@@ -22,8 +22,8 @@ PARAMETERS = ("0.weight", "2.weight")
 @pytest.fixture
 def mlp_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A Linear-ReLU-Linear factory (float32), importable from the current folder. No
-    biases: with them, the layout solver's polish takes minutes on Adam's step (as on an
-    ONNX model's), too long for a command-line test."""
+    biases, to keep the test quick: with them, the layout solver's polish spends its whole
+    budget of candidate moves on Adam's step (about 10 s)."""
     (tmp_path / "cli_training_mlp.py").write_text(textwrap.dedent("""
         import torch
 

@@ -59,7 +59,7 @@ def test_accumulation_adds_an_accumulator_per_weight(model_path, out_dir):
 def test_bad_training_flags_are_one_line_and_write_nothing(model_path, out_dir, flags,
                                                              words):
     out = out_dir / "plan.json"
-    status, stdout, err = run("plan", str(model_path), "--out", str(out), *flags)
+    status, _, err = run("plan", str(model_path), "--out", str(out), *flags)
     assert status == 2
     assert words in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists() and not list(out_dir.iterdir())

@@ -120,8 +120,9 @@ def _matmuls(ir: Ir) -> int:
 def test_a_step_holds_more_than_twice_the_forward_matmuls(name):
     """Every layer's forward matmul gains its weight-gradient pass and, but for the first
     layer's, its data-gradient pass."""
-    from popart_unwind.options import SessionOptions
     from popart_unwind.transforms import run_pipeline
+
+    from popart_unwind.options import SessionOptions
 
     path = make_models.build(name, "forward", "tiny")
     forward = Ir.from_onnx(path, options=SessionOptions(enable_unwind_layouts=False))

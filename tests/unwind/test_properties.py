@@ -88,6 +88,27 @@ def test_greedy0_and_the_default_never_beat_the_proven_optimum(seed, size):
     assert graph.solve().score() <= exact.score() + 1e-9 <= exact.upper_bound() + 2e-9
 
 
+def test_polish_stops_at_its_budget_of_candidates_and_reruns_identically():
+    """With room for a few candidate moves only, polish stops early, keeping what it found
+    (never worse than its input), and a rerun gives the same layouts."""
+    from popart_unwind.unwind import UnwindGraph
+    from popart_unwind.unwind.polish import polish
+
+    g = UnwindGraph()
+    sink = g.sink((5, 6), "sink")
+    g.source((1,), "spare")
+    g.valued_pair(g.reverse(sink, (0,)), sink, 1.0)
+    start = g.solve("deferral", polish_up_to=0)
+    full = polish(start)
+    short = polish(start, max_candidates=40)
+    assert full.score() > start.score()
+    assert start.score() <= short.score() <= full.score()
+    assert short.stats.get("polish_moves", 0) < full.stats["polish_moves"]
+    again = polish(start, max_candidates=40)
+    assert {t: again.layouts()[t].tolist() for t in again.layouts()} == \
+        {t: short.layouts()[t].tolist() for t in short.layouts()}
+
+
 def test_polish_leaves_graphs_above_its_limit_alone():
     """A sink tied to its own reverse gains from polish (the middle row agrees anyway; a
     palindrome of shared origins would agree everywhere) only below the size limit."""
