@@ -31,6 +31,14 @@ if TYPE_CHECKING:
     from popart_unwind.rewrite import Rewriter
 
 
+#: A model's initializer is trained when it has at least this many elements. One of a
+#: single element is an exporter's constant (a scale such as 1/√d, an epsilon), not a
+#: parameter: PopART would hold it as a Variable and train it too, but its update is
+#: worth nothing to plan, and training it would make a scalar that layers on several IPUs
+#: share a weight no pipeline may copy.
+WEIGHT_MIN_ELEMENTS = 2
+
+
 @register
 @dataclasses.dataclass(frozen=True)
 class Autodiff(Transform):
@@ -64,6 +72,7 @@ class Autodiff(Transform):
         ir.final_loss_id = loss.id
         optimizer = optimizer_of(options)
         gradients = build_backward(main, loss, rewriter, loss_scaling=optimizer.loss_scaling,
+                                   min_elements=WEIGHT_MIN_ELEMENTS,
                                    registry=self.op_registry)
         add_updates(main, gradients, rewriter, optimizer)
         ir.metadata["kind"] = "training"

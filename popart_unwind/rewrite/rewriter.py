@@ -315,7 +315,9 @@ class Rewriter:
             graph.create_output(op, index, reserved_id(graph, TRANSFORM_PREFIX, stem))
         if all(t.shape is not None for t in op.inputs):
             try:
-                inferred = list(opdef.infer(op))
+                # a rule may type trailing optional outputs (LayerNormalization's
+                # statistics, Dropout's mask) the op was created without
+                inferred = list(opdef.infer(op))[:num_outputs]
                 if len(inferred) != num_outputs:
                     raise IrError(f"the shape rule of {op_type} gives {len(inferred)} "
                                   f"outputs; op {op.debug_name()} was created with "

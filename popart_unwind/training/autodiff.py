@@ -9,7 +9,8 @@ additions when asked). The loss's own gradient, the seed, is the loss scaling fa
 (PopART's ``lossScaling``: 1 unless set), a constant of the loss's shape.
 
 Trainable weights are the main graph's Variable tensors of a floating-point type that the
-loss depends on (PopART trains every ONNX initializer it holds as a Variable). What the
+loss depends on (PopART trains every ONNX initializer it holds as a Variable); the
+Autodiff transform leaves out those of one element (``min_elements``). What the
 walk refuses, naming the op: an op on a path from a weight to the loss whose family states
 no gradient rule (a control-flow op among them), and a rule's gradient whose shape or type
 is not its input's.
@@ -71,27 +72,31 @@ def loss_forward_ops(graph: Graph, loss: Tensor) -> list[Op]:
     return [op for op in graph.schedule() if op.id in needed]
 
 
-def trainable_weights(graph: Graph, forward: Sequence[Op]) -> list[Tensor]:
-    """The floating-point Variables the forward ops read, in the order first read."""
+def trainable_weights(graph: Graph, forward: Sequence[Op],
+                      min_elements: int = 1) -> list[Tensor]:
+    """The floating-point Variables of at least ``min_elements`` elements the forward ops
+    read, in the order first read."""
     found: dict[str, Tensor] = {}
     for op in forward:
         for tensor in op.inputs:
             if tensor.tensor_type is TensorType.VARIABLE and is_differentiable(tensor) \
-                    and tensor.producer is None:
+                    and tensor.producer is None and tensor.shape is not None \
+                    and int(np.prod(tensor.shape)) >= min_elements:
                 found.setdefault(tensor.id, tensor)
     return list(found.values())
 
 
 def build_backward(graph: Graph, loss: Tensor, rewriter: Rewriter, *,
-                   loss_scaling: float = 1.0,
+                   loss_scaling: float = 1.0, min_elements: int = 1,
                    registry: OpRegistry = REGISTRY) -> dict[str, Tensor]:
-    """Build the gradient of ``loss`` for every trainable weight (module docstring).
-    Returns weight id -> its gradient tensor, in the order the weights are first read."""
+    """Build the gradient of ``loss`` for every trainable weight (module docstring) of at
+    least ``min_elements`` elements. Returns weight id -> its gradient tensor, in the
+    order the weights are first read."""
     if not is_differentiable(loss) or loss.shape is None or int(np.prod(loss.shape)) != 1:
         raise AutodiffError(f"the loss {loss.id!r} must be a floating-point tensor of one "
                             f"element; it is {loss.dtype} of shape {loss.shape}")
     forward = loss_forward_ops(graph, loss)
-    weights = trainable_weights(graph, forward)
+    weights = trainable_weights(graph, forward, min_elements)
     if not weights:
         raise AutodiffError(f"the loss {loss.id!r} depends on no trainable weight (a "
                             f"floating-point initializer): there is nothing to train")

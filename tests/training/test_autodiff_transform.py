@@ -115,3 +115,40 @@ def test_a_training_step_is_not_made_twice():
     ir.final_loss_id = "loss:0"
     with pytest.raises(TransformError, match="already a training step"):
         run_pipeline(ir)
+
+
+def norm_model(**options) -> Ir:
+    """y = layer_norm(x @ w) * s (s an exporter's scalar initializer), loss = sum(y * y)."""
+    b = Builder()
+    x = b.add_input_tensor("float32", (4, 6), "x")
+    w = b.add_initialized_input_tensor(RNG.standard_normal((6, 8)).astype(np.float32), "w")
+    scale = b.add_initialized_input_tensor(np.ones(8, np.float32), "ln_scale")
+    bias = b.add_initialized_input_tensor(np.zeros(8, np.float32), "ln_bias")
+    s = b.add_initialized_input_tensor(np.float32(0.5), "s")
+    h = b.ai_onnx.layernormalization([b.ai_onnx.matmul([x, w]), scale, bias], axis=-1)
+    y = b.ai_onnx.mul([h, s], name="y")
+    b.add_output_tensor(y)
+    b.ai_onnx.reducesum([b.ai_onnx.mul([y, y])], keepdims=0, name="loss")
+    ir = b.ir()
+    ir.options = SessionOptions(enable_unwind_layouts=False, check_transform_conditions=True,
+                                loss="loss:0", **options)
+    return ir
+
+
+def test_a_scalar_initializer_is_a_constant_not_a_weight():
+    ir = norm_model(optimizer="adam")
+    run_pipeline(ir)
+    states = {t.id for t in ir.main_graph.producerless_tensors() if "___" in t.id
+              and t.tensor_type is TensorType.VARIABLE}
+    assert states == {f"{p}{w}" for p in ("Accl1___", "Accl2___")
+                      for w in ("w", "ln_scale", "ln_bias")}
+
+
+def test_recomputation_works_on_the_step():
+    """ExplicitRecompute clones the forward's norm (made with its one output, as ONNX
+    exports write it) into the backward pass the step's gradient ops read."""
+    ir = norm_model(recompute="recompute_all")
+    changed = run_pipeline(ir)
+    assert changed["Autodiff"] and changed["ExplicitRecompute"]
+    clones = [op for op in ir.main_graph.ops if op.settings.name.endswith("/recomputed")]
+    assert "LayerNormalization" in {op.type.name for op in clones}

@@ -131,3 +131,20 @@ def test_a_step_holds_more_than_twice_the_forward_matmuls(name):
                                                      optimizer="adam"))
     run_pipeline(step)
     assert _matmuls(step) > 2 * _matmuls(forward) > 0
+
+
+def test_an_exports_step_pipelines_over_two_ipus():
+    """GPT-2's export shares scalar initializers between its layers; they stay constants,
+    so the step's split over two IPUs pipelines (no updated weight is copied)."""
+    from popart_unwind.transforms import run_pipeline
+
+    from popart_unwind.ops.stash import is_stash
+    from popart_unwind.options import SessionOptions
+
+    path = make_models.build("gpt2", "forward", "tiny")
+    ir = Ir.from_onnx(path, options=SessionOptions(
+        enable_unwind_layouts=False, loss="nll", optimizer="adam", ipus=2,
+        virtual_graph_mode="auto", enable_pipelining=True))
+    changed = run_pipeline(ir)
+    assert changed["Autodiff"] and changed["Pipeline"]
+    assert any(is_stash(op) for op in ir.main_graph.ops)
