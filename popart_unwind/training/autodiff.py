@@ -73,7 +73,7 @@ def loss_forward_ops(graph: Graph, loss: Tensor) -> list[Op]:
 
 
 def trainable_weights(graph: Graph, forward: Sequence[Op],
-                      min_elements: int = 1) -> list[Tensor]:
+                      min_elements: int = 0) -> list[Tensor]:
     """The floating-point Variables of at least ``min_elements`` elements the forward ops
     read, in the order first read."""
     found: dict[str, Tensor] = {}
@@ -87,7 +87,7 @@ def trainable_weights(graph: Graph, forward: Sequence[Op],
 
 
 def build_backward(graph: Graph, loss: Tensor, rewriter: Rewriter, *,
-                   loss_scaling: float = 1.0, min_elements: int = 1,
+                   loss_scaling: float = 1.0, min_elements: int = 0,
                    registry: OpRegistry = REGISTRY) -> dict[str, Tensor]:
     """Build the gradient of ``loss`` for every trainable weight (module docstring) of at
     least ``min_elements`` elements. Returns weight id -> its gradient tensor, in the
