@@ -144,7 +144,7 @@ class OpRegistry:
     def broadcasts_input(self, op: Op) -> bool:
         return self._flag(op, "broadcasts_input")
 
-    def gradient_rule(self, op: Op) -> GradientRule | None:
+    def gradient_rule(self, op: Op | OpType) -> GradientRule | None:
         opdef = self.lookup(op)
         return None if opdef is None else opdef.gradient
 
