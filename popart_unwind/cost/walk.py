@@ -80,10 +80,14 @@ def computed_layouts(ir: Ir, target: TileMachine, mappings: Mappings | None,
     for asking what a producer-less tensor laid out like it would cost."""
     target = target.with_plans(op_plans or {})
     target.reset()
-    walk = _Recording(ir, target, mappings, REGISTRY, ir.options.unwind_valuations,
-                      set(tensor_ids))
-    walk.report()
-    return walk.found
+    if any(REGISTRY.layout_rule(op).runs_subgraphs for op in ir.all_ops()):
+        walk = _Recording(ir, target, mappings, REGISTRY, ir.options.unwind_valuations,
+                          set(tensor_ids))
+        walk.report()
+        return walk.found
+    layouts = _LayoutWalk(ir, target, mappings, set(tensor_ids))
+    layouts.run(ir)
+    return layouts.found
 
 
 def call_counts(ir: Ir) -> dict[str, int]:
@@ -358,6 +362,42 @@ class _Recording(CostWalk):
         super().__init__(ir, target, mappings, registry, valuations)
         self.wanted = wanted
         self.found: dict[str, np.ndarray] = {}
+
+    def write(self, tensor: Tensor, value: Any) -> None:
+        if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
+            self.found[tensor.id] = np.array(expanded(value, numel(tensor), self.num_tiles))
+        super().write(tensor, value)
+
+
+class _LayoutWalk(Interpreter):
+    """The cost walk's layouts and nothing else (no exchange, cycles or liveness): each
+    op's results as its rule lays them out, kept for the main-graph tensors ``wanted``.
+    For an IR that calls no subgraph (a call's layouts come from costing its callee)."""
+
+    order = CALLEES_FIRST
+    release_dead = True
+
+    def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
+                 wanted: set[str]) -> None:
+        super().__init__()
+        self.ir, self.target, self.wanted = ir, target, wanted
+        self.num_tiles = target.num_tiles
+        self.base = producerless_mappings(ir, target, mappings)
+        self.found: dict[str, np.ndarray] = {}
+
+    def placeholder(self, tensor: Tensor) -> np.ndarray | TileIntervals:
+        return self.base[key(tensor)]
+
+    def read(self, tensor: Tensor) -> np.ndarray:
+        value = super().read(tensor)
+        return expanded(value, numel(tensor), self.num_tiles, tensor.describe())
+
+    def run_op(self, op: Op) -> None:
+        rule = REGISTRY.layout_rule(op)
+        inputs = _indexed([self.read(t) for t in op.inputs], op)
+        for tensor, out in zip(op.outputs, output_layouts(rule, op, inputs, self.target),
+                               strict=True):
+            self.write(tensor, out)
 
     def write(self, tensor: Tensor, value: Any) -> None:
         if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
