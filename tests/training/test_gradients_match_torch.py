@@ -1,6 +1,7 @@
 """The backward pass the IR builds from an ONNX export equals PyTorch autograd's, on the
-same weights and inputs: BERT (masked-LM head), GPT-2 (tied LM head), ViT and ResNet (a
-conv net with inference-mode batch norm), tiny configurations, float32.
+same weights and inputs: the six models of the suite — BERT (masked-LM head), GPT-2 (tied
+LM head), T5 (encoder and decoder), Llama (rotary embeddings, grouped-query attention),
+ViT and ResNet (a conv net with inference-mode batch norm) — tiny configurations, float32.
 
 The ONNX file is the forward export of ``tests/models/make_models.py`` (its initializers
 named after the module's parameters); the loss is ``--loss nll`` (the first output's
@@ -32,7 +33,7 @@ from popart_unwind.training.losses import add_loss  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
 from fold_oracle import fold_all  # noqa: E402
 
-MODELS = ("bert", "gpt2", "vit", "resnet")
+MODELS = ("bert", "gpt2", "vit", "resnet", "t5", "llama")
 
 
 @pytest.fixture
