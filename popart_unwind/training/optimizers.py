@@ -5,9 +5,10 @@ A weight's new value, and each state's, is a graph output computed by an element
 that reads the old value directly (``Sub(w, step)``, ``Add(m, change)``): the op families'
 rules take such a result for the in-place update PopART makes (``updated_weight``), laid out
 as the weight it overwrites. The states are Variables of the weight's shape, zero at the
-start, in float32 whatever the weight's type (PopART's default for Adam and LAMB states
-and Graphcore's mixed-precision recipes); so they are producer-less tensors the planner
-lays out, elementwise partners of their weight and gradient.
+start, in float32 whatever the weight's type (PopART's Adam and Lamb take the states' type
+as an argument; its documented example and Graphcore's mixed-precision recipes choose
+float32); so they are producer-less tensors the planner lays out, elementwise partners of
+their weight and gradient.
 
 The optimizers, by PopART's names:
 
@@ -18,8 +19,9 @@ The optimizers, by PopART's names:
   ``v ← β2·v + (1−β2)·g²``, ``w ← w − lr·(m̂ / (√v̂ + ε) + λ·w)`` with ``λ`` the weight
   decay (0 for ``adam``, decoupled for ``adamw`` as ``torch.optim.AdamW``);
 - ``lamb`` — Adam's moments, the step ``r = m̂ / (√v̂ + ε) + λ·w`` scaled by the trust
-  ratio ``‖w‖ / ‖r‖`` (1 where either norm is 0), as You et al. publish LAMB and PopART's
-  Lamb optimizer computes it (its norms are ``ReduceL2`` reductions here).
+  ratio ``‖w‖ / ‖r‖`` (1 where either norm is 0), as You et al. publish LAMB (its norms
+  are ``ReduceL2`` reductions here). PopART's Lamb clips ``‖w‖`` at a maximum weight norm
+  (10 by default), a scalar that changes no layout; it is not modelled.
 
 Approximate: the bias corrections ``m̂ = m / (1 − β1ᵗ)``, ``v̂ = v / (1 − β2ᵗ)`` are
 constants of step ``t = 1``, where PopART keeps a step counter; they are scalars, so the
@@ -68,7 +70,7 @@ class Optimizer:
     momentum: float = 0.9
     beta1: float = 0.9
     beta2: float = 0.999
-    eps: float = 1e-8
+    eps: float = 1e-8  # torch.optim's default (PopART's Adam: 1e-6)
     weight_decay: float | None = None
     loss_scaling: float = 1.0
     gradient_accumulation: int = 1
