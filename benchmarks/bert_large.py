@@ -220,13 +220,13 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from popart_unwind.transforms import run_pipeline
-    from popart_unwind.transforms.helpers import forward_ops
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     from popart_unwind.baselines import popart_baseline
     from popart_unwind.cost import evaluate
     from popart_unwind.cost.terms import ON_IPU, TERMS
     from popart_unwind.machine import IpuModel, TileTarget
+    from popart_unwind.training import loss_forward_ops
 
     row: dict[str, Any] = {}
     report.put(("stage", "import"))
@@ -259,7 +259,8 @@ def run_replica(job: dict[str, Any], report: Any) -> None:
         row["baseline_s"] = time.perf_counter() - began
     row["evaluate_s"] = 0.0
     # what the loss depends on: the forward pass (its stashes and copies included)
-    forward = {op.id for op in forward_ops(ir.main_graph, ir.main_graph.tensor(ir.final_loss_id))}
+    main = ir.main_graph
+    forward = {op.id for op in loss_forward_ops(main, main.tensor(ir.final_loss_id))}
     for name, (mappings, op_plans) in plans.items():
         report.put(("stage", f"evaluate {name}"))
         began = time.perf_counter()

@@ -41,10 +41,10 @@ from popart_unwind.errors import TransformError
 from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ir.weights import is_weight, is_weight_op, weight_derived
 from popart_unwind.machine.ipu_model import DTYPE_SIZES
+from popart_unwind.training import loss_forward_ops
 
 from .base import Transform
 from .conditions import Condition
-from .helpers import forward_ops
 from .registry import AUTO_VIRTUAL_GRAPH, register
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def apply_split(graph: Graph, rewriter: Rewriter, registry: OpRegistry,
     schedule = main.schedule()
     loss = ir.final_loss_id
     training = loss is not None and main.has_tensor(loss)
-    forward = forward_ops(main, main.tensor(loss)) if training else schedule
+    forward = loss_forward_ops(main, main.tensor(loss)) if training else schedule
     forward_ids = {op.id for op in forward}
     placement = split(forward, forward_ids, training)
     place_backward(schedule, forward_ids, placement, registry)
@@ -344,7 +344,7 @@ def place_unplaced(graph: Graph, loss: Tensor | None, registry: OpRegistry) -> d
     one computing from weights alone with its reader; the backward pass by
     ``place_backward``."""
     schedule = graph.schedule()
-    forward = forward_ops(graph, loss) if loss is not None else schedule
+    forward = loss_forward_ops(graph, loss) if loss is not None else schedule
     forward_ids = {op.id for op in forward}
     placement = {op.id: op.settings.vgraph_id for op in schedule
                  if op.settings.has("vgraph_id")}

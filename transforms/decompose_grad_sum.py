@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformWarning
 from popart_unwind.ir.tensor import TensorType
+from popart_unwind.training import loss_forward_ops
 
 from .base import Transform
 from .conditions import Condition
-from .helpers import forward_ops
 from .registry import DECOMPOSE_GRAD_SUM, register
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class DecomposeGradSum(Transform):
             warnings.warn("decompose_grad_sum: the model is no training step (it names no "
                           "loss), so no sum is decomposed", TransformWarning, stacklevel=2)
             return False
-        forward = {op.id for op in forward_ops(main, main.tensor(ir.final_loss_id))}
+        forward = {op.id for op in loss_forward_ops(main, main.tensor(ir.final_loss_id))}
         schedule = main.schedule()
         position = {op.id: k for k, op in enumerate(schedule)}
         sums = [op for op in schedule if grad_sum(op, forward)]

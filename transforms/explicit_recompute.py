@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING
 
 from popart_unwind.errors import TransformWarning
 from popart_unwind.machine import DTYPE_SIZES
+from popart_unwind.training import loss_forward_ops
 
 from .base import Transform
 from .conditions import Condition, is_inplace
-from .helpers import forward_ops
 from .registry import EXPLICIT_RECOMPUTE, register
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class ExplicitRecompute(Transform):
             warnings.warn(f"recompute={mode}: the model is no training step (it names no "
                           f"loss), so nothing is recomputed", TransformWarning, stacklevel=2)
             return False
-        forward = forward_ops(main, main.tensor(ir.final_loss_id))
+        forward = loss_forward_ops(main, main.tensor(ir.final_loss_id))
         marked = marked_ops(forward, mode, self.op_registry)
         return _clone_into_backward(main, forward, marked, rewriter)
 

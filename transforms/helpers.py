@@ -13,7 +13,7 @@ from popart_unwind.ir import SubgraphOp
 from popart_unwind.ops.control import CallSite
 
 if TYPE_CHECKING:
-    from popart_unwind.ir import Graph, Ir, Op, Tensor
+    from popart_unwind.ir import Graph, Ir
     from popart_unwind.rewrite import Rewriter
 
 
@@ -38,19 +38,6 @@ def reachable_graphs(ir: Ir) -> list[Graph]:
 def unreachable_graphs(ir: Ir) -> list[Graph]:
     reachable = {graph.id for graph in reachable_graphs(ir)}
     return [graph for graph in ir.graphs if graph.id not in reachable]
-
-
-def forward_ops(graph: Graph, loss: Tensor) -> list[Op]:
-    """The ops ``loss`` depends on, in schedule order (PopART's ``PathToLoss::Yes``)."""
-    needed: set[int] = set()
-    stack = [loss.producer] if loss.producer is not None else []
-    while stack:
-        op = stack.pop()
-        if op.id in needed:
-            continue
-        needed.add(op.id)
-        stack.extend(t.producer for t in op.inputs if t.producer is not None)
-    return [op for op in graph.schedule() if op.id in needed]
 
 
 def call_sites(graph: Graph) -> list[SubgraphOp]:

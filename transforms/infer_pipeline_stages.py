@@ -49,10 +49,10 @@ from typing import TYPE_CHECKING
 from popart_unwind.errors import TransformError, TransformWarning
 from popart_unwind.ir.weights import is_weight
 from popart_unwind.ops.ipu_copy import is_ipu_copy, op_ipu
+from popart_unwind.training import loss_forward_ops
 
 from .base import ALL_CONDITIONS, Transform
 from .conditions import Condition
-from .helpers import forward_ops
 from .inter_ipu_copy import complete_placement
 from .registry import INFER_PIPELINE_STAGES, register
 
@@ -110,7 +110,7 @@ def pipeline_stages(graph: Graph, loss: Tensor | None, registry: OpRegistry
     """Op id -> pipeline stage of every op of ``graph``, and op id -> new IPU of each
     backward op moved (module docstring)."""
     schedule = graph.schedule()
-    forward = forward_ops(graph, loss) if loss is not None else schedule
+    forward = loss_forward_ops(graph, loss) if loss is not None else schedule
     forward_ids = {op.id for op in forward}
     copy = next((op for op in schedule if is_ipu_copy(op)), None)
     if copy is not None:

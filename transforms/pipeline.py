@@ -48,10 +48,10 @@ from popart_unwind.ir.tensor import TensorType
 from popart_unwind.ir.weights import is_weight, weight_derived
 from popart_unwind.ops.ipu_copy import is_ipu_copy, op_ipu
 from popart_unwind.ops.stash import RESTORE, STASH, STASH_SIZE
+from popart_unwind.training import loss_forward_ops
 
 from .base import Transform
 from .conditions import Condition
-from .helpers import forward_ops
 from .infer_pipeline_stages import gradient_chain_ops
 from .registry import PIPELINE, register
 
@@ -90,7 +90,7 @@ class Pipeline(Transform):
         position = {op.id: k for k, op in enumerate(schedule)}
         derived = weight_derived(schedule)
         loss = ir.final_loss_id
-        forward = {op.id for op in forward_ops(main, main.tensor(loss))} \
+        forward = {op.id for op in loss_forward_ops(main, main.tensor(loss))} \
             if loss is not None and main.has_tensor(loss) else {op.id for op in schedule}
         gradients = gradient_chain_ops(
             schedule, {op.id for op in schedule if op.id not in forward}, self.op_registry)

@@ -38,7 +38,7 @@ from popart_unwind.ir.interpreter import AT_FIRST_CALL, Interpreter
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op, SubgraphOp
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.layers import choose_plans, state_updaters, tied_embeddings
+from popart_unwind.layers import choose_plans, state_layouts, tied_embeddings
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.memory import Chain, DisjointRegions, Region
 from popart_unwind.ops import REGISTRY
@@ -135,20 +135,18 @@ def _optimizer_states_as_updaters(ir: Ir, decisions: list[BaselineDecision],
     accumulates, as PopART's Accumulate op creates it (``layers.optimizer_state``). The
     updaters' layouts come from the cost walk under the layouts decided so far."""
     main = ir.main_graph
-    updaters = {state: updater.id for state, updater in state_updaters(main).items()}
-    if not updaters:
-        return decisions
     mappings = {(d.graph_id, d.tensor_id): d.tiles for d in decisions}
-    layouts = computed_layouts(ir, target, mappings, set(updaters.values()), op_plans)
+    clones = state_layouts(main, lambda ids: computed_layouts(ir, target, mappings, ids,
+                                                              op_plans))
     placed = []
     for decision in decisions:
-        updater = updaters.get(decision.tensor_id) if decision.graph_id == main.id else None
-        tiles = layouts.get(updater) if updater is not None else None
-        if tiles is None:
+        clone = clones.get(decision.tensor_id) if decision.graph_id == main.id else None
+        if clone is None:
             placed.append(decision)
             continue
+        updater, tiles = clone
         placed.append(dataclasses.replace(
-            decision, tiles=np.asarray(tiles).reshape(-1).astype(target.tile_dtype),
+            decision, tiles=tiles.astype(target.tile_dtype),
             method=f"created as a clone of {updater}",
             explanation=f"an optimizer state: PopART's Accumulate op creates it as a clone "
                         f"of its updater {updater!r}"))

@@ -28,6 +28,7 @@ from popart_unwind.ir.weights import is_weight_op, weight_derived, weights_read
 from popart_unwind.ops import REGISTRY
 from popart_unwind.options import SessionOptions
 from popart_unwind.rewrite import Rewriter
+from popart_unwind.training import loss_forward_ops
 from popart_unwind.training.optimizers import Optimizer, add_updates
 
 __all__ = ["add_optimizer", "exported_program_to_ir", "import_torch"]
@@ -164,18 +165,10 @@ def _forward_schedule(ir: Ir) -> list[Any]:
     """The main graph's schedule, less what the loss does not depend on (a training
     step's backward pass)."""
     graph = ir.main_graph
-    schedule = graph.schedule()
     loss = ir.final_loss_id
     if loss is None or not graph.has_tensor(loss):
-        return schedule
-    needed: set[int] = set()
-    stack = [graph.tensor(loss).producer]
-    while stack:
-        op = stack.pop()
-        if op is not None and op.id not in needed:
-            needed.add(op.id)
-            stack.extend(t.producer for t in op.inputs)
-    return [op for op in schedule if op.id in needed]
+        return graph.schedule()
+    return loss_forward_ops(graph, graph.tensor(loss))
 
 
 def exported_program_to_ir(program: Any, options: SessionOptions | None = None) -> Ir:

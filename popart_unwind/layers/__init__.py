@@ -11,7 +11,7 @@ PopART baseline both ask here.
 
 from popart_unwind.layers.convolution import ConvolutionLayer, convolution_layers
 from popart_unwind.layers.fully_connected import FullyConnectedLayer, fully_connected_layers
-from popart_unwind.layers.optimizer_state import state_updaters
+from popart_unwind.layers.optimizer_state import state_layouts, state_updaters
 from popart_unwind.layers.plan_choice import (
     LayerKeys,
     OpPlans,
@@ -36,7 +36,7 @@ __all__ = [
     "ConvolutionLayer", "FullyConnectedLayer", "LayerKeys", "LayerPlans", "OpPlans", "PassOp",
     "broadcast_elements", "choose_plans", "convolution_layers", "estimated_bytes",
     "estimated_cycles", "fully_connected_layers", "joint_plans", "layer_plans",
-    "poplibs_plans", "rearranged_elements", "separate_plans", "state_updaters",
+    "poplibs_plans", "rearranged_elements", "separate_plans", "state_layouts", "state_updaters",
     "tied_embeddings",
     "with_recomputed",
 ]

@@ -14,11 +14,15 @@ exchange (and its syncs) at every update.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
 from popart_unwind.ir.graph import Graph
 from popart_unwind.ir.names import is_optimizer_state
 from popart_unwind.ir.tensor import Tensor, TensorType
 
-__all__ = ["state_updaters"]
+__all__ = ["state_layouts", "state_updaters"]
 
 
 def state_updaters(graph: Graph) -> dict[str, Tensor]:
@@ -33,6 +37,20 @@ def state_updaters(graph: Graph) -> dict[str, Tensor]:
         if updater is not None:
             found[state.id] = updater
     return found
+
+
+def state_layouts(graph: Graph,
+                  layouts_of: Callable[[set[str]], Mapping[str, np.ndarray]]
+                  ) -> dict[str, tuple[str, np.ndarray]]:
+    """Each optimizer state of ``graph`` -> (its updater's id, the updater's tiles, flat):
+    the layout the state takes as a clone of its updater. ``layouts_of(ids)`` gives the
+    computed layouts of the updaters named (the cost walk's, under some plan)."""
+    updaters = {state: updater.id for state, updater in state_updaters(graph).items()}
+    if not updaters:
+        return {}
+    layouts = layouts_of(set(updaters.values()))
+    return {state: (updater, np.asarray(layouts[updater]).reshape(-1))
+            for state, updater in updaters.items() if updater in layouts}
 
 
 def _updater(state: Tensor) -> Tensor | None:

@@ -121,9 +121,9 @@ class PlanRun:
         schedule = main.schedule()
         loss = self.ir.final_loss_id
         if loss is not None and main.has_tensor(loss):  # the forward pass's order
-            from popart_unwind.transforms.helpers import forward_ops
+            from popart_unwind.training import loss_forward_ops
 
-            schedule = forward_ops(main, main.tensor(loss))
+            schedule = loss_forward_ops(main, main.tensor(loss))
         position = {op.id: k for k, op in enumerate(schedule)}
         weights = [t for t in main.producerless_tensors()
                    if t.tensor_type is TensorType.VARIABLE]

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.explicit_recompute import decreasing_intervals, marked_ops
-from popart_unwind.transforms.helpers import forward_ops
 from popart_unwind.transforms.registry import pipeline_names
 
 from popart_unwind.errors import OptionError, TransformWarning
@@ -27,6 +26,7 @@ from popart_unwind.ir.serialize import ir_from_json, ir_to_json
 from popart_unwind.layers import fully_connected_layers
 from popart_unwind.ops import REGISTRY
 from popart_unwind.options import SessionOptions
+from popart_unwind.training import loss_forward_ops
 
 torch = pytest.importorskip("torch")
 
@@ -89,7 +89,7 @@ def test_a_recomputed_step_computes_exactly_what_it_did(mode):
 def test_the_backward_reads_clones_and_clones_read_clones(mode):
     ir = _step(mode)
     graph = ir.main_graph
-    forward = {op.id for op in forward_ops(graph, graph.tensor(ir.final_loss_id))}
+    forward = {op.id for op in loss_forward_ops(graph, graph.tensor(ir.final_loss_id))}
     clones = {op.settings.recomputed_from: op for op in _clones(ir)}
     for original_id, clone in clones.items():
         original = graph.op(original_id)
@@ -117,7 +117,7 @@ def test_every_clone_runs_after_the_loss(mode):
 def test_each_mode_marks_what_popart_marks():
     ir = _step("none")
     graph = ir.main_graph
-    forward = forward_ops(graph, graph.tensor(ir.final_loss_id))
+    forward = loss_forward_ops(graph, graph.tensor(ir.final_loss_id))
     norms = [op for op in marked_ops(forward, "norm_only", REGISTRY)]
     assert [op.type.name for op in norms] == ["LayerNormalization"] * 2
     assert marked_ops(forward, "recompute_all", REGISTRY) == forward
@@ -201,5 +201,5 @@ def test_the_loss_of_a_step_updating_buffers_comes_after_their_outputs():
     # running mean, running variance and the batch counter come first
     assert ir.main_graph.output_ids.index(ir.final_loss_id) == 3
     assert loss.shape == ()
-    forward = forward_ops(ir.main_graph, loss)
+    forward = loss_forward_ops(ir.main_graph, loss)
     assert any(op.type.name == "Conv" for op in forward)

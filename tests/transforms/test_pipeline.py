@@ -8,7 +8,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from popart_unwind.transforms.helpers import forward_ops
 from popart_unwind.transforms.infer_pipeline_stages import gradient_chain_ops
 from popart_unwind.transforms.unwind_layouts import plan_ir
 
@@ -23,6 +22,7 @@ from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.ipu_copy import IPU_COPY, op_ipu
 from popart_unwind.ops.stash import RESTORE, STASH, STASH_SIZE
 from popart_unwind.options import SessionOptions
+from popart_unwind.training import loss_forward_ops
 
 WIDTH = 8
 TILES = 16
@@ -151,7 +151,7 @@ def assert_stage_discipline(ir: Ir) -> None:
     update (accumulated where they are made)."""
     main = ir.main_graph
     weights_only = weight_derived(main.schedule())
-    forward = {op.id for op in forward_ops(main, main.tensor(ir.final_loss_id))}
+    forward = {op.id for op in loss_forward_ops(main, main.tensor(ir.final_loss_id))}
     to_updates = gradient_chain_ops(
         main.schedule(), {op.id for op in main.ops if op.id not in forward}, REGISTRY)
     for op in main.ops:

@@ -24,7 +24,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
 from popart_unwind.ir.tile_mapping import TileIntervals, read_only_tiles, tile_dtype, tile_mapping
-from popart_unwind.layers import state_updaters
+from popart_unwind.layers import state_layouts
 from popart_unwind.machine.interface import MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.ipu_copy import tensor_ipus
@@ -193,19 +193,16 @@ def _states_as_updaters(ir: Ir, planned: list[PlannedTensor], target: TileMachin
     elementwise partner, and a few elements it leaves elsewhere would each cost an
     exchange and its syncs at every update."""
     main = ir.main_graph
-    updaters = {state: updater.id for state, updater in state_updaters(main).items()}
-    if not updaters:
-        return planned
     mappings = {(p.graph_id, p.tensor_id): p.tiles for p in planned}
-    layouts = computed_layouts(ir, target, mappings, set(updaters.values()), dict(op_plans))
+    clones = state_layouts(main, lambda ids: computed_layouts(ir, target, mappings, ids,
+                                                              dict(op_plans)))
     result = []
     for tensor in planned:
-        updater = updaters.get(tensor.tensor_id) if tensor.graph_id == main.id else None
-        tiles = layouts.get(updater) if updater is not None else None
-        if tiles is None:
+        clone = clones.get(tensor.tensor_id) if tensor.graph_id == main.id else None
+        if clone is None:
             result.append(tensor)
             continue
-        flat = np.asarray(tiles).reshape(-1)
+        updater, flat = clone
         flat = flat.astype(tile_dtype(int(flat.max()) + 1 if flat.size else 1), copy=False)
         flat.flags.writeable = False
         result.append(dataclasses.replace(
