@@ -61,6 +61,8 @@ OPTION_LINES: Mapping[str, str] = MappingProxyType({
     "unwind_valuations.sliceable": "what an embedding table's sliceable layout is worth",
     "unwind_valuations.scatter_data": "what a scatter's data element beside its output is worth",
     "balance_tile_memory": "spread small layouts over lightly used tiles (same exchange)",
+    "spread_statistics_partners": "lay running statistics on lightly used tiles, not with "
+                                  "the batch's from tile 0",
     "matmul_plans": "how layers' matmuls are planned: with_layouts, poplibs or alone",
     "rotate_plan_start_tiles": "start each matmul plan where the previous one ended",
     "recompute": "forward ops computed again in the backward pass: none, standard, "

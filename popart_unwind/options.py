@@ -106,6 +106,13 @@ class SessionOptions:
     #: the solution's score is unchanged. Off, each element lies on a tile reading it
     #: most, and indices from tile 0 (Poplibs' rules).
     balance_tile_memory: bool = True
+    #: Lay a producer-less tensor that only statistics lay out (a batch norm's running mean
+    #: and variance, tied to the batch's, which Poplibs maps from tile 0) on the least
+    #: loaded tiles instead (ours alone; docs/planner.md, "Running statistics"): every
+    #: layer's running statistics no longer stack on the lowest tiles for the whole
+    #: program, and their update receives the batch's statistics once per step. Off, they
+    #: lie where the batch's statistics lie.
+    spread_statistics_partners: bool = True
     #: How the matmuls of a training step's fully connected layers, and its convolution
     #: layers, are planned (docs/planner.md, "Matmul plans"): ``with_layouts`` (default)
     #: weighs a joint plan of the layer's passes against separate ones on the passes'

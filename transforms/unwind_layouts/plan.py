@@ -158,7 +158,8 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
     timings["solve"] = _lap(began, timings)
 
     realizer = Realizer(emitter, solution, options.balance_tile_memory,
-                        tensor_ipus(ir) if target.num_ipus > 1 else None)
+                        tensor_ipus(ir) if target.num_ipus > 1 else None,
+                        spread_statistics=options.spread_statistics_partners)
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
     planned = []

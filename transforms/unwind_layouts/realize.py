@@ -12,7 +12,13 @@ only when some element takes its origin there:
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
 - a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order;
   a Sink no path covers at all, whose reader gave it a layout of its own (a lookup's
-  indices: ``Emitter.own_layouts``), that layout, over the least loaded tiles first.
+  indices: ``Emitter.own_layouts``), that layout, over the least loaded tiles first;
+- a producer-less Sink every element of which takes its tile from statistics (a reduction's
+  or a norm's results: a batch norm's running mean and variance beside the batch's), with
+  ``spread_statistics``: the statistics' layout moved onto the least loaded tiles. Poplibs
+  lays every such result out from tile 0, so the running statistics of every layer would
+  stack on the lowest tiles for the whole program; moved, the update that reads them
+  receives the batch's statistics once per step instead.
 
 Sinks are realized in dependency order (``unwind.solution.dependency_order``), so every
 origin a sink takes lies in something already realized; each sink's tiles come from its
@@ -34,6 +40,10 @@ from popart_unwind.unwind import Solution, TensorId
 from popart_unwind.unwind.solution import Path, dependency_order
 
 from .emit import Emitter
+
+#: Layout-rule kinds whose barrier outputs are statistics (reductions' results, a batch
+#: norm's running statistics), laid out as ``popops::reduce`` lays its results out.
+STATISTICS_KINDS = frozenset({"reduction", "norm"})
 
 
 class _LazyInputs(Sequence):
@@ -61,9 +71,12 @@ class Realizer:
     """Concrete tiles of the unwind tensors a solution needs, memoised."""
 
     def __init__(self, emitter: Emitter, solution: Solution, balance_memory: bool = False,
-                 ipus: Mapping[tuple[str, str], int] | None = None) -> None:
+                 ipus: Mapping[tuple[str, str], int] | None = None,
+                 spread_statistics: bool = False) -> None:
         self.emitter = emitter
         self.balance_memory = balance_memory
+        #: move what statistics alone lay out onto the least loaded tiles (module docstring)
+        self.spread_statistics = spread_statistics
         #: (graph id, tensor id) -> IPU of each planned tensor not on IPU 0
         self.ipus = ipus or {}
         #: bytes per tile of each IPU of the sinks realized so far (kept when
@@ -82,14 +95,14 @@ class Realizer:
         """Every sink's tiles (flat), realized in dependency order."""
         order = [t for t in dependency_order(self.graph, self.solution.sink_paths())
                  if self.graph.kind(t) == "sink"]
-        if self.balance_memory:
-            # broadcast operands and sinks laid out by their readers last, so each sees the
-            # load of every other layout (a sink realized early as another's dependency is
-            # still counted in the order below)
+        if self.balance_memory or self.spread_statistics:
+            # broadcast operands and sinks laid out by their readers or by statistics last,
+            # so each sees the load of every other layout (a sink realized early as
+            # another's dependency is still counted in the order below)
             order.sort(key=self._placed_by_load)  # stable: dependency order kept
         for done, sink in enumerate(order, 1):
             tiles = self.tiles(sink)
-            if self.balance_memory:
+            if self.balance_memory or self.spread_statistics:
                 self.load[self._ipu(sink)] += self._bytes_per_tile(sink, tiles)
             if progress is not None and (done % 64 == 0 or done == len(order)):
                 progress(done, len(order))
@@ -129,6 +142,8 @@ class Realizer:
                 tiles = self.target.broadcast_operand_tiles(
                     self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
                     preference=self._least_loaded_first(), any_reader=self.balance_memory)
+            elif self._statistics_partner(tensor):
+                tiles = self._off_statistics_tiles(tensor)
             else:
                 tiles = self._from_paths(tensor)
             tiles = np.asarray(tiles).reshape(-1)
@@ -142,9 +157,35 @@ class Realizer:
         return tiles
 
     def _placed_by_load(self, sink: TensorId) -> bool:
-        return sink in self.emitter.own_layouts or any(
+        return sink in self.emitter.own_layouts or self._statistics_partner(sink) or any(
             path.src != sink and self.graph.kind(path.src) == "sum_like_reduce"
             for path in self.solution.paths(sink))
+
+    def _statistics_partner(self, sink: TensorId) -> bool:
+        """Whether ``sink`` is producer-less (live for the whole program) and every element
+        of it takes its tile from statistics: a result of a reduction or of a norm's
+        statistics, which Poplibs lays out from tile 0 whatever else lies there."""
+        if not self.spread_statistics or self.graph.kind(sink) != "sink":
+            return False
+        owner = self.emitter.owner(sink)
+        if owner is None or owner.producer is not None:
+            return False
+        paths = self.solution.paths(sink)
+        return bool(paths) and all(
+            path.src != sink and self.graph.kind(path.src) == "barrier"
+            and path.src in self.emitter.barriers
+            and self.emitter.registry.layout_rule(
+                self.emitter.barriers[path.src].op).kind in STATISTICS_KINDS
+            for path in paths)
+
+    def _off_statistics_tiles(self, sink: TensorId) -> np.ndarray:
+        """``sink``'s layout as its paths give it, each tile renamed by its rank from the
+        lowest id: tile 0 becomes the least loaded tile of the sink's IPU, tile 1 the next,
+        and so on. Elements that shared a tile still share one (the update reading them
+        computes as many vertices), on tiles little else fills."""
+        tiles = self._from_paths(sink)
+        order = np.argsort(self.load[self._ipu(sink)], kind="stable")
+        return order[tiles].astype(tiles.dtype)
 
     def _least_loaded_first(self, ipu: int | None = None) -> np.ndarray | None:
         """The tiles, the least loaded first and ties the lowest id, when balancing memory;
