@@ -205,6 +205,7 @@ def _graph_layers(graph: Graph, registry: OpRegistry) -> list[ConvolutionLayer]:
             forward.op, bwd.op if bwd else None, wu.op if wu else None,
             forward.geometry.dims, tuple((conv.op.id, axes) for conv, axes in present),
             frozenset(name for name, free in producerless.items() if free),
+            forward.weights.base.id if producerless["rhs"] else None,
             prod(forward.geometry.input_shape)))
         assigned.update(conv.op.id for conv, _ in present)
     return layers

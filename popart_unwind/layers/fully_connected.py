@@ -61,6 +61,9 @@ class FullyConnectedLayer:
     #: The cube tensors ("lhs", "rhs", "output") that are views of producer-less tensors
     #: (weights, inputs, constants): the ones a layout plan decides.
     producerless: frozenset[str] = frozenset()
+    #: The producer-less tensor the "rhs" cube tensor is a view of (the weights), if any:
+    #: where the layer's optimizer states are found.
+    weights: str | None = None
 
     #: Poplibs plans a fully connected layer's passes together (``fullyConnectedPass``).
     poplibs_joint = True
@@ -254,7 +257,7 @@ def layer_of(matmuls: GraphMatmuls, forward: GroupedMatmul,
     producerless = frozenset(name for name, base in bases.items() if base.producer is None)
     return FullyConnectedLayer(forward.op, bwd.matmul.op if bwd else None,
                                wu.matmul.op if wu else None, cube, tuple(present),
-                               producerless)
+                               producerless, _weights(bases["rhs"]))
 
 
 def piece_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer]:
@@ -281,8 +284,14 @@ def piece_layers(graph: Graph, registry: OpRegistry) -> list[FullyConnectedLayer
         producerless = frozenset(
             name for name, index in (("lhs", 0), ("rhs", 1))
             if _stored_base(fwd.input(index), registry).producer is None)
-        layers.append(FullyConnectedLayer(fwd, bwd, wu, dims, present, producerless))
+        layers.append(FullyConnectedLayer(fwd, bwd, wu, dims, present, producerless,
+                                          _weights(_stored_base(fwd.input(1), registry))))
     return layers
+
+
+def _weights(base: Tensor) -> str | None:
+    """``base``'s id when it is producer-less (the layer's weights), else None."""
+    return base.id if base.producer is None else None
 
 
 def _stored_base(tensor: Tensor, registry: OpRegistry) -> Tensor:

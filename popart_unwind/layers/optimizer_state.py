@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from popart_unwind.ir.graph import Graph
-from popart_unwind.ir.names import is_optimizer_state
+from popart_unwind.ir.names import OPTIMIZER_STATE_PREFIXES, is_optimizer_state
 from popart_unwind.ir.tensor import Tensor, TensorType
 
-__all__ = ["state_layouts", "state_updaters"]
+__all__ = ["state_bytes_per_element", "state_layouts", "state_updaters"]
 
 
 def state_updaters(graph: Graph) -> dict[str, Tensor]:
@@ -51,6 +51,15 @@ def state_layouts(graph: Graph,
     layouts = layouts_of(set(updaters.values()))
     return {state: (updater, np.asarray(layouts[updater]).reshape(-1))
             for state, updater in updaters.items() if updater in layouts}
+
+
+def state_bytes_per_element(graph: Graph, weights: str,
+                            dtype_size: Callable[[str], int]) -> int:
+    """Bytes the optimizer states of ``weights`` (by their reserved names) hold per element
+    of it: what each element of the weight gradient, whose layout the states clone, brings
+    to its tile for the whole program."""
+    return sum(dtype_size(graph.tensor(prefix + weights).dtype)
+               for prefix in OPTIMIZER_STATE_PREFIXES if graph.has_tensor(prefix + weights))
 
 
 def _updater(state: Tensor) -> Tensor | None:

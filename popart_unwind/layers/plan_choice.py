@@ -34,6 +34,17 @@ receive no more estimated bytes (the same terms, in bytes; partial sums left out
 cost report leaves them out of its exchanged bytes) than the plans Poplibs would choose
 for the layer: a plan never buys cycles with more exchange than Poplibs' plans move.
 
+Nor with a fuller tile. A joint plan lays a layer's weights and its weight gradient out by
+one partition of the cube, which may use fewer tiles than Poplibs' plans of the layer; the
+weights stay there for the whole program, and so do their optimizer states, which PopART
+clones from the gradient (``layers.optimizer_state``: with Adam, two float32 states per
+weight). Every plan starts at tile 0, so the small layers' weights and states stack on the
+lowest tiles. The choices are therefore checked together, IPU by IPU: the always-live
+bytes the chosen plans put on each tile (weights where the forward pass's plan wants
+them, states where the weight-update pass leaves the gradient) are summed over the layers
+and held against the fullest tile Poplibs' plans of the same layers would leave. While
+ours is fuller, the layer adding most to that tile takes instead the fastest of its
+options that fills no tile more than Poplibs' plans of it (its ``bounded`` option).
 Beyond that, activations and gradients keep their producers' layouts, which the choice
 does not know (the passes' own cycles assume every operand where the plan wants it).
 Separate plans are assumed to want distinct layouts of every shared tensor (different
@@ -46,10 +57,15 @@ Poplibs' own choice ("poplibs") or every matmul planned alone ("alone").
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.layers.convolution import convolution_layers
 from popart_unwind.layers.fully_connected import FullyConnectedLayer, fully_connected_layers
+from popart_unwind.layers.optimizer_state import state_bytes_per_element
 from popart_unwind.layers.plan_options import (
     LayerPlans,
     broadcast_elements,
@@ -58,7 +74,12 @@ from popart_unwind.layers.plan_options import (
     rearranged_elements,
     separate_plans,
 )
-from popart_unwind.machine.interface import MatmulPlan, TileMachine, cube_tensor
+from popart_unwind.machine.interface import (
+    MatmulPlan,
+    TileMachine,
+    cube_tensor,
+    plan_operand_tiles,
+)
 from popart_unwind.ops.linalg import op_key
 from popart_unwind.ops.registry import OpRegistry
 from popart_unwind.options import MATMUL_PLAN_CHOICES
@@ -114,6 +135,7 @@ def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: 
     layers: list[FullyConnectedLayer] = list(fully_connected_layers(ir, registry))
     if how == "with_layouts":  # Poplibs plans each pass of a convolution alone
         layers += convolution_layers(ir, registry)
+    choices: list[_Choice] = []
     for layer in layers:
         if layer.fwd.id in skip:
             continue
@@ -122,19 +144,82 @@ def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: 
         if how == "poplibs":
             chosen = poplibs_plans(target, layer.cube, dtype, passes)
         else:
-            over = None if layer.poplibs_joint else [p.axes for p in passes]
-            options = [*joint_plans(target, layer.cube, dtype, passes, over=over),
-                       separate_plans(target, layer.cube, dtype, passes,
-                                      charged=layer.poplibs_joint)]
-            own = (poplibs_plans(target, layer.cube, dtype, passes) if layer.poplibs_joint
-                   else options[-1])  # Poplibs plans a convolution's passes each alone
-            bound = estimated_bytes(target, layer, own)
-            chosen = min((option for option in options
-                          if estimated_bytes(target, layer, option) <= bound),
-                         key=lambda option: estimated_cycles(target, layer, option))
+            choices.append(_choose(target, layer, passes, dtype))
+            chosen = choices[-1].taken
         for op, plan in zip(ops, chosen.plans, strict=True):
             plans[op_key(op)] = plan
         grouped.append([op_key(op) for op in ops])
+    for choice in _no_fuller_than_poplibs(choices):
+        for op, plan in zip(choice.layer.ops(), choice.taken.plans, strict=True):
+            plans[op_key(op)] = plan
+
+
+@dataclasses.dataclass
+class _Choice:
+    """A layer's options as the step-wide tile bound weighs them: the one taken, the
+    fastest that fills no tile more than Poplibs' plans of the layer (``bounded``), and
+    each one's always-live bytes per tile, with Poplibs' own plans'."""
+
+    layer: FullyConnectedLayer
+    taken: LayerPlans
+    bounded: LayerPlans
+    taken_bytes: np.ndarray
+    bounded_bytes: np.ndarray
+    poplibs_bytes: np.ndarray
+
+
+def _choose(target: TileMachine, layer: FullyConnectedLayer, passes: list,
+            dtype: str) -> _Choice:
+    """The fastest option within Poplibs' exchange, and the fastest within its exchange
+    and the fullest tile its plans leave of the layer's weights and states."""
+    over = None if layer.poplibs_joint else [p.axes for p in passes]
+    options = [*joint_plans(target, layer.cube, dtype, passes, over=over),
+               separate_plans(target, layer.cube, dtype, passes,
+                              charged=layer.poplibs_joint)]
+    own = (poplibs_plans(target, layer.cube, dtype, passes) if layer.poplibs_joint
+           else options[-1])  # Poplibs plans a convolution's passes each alone
+    states = (0 if layer.weights is None else state_bytes_per_element(
+        layer.fwd.graph, layer.weights, target.dtype_size))
+    bound = estimated_bytes(target, layer, own)
+    allowed = [option for option in options
+               if estimated_bytes(target, layer, option) <= bound]
+    resident = {id(option): resident_bytes_per_tile(target, layer, option, states)
+                for option in [*allowed, own]}
+    fullest = resident[id(own)].max()
+
+    def cycles(option: LayerPlans) -> int:
+        return estimated_cycles(target, layer, option)
+
+    taken = min(allowed, key=cycles)
+    bounded = min((option for option in allowed if resident[id(option)].max() <= fullest),
+                  key=cycles, default=own)
+    return _Choice(layer, taken, bounded, resident[id(taken)],
+                   resident.get(id(bounded), resident[id(own)]), resident[id(own)])
+
+
+def _no_fuller_than_poplibs(choices: list[_Choice]) -> list[_Choice]:
+    """Where the layers' weights and optimizer states, all plans starting at tile 0, would
+    fill some tile of an IPU more than Poplibs' plans of the same layers fill its fullest,
+    take the bounded option of the layer adding most to that tile, then the next, until
+    they do not (or no layer can lower it). The layers whose choice changed, in order."""
+    by_ipu: dict[int, list[_Choice]] = {}
+    for choice in choices:
+        by_ipu.setdefault(choice.layer.fwd.settings.vgraph_id, []).append(choice)
+    changed: list[_Choice] = []
+    for _, group in sorted(by_ipu.items()):
+        limit = sum(choice.poplibs_bytes for choice in group).max()
+        total = sum(choice.taken_bytes for choice in group)
+        while total.max() > limit:
+            tile = int(total.argmax())
+            relief = [int(c.taken_bytes[tile] - c.bounded_bytes[tile]) for c in group]
+            best = max(range(len(group)), key=lambda i: relief[i])
+            if relief[best] <= 0:
+                break
+            choice = group[best]
+            total = total - choice.taken_bytes + choice.bounded_bytes
+            choice.taken, choice.taken_bytes = choice.bounded, choice.bounded_bytes
+            changed.append(choice)
+    return changed
 
 
 def estimated_cycles(target: TileMachine, layer: FullyConnectedLayer,
@@ -181,6 +266,27 @@ def estimated_bytes(target: TileMachine, layer: FullyConnectedLayer,
         if fc_pass == "TRAINING_BWD" or not updated:
             received += rearranged_elements(layer.cube, fc_pass)
     return received * size
+
+
+def resident_bytes_per_tile(target: TileMachine, layer: FullyConnectedLayer,
+                            option: LayerPlans, state_bytes: int) -> np.ndarray:
+    """Bytes of the layer's producer-less weights and their optimizer states
+    (``state_bytes`` per weight element) on each tile under ``option``, its plans starting
+    at tile 0: the weights where the forward pass's plan wants them, the states where the
+    weight-update pass leaves the gradient; none when the weights are computed."""
+    per_tile = np.zeros(target.num_tiles, np.int64)
+    if "rhs" not in layer.producerless:
+        return per_tile
+    dtype = layer.fwd.input(0).dtype
+    if not state_bytes:
+        return per_tile
+    for op, plan in zip(layer.ops(), option.plans, strict=True):
+        name, _ = cube_tensor(layer.axes_of(op), "output")
+        if name == "rhs":
+            tiles = np.asarray(plan_operand_tiles(target, plan.starting_at(0), "output", dtype))
+            per_tile += np.bincount(tiles.reshape(-1).astype(np.int64),
+                                    minlength=target.num_tiles)[:target.num_tiles] * state_bytes
+    return per_tile
 
 
 def _share(target: TileMachine, elements: int, dtype: str,
