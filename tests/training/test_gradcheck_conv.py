@@ -1,11 +1,13 @@
-"""Conv's gradient rule against central differences, and the PyTorch front end's backward
-pass built by the same formulas."""
+"""Conv's and ConvTranspose's gradient rules against central differences, and the PyTorch
+front end's backward pass built by the same formulas."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from gradcheck import check_gradients
+
+from popart_unwind.errors import IrError
 
 RNG = np.random.default_rng(11)
 
@@ -46,3 +48,44 @@ def test_conv_weights_only_with_constant_data():
     check_gradients(lambda b, ids: b.ai_onnx.conv([ids["x"], ids["w"]], pads=[1, 1]),
                     {"w": RNG.standard_normal((2, 3, 3))},
                     {"x": RNG.standard_normal((2, 3, 5))})
+
+
+@pytest.mark.parametrize(("field", "kernel", "strides", "pads", "dilations", "group", "extra"), [
+    ((4,), (3,), (1,), (0, 0), (1,), 1, (0,)),
+    ((3,), (2,), (2,), (1, 0), (1,), 1, (1,)),
+    ((4,), (3,), (3,), (0, 1), (2,), 2, (2,)),  # output_padding past the upper pad
+    ((3,), (2,), (2,), (0, 0), (1,), 1, (1,)),
+    ((3, 2), (3, 2), (1, 2), (1, 0, 1, 1), (1, 1), 1, (0, 1)),
+    ((3, 3), (2, 2), (2, 3), (0, 1, 1, 0), (2, 1), 2, (1, 2)),
+    ((2, 2, 3), (2, 1, 2), (1, 2, 1), (0, 0, 1, 1, 0, 0), (1, 1, 1), 1, (0, 1, 0)),
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose(field, kernel, strides, pads, dilations, group, extra, bias):
+    channels, maps = 2 * group, 3 * group
+    weights = {"x": RNG.standard_normal((2, channels, *field)),
+               "w": RNG.standard_normal((channels, maps // group, *kernel))}
+    if bias:
+        weights["b"] = RNG.standard_normal((maps,))
+
+    def forward(b, ids):
+        inputs = [ids["x"], ids["w"]] + ([ids["b"]] if bias else [])
+        return b.ai_onnx.convtranspose(inputs, strides=list(strides), pads=list(pads),
+                                       dilations=list(dilations), group=group,
+                                       output_padding=list(extra))
+
+    check_gradients(forward, weights)
+
+
+def test_conv_transpose_weights_only_with_constant_data():
+    check_gradients(lambda b, ids: b.ai_onnx.convtranspose([ids["x"], ids["w"]], strides=[2]),
+                    {"w": RNG.standard_normal((3, 2, 3))},
+                    {"x": RNG.standard_normal((2, 3, 4))})
+
+
+@pytest.mark.parametrize("attributes", [{"auto_pad": "SAME_UPPER", "strides": [2]},
+                                        {"output_shape": [9], "strides": [2]}])
+def test_conv_transpose_forms_without_a_rule_are_refused_naming_the_op(attributes):
+    with pytest.raises(IrError, match=r"\(ConvTranspose\): no gradient rule"):
+        check_gradients(lambda b, ids: b.ai_onnx.convtranspose(
+            [ids["x"], ids["w"]], **attributes, name="up"),
+            {"x": RNG.standard_normal((1, 2, 4)), "w": RNG.standard_normal((2, 1, 3))})
