@@ -62,6 +62,8 @@ from popart_unwind.ops.gradient import (
     scalar,
     shared_among_maxima,
     sum_to_shape,
+    transpose,
+    zeros,
 )
 from popart_unwind.ops.layout_rule import (
     InputTiles,
@@ -451,6 +453,57 @@ def _log_sum(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> 
     return one(builder, "Expand", [quotient, int64s(builder, op.input(0).shape)])
 
 
+def _shifted(builder: GradientBuilder, rows: Tensor, by: int, later: bool) -> Tensor:
+    """``rows`` [R, K] moved ``by`` places along its last axis, ones filling in: element j
+    becomes element j − by (or j + by, ``later``)."""
+    k = rows.shape[1]
+    start, end, pads = (by, k, [0, 0, 0, by]) if later else (0, k - by, [0, by, 0, 0])
+    kept = one(builder, "Slice", [rows, int64s(builder, [start]), int64s(builder, [end]),
+                                  int64s(builder, [1])])
+    return one(builder, "Pad", [kept, int64s(builder, pads), scalar(builder, 1.0, rows)])
+
+
+def _exclusive_products(builder: GradientBuilder, rows: Tensor, later: bool) -> Tensor:
+    """Along the last axis of ``rows`` [R, K]: each element's product of the elements
+    before it (after it, ``later``), 1 for none. A doubling scan: log2(K) products of the
+    partial products with themselves shifted."""
+    scan, by = _shifted(builder, rows, 1, later), 1
+    while by < rows.shape[1]:
+        scan = one(builder, "Mul", [scan, _shifted(builder, scan, by, later)])
+        by *= 2
+    return scan
+
+
+def _reduce_prod_gradient(builder: GradientBuilder, op: Op,
+                          grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX = dY times the product of the other elements of X's group (PopART's
+    ReduceProdGradOp), built without dividing the product by X, so exact where X holds
+    zeros: the reduced axes moved last and flattened, the product of the others is the
+    product of those before times the product of those after (``_exclusive_products``)."""
+    grad, x = grads[0], op.input(0)
+    if grad is None:
+        return [None]
+    shape = tuple(x.shape)
+    axes = reduced_axes(op, len(shape))
+    if axes is None:
+        return [grad]
+    perm = [a for a in range(len(shape)) if a not in axes] + list(axes)
+    moved = tuple(shape[a] for a in perm)
+    count = math.prod(shape[a] for a in axes)
+    rows = math.prod(moved[:len(moved) - len(axes)])
+    if not count * rows:
+        return [zeros(builder, shape, x)]  # no elements: an empty gradient
+    flat = reshape(builder, transpose(builder, x, perm), (rows, count))
+    if count == 1:
+        others = one(builder, "Expand", [scalar(builder, 1.0, x), int64s(builder, (rows, 1))])
+    else:
+        others = one(builder, "Mul", [_exclusive_products(builder, flat, False),
+                                      _exclusive_products(builder, flat, True)])
+    column = reshape(builder, transpose(builder, _kept(builder, op, grad), perm), (rows, 1))
+    spread = reshape(builder, one(builder, "Mul", [others, column]), moved)
+    return [transpose(builder, spread, [perm.index(a) for a in range(len(shape))])]
+
+
 _REDUCTION_GRADIENTS: dict[str, GradientRule] = {
     "ReduceSum": _reduce_sum_gradient,
     "ReduceMean": _reduce_mean_gradient,
@@ -461,6 +514,7 @@ _REDUCTION_GRADIENTS: dict[str, GradientRule] = {
     "ReduceLogSumExp": _of_result(_log_sum_exp),
     "ReduceL1": _of_result(_l1),
     "ReduceLogSum": _of_result(_log_sum),
+    "ReduceProd": _reduce_prod_gradient,
 }
 
 #: Every reduction but ReduceLogSum counts as reducing what it reads

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, loss_and_gradients
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from popart_unwind.errors import IrError
 
@@ -111,3 +114,49 @@ def test_tied_extremes_share_the_gradient(op):
     mix = np.random.default_rng(3).standard_normal(2)
     want = np.array([[0, 0.5, 0.5, 0], [0.25] * 4]) * mix[:, None]
     np.testing.assert_allclose(got, want)
+
+
+def _reduce_prod(axes, keepdims):
+    def forward(b, ids):
+        inputs = [ids["x"]] + ([b.add_constant(np.array(axes, dtype=np.int64))]
+                               if axes is not None else [])
+        return b.ai_onnx.reduceprod(inputs, keepdims=keepdims)
+    return forward
+
+
+@pytest.mark.parametrize(("shape", "axes"), [
+    ((5,), None), ((3, 4), [1]), ((3, 4), [0]), ((2, 3, 4), [0, 2]), ((2, 3, 4), [-2]),
+    ((2, 3, 4), None), ((2, 1, 3), [1]), ((4, 9), [1]),
+])
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("zeros", [0, 1, 2])
+def test_reduce_prod(shape, axes, keepdims, zeros):
+    """With zeros in the input too: one zero in a group leaves that element a gradient
+    (the product of the others), two leave none; a product is linear in each element, so
+    central differences are exact there."""
+    x = RNG.uniform(0.5, 1.5, shape) * RNG.choice([-1, 1], shape)
+    flat = x.reshape(-1)
+    flat[RNG.choice(flat.size, size=min(zeros, flat.size), replace=False)] = 0.0
+    check_gradients(_reduce_prod(axes, keepdims), {"x": x})
+
+
+def test_reduce_prod_zeros_in_one_group():
+    """Row 0 has one zero (its gradient there is the product of the rest), row 1 two (no
+    gradient), row 2 none."""
+    x = np.array([[2.0, 0.0, 3.0, -1.0], [0.0, 5.0, 0.0, 2.0], [1.0, 2.0, -3.0, 0.5]])
+    got = loss_and_gradients(_reduce_prod([1], 0), {"x": x}, seed=4)[1]["x"]
+    mix = np.random.default_rng(4).standard_normal(3)
+    want = np.array([[0, -6, 0, 0], [0, 0, 0, 0], [-3, -1.5, 1, -6]]) * mix[:, None]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 4)),
+              elements=st.sampled_from([0.0, 0.5, -1.0, 1.5, 2.0, -0.25])),
+       st.sets(st.integers(0, 2), min_size=1), st.integers(0, 2**16))
+def test_reduce_prod_gradient_keeps_eulers_law(x, axes, seed):
+    """A product of K elements is homogeneous of degree K in them, so Σ X·dX is K times
+    the loss, zeros or not."""
+    loss, grads = loss_and_gradients(_reduce_prod(sorted(axes), 1), {"x": x}, seed=seed)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    np.testing.assert_allclose(np.sum(x * grads["x"]), count * loss, rtol=1e-9, atol=1e-9)
