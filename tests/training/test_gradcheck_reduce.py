@@ -64,15 +64,69 @@ def test_batch_norm_inference(shape):
         {"mean": RNG.standard_normal(channels), "var": RNG.uniform(0.5, 2.0, channels)})
 
 
-def test_batch_norm_training_is_refused_naming_the_op():
-    with pytest.raises(IrError, match=r"BatchNormalization.*training mode"):
-        check_gradients(
-            lambda b, ids: b.ai_onnx.batchnormalization(
-                [ids["x"], ids["scale"], ids["b"], ids["mean"], ids["var"]],
-                num_outputs=3, training_mode=1)[0],
-            {"x": RNG.standard_normal((2, 3)), "scale": RNG.standard_normal(3),
-             "b": RNG.standard_normal(3)},
-            {"mean": np.zeros(3), "var": np.ones(3)})
+def _batch_norm_weights(shape, statistics_trained=False):
+    channels = shape[1]
+    weights = {"x": RNG.standard_normal(shape) * 2 + 1, "scale": RNG.standard_normal(channels),
+               "b": RNG.standard_normal(channels)}
+    statistics = {"mean": RNG.standard_normal(channels), "var": RNG.uniform(0.5, 2.0, channels)}
+    return (weights | statistics, {}) if statistics_trained else (weights, statistics)
+
+
+def _training_batch_norm(b, ids, version=18, momentum=0.8):
+    inputs = [ids["x"], ids["scale"], ids["b"], ids["mean"], ids["var"]]
+    attributes = {"epsilon": 1e-3, "momentum": momentum, "training_mode": 1}
+    if version == 18:
+        return b.ai_onnx.batchnormalization(inputs, num_outputs=3, **attributes)
+    return b.op("BatchNormalization", inputs, attributes, num_outputs=3, version=version)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4), (2, 2, 3, 2), (3, 1, 2, 2, 2)])
+@pytest.mark.parametrize("version", [14, 15, 18])
+def test_batch_norm_training(shape, version):
+    """The gradient flows to X through the batch's statistics; the running statistics
+    are outputs the loss does not read."""
+    weights, statistics = _batch_norm_weights(shape)
+    check_gradients(lambda b, ids: _training_batch_norm(b, ids, version)[0], weights,
+                    statistics)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 2, 3, 2)])
+def test_batch_norm_training_with_a_loss_reading_the_running_statistics(shape):
+    """A loss reading the running statistics too: they pass a gradient to the input
+    statistics and, through the batch's, to X."""
+    weights, _ = _batch_norm_weights(shape, statistics_trained=True)
+    column = np.array([1, shape[1]] + [1] * (len(shape) - 2), dtype=np.int64)
+
+    def forward(b, ids):
+        y, mean, var = _training_batch_norm(b, ids)
+        spread = [b.ai_onnx.reshape([t, b.add_constant(column)]) for t in (mean, var)]
+        scaled = b.ai_onnx.mul([spread[1], b.add_constant(np.array(3.0))])
+        return b.ai_onnx.add([b.ai_onnx.add([y, spread[0]]), scaled])
+
+    check_gradients(forward, weights)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=2, max_size=4), st.integers(0, 2**16))
+def test_batch_norm_training_gradient_sums_to_zero_per_channel(shape, seed):
+    """Y does not move when a channel of X is shifted by a constant (the batch's mean
+    moves with it), so each channel's gradient sums to zero."""
+    shape[0] = max(shape[0], 2)
+    weights, statistics = _batch_norm_weights(tuple(shape))
+    grads = loss_and_gradients(lambda b, ids: _training_batch_norm(b, ids)[0], weights,
+                               statistics, seed=seed)[1]
+    axes = (0, *range(2, len(shape)))
+    np.testing.assert_allclose(grads["x"].sum(axis=axes), 0.0, atol=1e-9)
+
+
+def test_batch_norm_training_before_opset_14_is_refused_naming_the_op():
+    """Opset 9's training form has five outputs whose saved statistics ONNX leaves open."""
+    weights, statistics = _batch_norm_weights((2, 3))
+    with pytest.raises(IrError, match=r"BatchNormalization\): no gradient rule for training "
+                                      r"mode before opset 14"):
+        check_gradients(lambda b, ids: b.op(
+            "BatchNormalization", [ids[k] for k in ("x", "scale", "b", "mean", "var")], {},
+            num_outputs=5, version=9)[0], weights, statistics)
 
 
 REDUCTIONS = ["reducemax", "reducemin", "reducel2", "reducesumsquare", "reducelogsumexp",
