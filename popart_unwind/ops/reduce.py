@@ -456,11 +456,12 @@ def _log_sum(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> 
 def _shifted(builder: GradientBuilder, rows: Tensor, by: int, later: bool) -> Tensor:
     """``rows`` [R, K] moved ``by`` places along its last axis, ones filling in: element j
     becomes element j − by (or j + by, ``later``)."""
-    k = rows.shape[1]
-    start, end, pads = (by, k, [0, 0, 0, by]) if later else (0, k - by, [0, by, 0, 0])
+    count, k = rows.shape
+    start, end = (by, k) if later else (0, k - by)
     kept = one(builder, "Slice", [rows, int64s(builder, [start]), int64s(builder, [end]),
                                   int64s(builder, [1])])
-    return one(builder, "Pad", [kept, int64s(builder, pads), scalar(builder, 1.0, rows)])
+    ones = one(builder, "Expand", [scalar(builder, 1.0, rows), int64s(builder, [count, by])])
+    return one(builder, "Concat", [kept, ones] if later else [ones, kept], {"axis": 1})
 
 
 def _exclusive_products(builder: GradientBuilder, rows: Tensor, later: bool) -> Tensor:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, loss_and_gradients
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from popart_unwind.errors import IrError
 
@@ -74,6 +76,34 @@ def test_conv_transpose(field, kernel, strides, pads, dilations, group, extra, b
                                        output_padding=list(extra))
 
     check_gradients(forward, weights)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_conv_transpose_gradients_keep_bilinearity(data):
+    """Without a bias Y is linear in X and in W, so Σ X·dX and Σ W·dW both equal the loss
+    Σ mix·Y (Euler's law for degree 1), over random windows."""
+    n = data.draw(st.integers(1, 2))
+    group = data.draw(st.integers(1, 2))
+
+    def draw(low, high):
+        return [data.draw(st.integers(low, high)) for _ in range(n)]
+
+    kernel, strides, dilations, field = draw(1, 3), draw(1, 3), draw(1, 2), draw(1, 4)
+    pads = draw(0, 2) + draw(0, 2)
+    extra = [data.draw(st.integers(0, s - 1)) for s in strides]
+    assume(all(s * (f - 1) + e + (k - 1) * d + 1 - pads[a] - pads[a + n] >= 1
+               for a, (s, f, e, k, d) in enumerate(zip(strides, field, extra, kernel,
+                                                       dilations, strict=True))))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    weights = {"x": rng.standard_normal((2, 2 * group, *field)),
+               "w": rng.standard_normal((2 * group, data.draw(st.integers(1, 2)), *kernel))}
+    loss, grads = loss_and_gradients(lambda b, ids: b.ai_onnx.convtranspose(
+        [ids["x"], ids["w"]], strides=strides, pads=pads, dilations=dilations, group=group,
+        output_padding=extra), weights, seed=3)
+    for name in ("x", "w"):
+        np.testing.assert_allclose(np.sum(weights[name] * grads[name]), loss, rtol=1e-9,
+                                   atol=1e-9, err_msg=name)
 
 
 def test_conv_transpose_weights_only_with_constant_data():
