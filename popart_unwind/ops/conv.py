@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from popart_unwind.errors import PlanError, ShapeError
+from popart_unwind.errors import IrError, PlanError, ShapeError
 from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import broadcast_index, read_need
@@ -625,5 +625,57 @@ class ConvTransposeRule(ConvRule):
             index.transpose(0, 1, 2 + n, *range(2, 2 + n))).reshape(-1)
 
 
+def _reached(op: Op) -> list[int]:
+    """Per spatial axis, how many leading positions of a ConvTranspose's output some input
+    element reaches: up to (X − 1)·stride + (k − 1)·dilation − the lower pad."""
+    x, w = op.input(0).shape, op.input(1).shape
+    n = len(x) - 2
+    _, kernel, strides, dilations, pads = _window_settings(op, w, n)
+    return [(x[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a] + 1 - pads[a]
+            for a in range(n)]
+
+
+def _conv_transpose_gradient(builder: GradientBuilder, op: Op,
+                             grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX, dW and dB of ``Y = ConvTranspose(X, W, B)``, the adjoint of Conv's data gradient:
+    dX is ``Conv(dY, W)`` with the op's strides, pads, dilations and groups; dW is the
+    weight-delta correlation of dY with X, ``conv_weight_gradient`` of that Conv; dB the
+    reduce-sum. The trailing output positions no window of X reaches (``output_padding``
+    past the upper pad: only the bias reaches them) are read by no window of the Conv,
+    their gradient sliced off. The forms the fold leaves alone (``auto_pad`` other than
+    NOTSET, ``output_shape``) are refused, naming the op."""
+    grad = grads[0]
+    if grad is None:
+        return [None, None, None]
+    if transpose_geometry(op) is None or min(_reached(op)) < 1:
+        raise IrError(f"op {op.debug_name()} (ConvTranspose): no gradient rule for this "
+                      f"form; explicit pads only (auto_pad NOTSET, no output_shape), with "
+                      f"known shapes the attributes fit")
+    x, w = op.input(0), op.input(1)
+    n = len(x.shape) - 2
+    group, kernel, strides, dilations, pads = _window_settings(op, w.shape, n)
+    found: list[Tensor | None] = [None, None, None]
+    if is_differentiable(x):
+        reached = _reached(op)
+        read = grad
+        cropped = [a for a in range(n) if reached[a] < grad.shape[2 + a]]
+        if cropped:
+            read = one(builder, "Slice", [
+                grad, int64s(builder, [0] * len(cropped)),
+                int64s(builder, [reached[a] for a in cropped]),
+                int64s(builder, [2 + a for a in cropped])])
+        upper = [reached[a] - read.shape[2 + a] for a in range(n)]
+        found[0] = one(builder, "Conv", [read, w], {
+            "strides": list(strides), "pads": list(pads[:n]) + upper,
+            "dilations": list(dilations), "group": group, "kernel_shape": list(kernel)})
+    if is_differentiable(w):
+        found[1] = conv_weight_gradient(builder, x, grad, w.shape, strides, pads[:n],
+                                        dilations, group)
+    if op.has_input(2) and is_differentiable(op.input(2)):
+        found[2] = conv_bias_gradient(builder, grad)
+    return found
+
+
 register(OpDef("ConvTranspose", infer=_infer_conv_transpose, fold=_fold_conv_transpose,
-               layout=ConvTransposeRule(), outline_value=HIGH_OUTLINE_VALUE))
+               layout=ConvTransposeRule(), outline_value=HIGH_OUTLINE_VALUE,
+               gradient=_conv_transpose_gradient))

@@ -4,8 +4,8 @@ semantics (window sizes as ``ops/windows.py`` counts them).
 Layouts: windowed pools read each output's window from the tile holding the output, seen
 as the depthwise convolution whose windows they reduce; global pools are reductions over
 the spatial axes. docs/ipu-model.md ("Pools") states every choice and approximation. The
-folds give MaxPool's, AveragePool's and the global pools' values in numpy (the front ends'
-oracle). The gradient rules are PopART's pool grad ops written as ONNX ops.
+folds give MaxPool's, AveragePool's, LpPool's and the global pools' values in numpy (the
+front ends' oracle). The gradient rules are PopART's pool grad ops written as ONNX ops.
 """
 
 from __future__ import annotations
@@ -280,6 +280,29 @@ def _fold_average_pool(op: Op, constants) -> list | None:
     return [(total / counts).astype(x.dtype)]
 
 
+def _fold_lp_pool(op: Op, constants) -> list | None:
+    """Each window's ``(Σ |x|^p)^(1/p)`` over its data elements (padding adds nothing)."""
+    x = constants[0]
+    out = op.output(0).shape
+    if (not small_constants(x) or out is None or prod(out) > FOLD_MAX_ELEMENTS
+            or x.dtype.kind != "f"):
+        return None
+    n = x.ndim - 2
+    window = window_attributes(op, n)
+    if window is None:
+        return None
+    strides, dilations, pads = window
+    kernel = window_attribute(op, "kernel_shape", (), n)
+    p = float(op.attributes.get("p", 2))
+    upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
+                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
+    padded = np.pad(np.abs(x) ** p, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)])
+    total = np.zeros(out, dtype=x.dtype)
+    for kk in np.ndindex(*kernel):
+        total += padded[window_positions(kk, dilations, out[2:], strides)]
+    return [(total ** (1.0 / p)).astype(x.dtype)]
+
+
 # -- gradients ------------------------------------------------------------------------------
 def window_max_gradient(builder: GradientBuilder, grad_out: Tensor, plane_indices: Tensor,
                         shape: Sequence[int]) -> Tensor:
@@ -317,37 +340,76 @@ def _max_pool_gradient(builder: GradientBuilder, op: Op,
     return [one(builder, "Reshape", [scattered, int64s(builder, x.shape)])]
 
 
+def _spread_over_windows(builder: GradientBuilder, op: Op, x: Tensor,
+                         grad: Tensor) -> Tensor:
+    """Each output's ``grad`` added to every data element of its window: the transposed
+    depthwise convolution ``ConvTranspose(grad, ones)`` in groups of one channel, with the
+    pool's window (explicit pads)."""
+    n = len(x.shape) - 2
+    strides, dilations, pads = window_attributes(op, n)
+    kernel = window_attribute(op, "kernel_shape", (), n)
+    ones = builder.constant(np.ones((x.shape[1], 1, *kernel)), grad.dtype)
+    pads, extra = transpose_padding(x.shape[2:], grad.shape[2:], kernel, strides, pads,
+                                    dilations)
+    return one(builder, "ConvTranspose", [grad, ones], {
+        "strides": strides, "pads": pads, "dilations": dilations, "group": x.shape[1],
+        "kernel_shape": kernel, "output_padding": extra})
+
+
 def _average_pool_gradient(builder: GradientBuilder, op: Op,
                            grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     """dX: each output's gradient over its window's count, spread back over the window
-    (PopART's AveragePoolGradOp): ``ConvTranspose(dY / counts, ones)`` in groups of one
-    channel, with the pool's window."""
+    (PopART's AveragePoolGradOp, ``_spread_over_windows``)."""
     grad = grads[0]
     x = op.input(0)
     if grad is None or not is_differentiable(x):
         return [None]
-    n = len(x.shape) - 2
     out = tuple(grad.shape[2:])
     counts = _window_counts(op, x.shape[2:], out)
     if counts is None or not counts.all():
         raise IrError(f"op {op.debug_name()} (AveragePool): no gradient for auto_pad "
                       f"{op.attributes.get('auto_pad')!r} or a window over padding alone")
-    strides, dilations, pads = window_attributes(op, n)
-    kernel = window_attribute(op, "kernel_shape", (), n)
     scaled = one(builder, "Mul", [grad, builder.constant(
         (1.0 / counts).reshape((1, 1, *out)), grad.dtype)])
-    ones = builder.constant(np.ones((x.shape[1], 1, *kernel)), grad.dtype)
-    pads, extra = transpose_padding(x.shape[2:], out, kernel, strides, pads, dilations)
-    return [one(builder, "ConvTranspose", [scaled, ones], {
-        "strides": strides, "pads": pads, "dilations": dilations, "group": x.shape[1],
-        "kernel_shape": kernel, "output_padding": extra})]
+    return [_spread_over_windows(builder, op, x, scaled)]
+
+
+def _lp_pool_gradient(builder: GradientBuilder, op: Op,
+                      grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX of ``Y = (Σ |X|^p)^(1/p)`` over each window: ``sign(X)·|X|^(p−1)`` times the sum,
+    over the windows reading the element, of ``dY · Y^(1−p)`` (``_spread_over_windows``).
+    For p = 1 that is ``sign(X)`` times the spread dY (0 at 0, a subgradient); for p = 2,
+    ``X`` times the spread ``dY / Y``. Where a window's norm is 0 and p > 1 the norm has no
+    derivative, and the result is not finite (as ReduceL2's)."""
+    grad = grads[0]
+    x = op.input(0)
+    if grad is None or not is_differentiable(x):
+        return [None]
+    if window_attributes(op, len(x.shape) - 2) is None:
+        raise IrError(f"op {op.debug_name()} (LpPool): no gradient for auto_pad "
+                      f"{op.attributes.get('auto_pad')!r}; explicit pads only")
+    p = float(op.attributes.get("p", 2))
+    if p < 1:
+        raise IrError(f"op {op.debug_name()} (LpPool): no gradient for p = {p}; p >= 1")
+    if p == 1:
+        return [one(builder, "Mul", [one(builder, "Sign", [x]),
+                                     _spread_over_windows(builder, op, x, grad)])]
+    y = op.output(0)
+    power = y if p == 2 else one(builder, "Pow", [y, scalar(builder, p - 1, y)])
+    spread = _spread_over_windows(builder, op, x, one(builder, "Div", [grad, power]))
+    if p == 2:
+        return [one(builder, "Mul", [x, spread])]
+    magnitude = one(builder, "Pow", [one(builder, "Abs", [x]), scalar(builder, p - 1, x)])
+    return [one(builder, "Mul", [one(builder, "Mul", [one(builder, "Sign", [x]), magnitude]),
+                                 spread])]
 
 
 register(OpDef("MaxPool", infer=_infer_pool, fold=_fold_max_pool, layout=PoolRule(),
                gradient=_max_pool_gradient))
 register(OpDef("AveragePool", infer=_infer_pool, fold=_fold_average_pool, layout=PoolRule(),
                gradient=_average_pool_gradient))
-register(OpDef("LpPool", infer=_infer_pool, layout=PoolRule()))
+register(OpDef("LpPool", infer=_infer_pool, fold=_fold_lp_pool, layout=PoolRule(),
+               gradient=_lp_pool_gradient))
 
 
 # -- global pools ---------------------------------------------------------------------------

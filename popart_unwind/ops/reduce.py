@@ -62,6 +62,8 @@ from popart_unwind.ops.gradient import (
     scalar,
     shared_among_maxima,
     sum_to_shape,
+    transpose,
+    zeros,
 )
 from popart_unwind.ops.layout_rule import (
     InputTiles,
@@ -451,6 +453,58 @@ def _log_sum(builder: GradientBuilder, op: Op, grad: Tensor, result: Tensor) -> 
     return one(builder, "Expand", [quotient, int64s(builder, op.input(0).shape)])
 
 
+def _shifted(builder: GradientBuilder, rows: Tensor, by: int, later: bool) -> Tensor:
+    """``rows`` [R, K] moved ``by`` places along its last axis, ones filling in: element j
+    becomes element j − by (or j + by, ``later``)."""
+    count, k = rows.shape
+    start, end = (by, k) if later else (0, k - by)
+    kept = one(builder, "Slice", [rows, int64s(builder, [start]), int64s(builder, [end]),
+                                  int64s(builder, [1])])
+    ones = one(builder, "Expand", [scalar(builder, 1.0, rows), int64s(builder, [count, by])])
+    return one(builder, "Concat", [kept, ones] if later else [ones, kept], {"axis": 1})
+
+
+def _exclusive_products(builder: GradientBuilder, rows: Tensor, later: bool) -> Tensor:
+    """Along the last axis of ``rows`` [R, K]: each element's product of the elements
+    before it (after it, ``later``), 1 for none. A doubling scan: log2(K) products of the
+    partial products with themselves shifted."""
+    scan, by = _shifted(builder, rows, 1, later), 1
+    while by < rows.shape[1]:
+        scan = one(builder, "Mul", [scan, _shifted(builder, scan, by, later)])
+        by *= 2
+    return scan
+
+
+def _reduce_prod_gradient(builder: GradientBuilder, op: Op,
+                          grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """dX = dY times the product of the other elements of X's group (PopART's
+    ReduceProdGradOp), built without dividing the product by X, so exact where X holds
+    zeros: the reduced axes moved last and flattened, the product of the others is the
+    product of those before times the product of those after (``_exclusive_products``)."""
+    grad, x = grads[0], op.input(0)
+    if grad is None:
+        return [None]
+    shape = tuple(x.shape)
+    axes = reduced_axes(op, len(shape))
+    if axes is None:
+        return [grad]
+    perm = [a for a in range(len(shape)) if a not in axes] + list(axes)
+    moved = tuple(shape[a] for a in perm)
+    count = math.prod(shape[a] for a in axes)
+    rows = math.prod(moved[:len(moved) - len(axes)])
+    if not count * rows:
+        return [zeros(builder, shape, x)]  # no elements: an empty gradient
+    flat = reshape(builder, transpose(builder, x, perm), (rows, count))
+    if count == 1:
+        others = one(builder, "Expand", [scalar(builder, 1.0, x), int64s(builder, (rows, 1))])
+    else:
+        others = one(builder, "Mul", [_exclusive_products(builder, flat, False),
+                                      _exclusive_products(builder, flat, True)])
+    column = reshape(builder, transpose(builder, _kept(builder, op, grad), perm), (rows, 1))
+    spread = reshape(builder, one(builder, "Mul", [others, column]), moved)
+    return [transpose(builder, spread, [perm.index(a) for a in range(len(shape))])]
+
+
 _REDUCTION_GRADIENTS: dict[str, GradientRule] = {
     "ReduceSum": _reduce_sum_gradient,
     "ReduceMean": _reduce_mean_gradient,
@@ -461,6 +515,7 @@ _REDUCTION_GRADIENTS: dict[str, GradientRule] = {
     "ReduceLogSumExp": _of_result(_log_sum_exp),
     "ReduceL1": _of_result(_l1),
     "ReduceLogSum": _of_result(_log_sum),
+    "ReduceProd": _reduce_prod_gradient,
 }
 
 #: Every reduction but ReduceLogSum counts as reducing what it reads
@@ -753,6 +808,18 @@ def _layer_norm_statistics(builder: GradientBuilder, op: Op,
         one(builder, "Add", [var, eps])])])
 
 
+def _normalised_input_gradient(builder: GradientBuilder, g: Tensor, normalised: Tensor,
+                               inverse: Tensor, axes: Tensor) -> Tensor:
+    """dX of ``x̂ = (X − mean) · r`` (mean and ``r = 1 / sqrt(var + eps)`` over ``axes``)
+    from ``g``, the gradient of x̂: ``r · (g − mean(g) − x̂ · mean(g · x̂))``."""
+    g_mean = one(builder, "ReduceMean", [g, axes], {"keepdims": 1})
+    gx_mean = one(builder, "ReduceMean", [one(builder, "Mul", [g, normalised]), axes],
+                  {"keepdims": 1})
+    inner = one(builder, "Sub", [one(builder, "Sub", [g, g_mean]),
+                                 one(builder, "Mul", [normalised, gx_mean])])
+    return one(builder, "Mul", [inner, inverse])
+
+
 def _layer_norm_gradient(builder: GradientBuilder, op: Op,
                          grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     """With ``x̂ = (X − mean) · r`` and ``g = dY · Scale``: ``dX = r · (g − mean(g) −
@@ -768,13 +835,8 @@ def _layer_norm_gradient(builder: GradientBuilder, op: Op,
     normalised = one(builder, "Mul", [one(builder, "Sub", [x, mean]), inverse])
     found: list[Tensor | None] = [None, None, None]
     if is_differentiable(x):
-        g = one(builder, "Mul", [grad, scale])
-        g_mean = one(builder, "ReduceMean", [g, axes], {"keepdims": 1})
-        gx_mean = one(builder, "ReduceMean", [one(builder, "Mul", [g, normalised]), axes],
-                      {"keepdims": 1})
-        inner = one(builder, "Sub", [one(builder, "Sub", [g, g_mean]),
-                                     one(builder, "Mul", [normalised, gx_mean])])
-        found[0] = one(builder, "Mul", [inner, inverse])
+        found[0] = _normalised_input_gradient(builder, one(builder, "Mul", [grad, scale]),
+                                              normalised, inverse, axes)
     if is_differentiable(scale):
         found[1] = sum_to_shape(builder, one(builder, "Mul", [grad, normalised]), scale.shape)
     if op.has_input(2) and is_differentiable(op.input(2)):
@@ -910,18 +972,31 @@ class BatchNormRule(LayoutRule):
 
 
 def _fold_batch_norm(op: Op, constants) -> list | None:
-    """Inference only (the running statistics given): ``(x - mean) / sqrt(var + eps) ·
-    scale + B`` per channel (axis 1)."""
-    if BatchNormRule.training(op) or any(c is None for c in constants[:5]):
-        return None
+    """``(x - mean) / sqrt(var + eps) · scale + B`` per channel (axis 1): the running
+    statistics given, or in training mode (opset 14 on) the batch's own, its mean and
+    population variance over every axis but the channels, with the running statistics
+    moved towards them: ``momentum · running + (1 − momentum) · batch``."""
+    training = BatchNormRule.training(op)
+    if (training and op.type.version < 14) or any(c is None for c in constants[:5]):
+        return None  # before opset 14 ONNX leaves the saved statistics' meaning open
     x = constants[0]
     if x.size > FOLD_MAX_ELEMENTS or x.ndim < 2 or x.dtype.kind != "f":
         return None
     column = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     scale, bias, mean, var = (np.asarray(c).reshape(column) for c in constants[1:5])
     eps = op.attributes.get("epsilon", 1e-5)
-    result = (x - mean) / np.sqrt(var + eps) * scale + bias
-    return [result.astype(x.dtype)]
+    if not training:
+        return [((x - mean) / np.sqrt(var + eps) * scale + bias).astype(x.dtype)]
+    axes = (0, *range(2, x.ndim))
+    batch_mean = x.mean(axis=axes, keepdims=True)
+    batch_var = x.var(axis=axes, keepdims=True)
+    momentum = op.attributes.get("momentum", 0.9)
+    result = (x - batch_mean) / np.sqrt(batch_var + eps) * scale + bias
+    running = [momentum * held + (1 - momentum) * batch
+               for held, batch in ((mean, batch_mean), (var, batch_var))]
+    values = [result.astype(x.dtype)] + [r.reshape(-1).astype(constants[3].dtype)
+                                         for r in running]
+    return values[:max(op.output_map(), default=0) + 1]
 
 
 def _batch_norm_gradient(builder: GradientBuilder, op: Op,
@@ -929,10 +1004,9 @@ def _batch_norm_gradient(builder: GradientBuilder, op: Op,
     """Inference form, the statistics given: with ``r = 1 / sqrt(var + eps)`` per channel,
     ``dX = dY · scale · r``, ``dScale = Σ dY · (X − mean) · r`` and ``dB = Σ dY`` over all
     axes but the channels; the running mean and variance are statistics, with none.
-    Training mode (the batch's own statistics, PopART's BatchNormGradOp) is refused."""
+    Training mode: ``_batch_norm_training_gradient``."""
     if BatchNormRule.training(op):
-        raise IrError(f"op {op.debug_name()} (BatchNormalization): no gradient rule for "
-                      f"training mode; only the inference form (running statistics given)")
+        return _batch_norm_training_gradient(builder, op, grads)
     grad = grads[0]
     if grad is None:
         return [None] * 5
@@ -953,6 +1027,67 @@ def _batch_norm_gradient(builder: GradientBuilder, op: Op,
                        {"keepdims": 0})
     if is_differentiable(op.input(2)):
         found[2] = one(builder, "ReduceSum", [grad, axes], {"keepdims": 0})
+    return found
+
+
+def _batch_norm_training_gradient(builder: GradientBuilder, op: Op,
+                                  grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Training mode (opset 14 on; PopART's BatchNormGradOp): Y normalises X by the batch's
+    mean and population variance, so the gradient flows through them, as LayerNorm's does
+    through its statistics (``_normalised_input_gradient``, over every axis but the
+    channels); ``dScale = Σ dY · x̂``, ``dB = Σ dY``. The running statistics ``momentum ·
+    input + (1 − momentum) · batch`` pass a gradient where one reaches them: to the input
+    statistics (× momentum) and to X through the batch's. The statistics are computed again
+    here (opset 14 outputs no saved ones; PopART's grad op reads the forward's). Before
+    opset 14 a training-mode op (five outputs) is refused, naming the op: ONNX leaves what
+    its saved statistics hold open."""
+    if op.type.version < 14:
+        raise IrError(f"op {op.debug_name()} (BatchNormalization): no gradient rule for "
+                      f"training mode before opset 14 (opset {op.type.version}, outputs "
+                      f"past Y); training_mode=1 from opset 14 has one")
+    grad = grads[0]
+    grad_mean, grad_var = (grads[i] if len(grads) > i else None for i in (1, 2))
+    x, scale = op.input(0), op.input(1)
+    column = BatchNormRule._channel_shape(op)
+    axes = int64s(builder, BatchNormRule._axes(op))
+    count = math.prod(x.shape) // x.shape[1]
+    momentum = float(op.attributes.get("momentum", 0.9))
+    mean = one(builder, "ReduceMean", [x, axes], {"keepdims": 1})
+    centred = one(builder, "Sub", [x, mean])
+    var = one(builder, "ReduceMean", [one(builder, "Mul", [centred, centred]), axes],
+              {"keepdims": 1})
+    eps = scalar(builder, float(op.attributes.get("epsilon", 1e-5)), x)
+    inverse = one(builder, "Reciprocal", [one(builder, "Sqrt", [one(builder, "Add", [var, eps])])])
+    normalised = one(builder, "Mul", [centred, inverse])
+    found: list[Tensor | None] = [None] * 5
+    parts = []
+    if grad is not None:
+        if is_differentiable(x):
+            scaled = one(builder, "Mul", [grad, reshape(builder, scale, column)])
+            parts.append(_normalised_input_gradient(builder, scaled, normalised, inverse, axes))
+        if is_differentiable(scale):
+            found[1] = one(builder, "ReduceSum", [one(builder, "Mul", [grad, normalised]),
+                                                  axes], {"keepdims": 0})
+        if is_differentiable(op.input(2)):
+            found[2] = one(builder, "ReduceSum", [grad, axes], {"keepdims": 0})
+    share = scalar(builder, (1.0 - momentum) / count, x)
+    if x.dtype != op.input(3).dtype:  # statistics kept in another type than X
+        to = {"to": ONNX_DTYPES[x.dtype]}
+        grad_mean, grad_var = (None if g is None else one(builder, "Cast", [g], to)
+                               for g in (grad_mean, grad_var))
+    if grad_mean is not None and is_differentiable(x):
+        parts.append(one(builder, "Expand", [
+            one(builder, "Mul", [reshape(builder, grad_mean, column), share]),
+            int64s(builder, x.shape)]))
+    if grad_var is not None and is_differentiable(x):
+        twice = one(builder, "Mul", [reshape(builder, grad_var, column), share])
+        parts.append(one(builder, "Mul", [centred, one(builder, "Add", [twice, twice])]))
+    if parts:
+        found[0] = parts[0] if len(parts) == 1 else one(builder, "Sum", parts)
+    for index in (3, 4):
+        held = grads[index - 2] if len(grads) > index - 2 else None
+        if held is not None and is_differentiable(op.input(index)):
+            found[index] = one(builder, "Mul", [held, scalar(builder, momentum, held)])
     return found
 
 

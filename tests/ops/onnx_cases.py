@@ -84,10 +84,6 @@ def backend_cases(op_type: str) -> list:
             if [n.op_type for n in case.model.graph.node] == [op_type]]
 
 
-def backend_case_ids(op_type: str) -> list[str]:
-    return [case.name for case in backend_cases(op_type)]
-
-
 def _numpy_native(dtype: np.dtype) -> bool:
     return dtype.type.__module__ == "numpy"
 
@@ -120,3 +116,12 @@ def check_backend_case(case, fold: bool = True) -> None:
                 assert value.dtype == want.dtype, case.name
                 np.testing.assert_allclose(value, want, rtol=case.rtol or 1e-5,
                                            atol=max(case.atol or 0, 1e-6), err_msg=case.name)
+
+
+def check_backend_cases(op_type: str, fold: bool = True) -> None:
+    """``check_backend_case`` on each of ONNX's backend node test cases for ``op_type``,
+    of which there must be at least one."""
+    cases = backend_cases(op_type)
+    assert cases, f"ONNX has no backend node test case of one {op_type} node"
+    for case in cases:
+        check_backend_case(case, fold=fold)

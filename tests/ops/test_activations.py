@@ -10,9 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 from onnx_cases import (
-    backend_case_ids,
-    backend_cases,
-    check_backend_case,
+    check_backend_cases,
     folded,
     onnx_output_shapes,
     reference_outputs,
@@ -77,10 +75,7 @@ def test_a_prelu_slope_wider_than_x_is_refused():
 
 @pytest.mark.parametrize("name", [*ACTIVATIONS, "PRelu"])
 def test_backend_node_tests_import_with_onnx_shapes_and_values(name):
-    cases = backend_cases(name)
-    assert cases, backend_case_ids(name)
-    for case in cases:
-        check_backend_case(case)
+    check_backend_cases(name)
 
 
 @pytest.mark.parametrize("name", [*ACTIVATIONS, "PRelu"])

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
-from onnx_cases import agrees_with_onnx, folded, reference_outputs
+from onnx_cases import (
+    agrees_with_onnx,
+    backend_cases,
+    check_backend_case,
+    folded,
+    onnx_output_shapes,
+    reference_outputs,
+)
 from onnx_node_cases import expected_types, import_every_way, node_cases, output_types
 from op_building import build, shapes_of
 
@@ -277,6 +284,66 @@ def test_average_pool_fold_agrees_with_onnx(window, count_include_pad):
         window["kernel_shape"])])).astype(np.float32)
     agrees_with_onnx("AveragePool", [x], dict(window, count_include_pad=count_include_pad),
                      19)
+
+
+@pytest.mark.parametrize("window", [
+    dict(kernel_shape=[3], strides=[2]),
+    dict(kernel_shape=[2, 3], strides=[2, 1]),
+    dict(kernel_shape=[2, 2], strides=[1, 2], dilations=[2, 1]),
+    dict(kernel_shape=[2, 1, 2], strides=[1, 1, 2]),
+])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool_fold_agrees_with_onnx_without_padding(window, p):
+    # ONNX's reference LpPool averages over a window's data elements and multiplies by the
+    # kernel's size, which is the sum only where no window overlaps padding
+    x = np.random.default_rng(6).standard_normal((2, 3, *[6, 5, 3][:len(
+        window["kernel_shape"])])).astype(np.float32)
+    agrees_with_onnx("LpPool", [x], dict(window, p=p), 18)
+
+
+def _lp_norms_by_windows(x, kernel, strides, dilations, pads, out_field, p):
+    """Each window's p-norm of the data elements it covers, window by window."""
+    n = len(kernel)
+    y = np.zeros(x.shape[:2] + tuple(out_field))
+    for o in np.ndindex(*out_field):
+        total = np.zeros(x.shape[:2])
+        for kk in np.ndindex(*kernel):
+            at = [o[a] * strides[a] - pads[a] + kk[a] * dilations[a] for a in range(n)]
+            if all(0 <= at[a] < x.shape[2 + a] for a in range(n)):
+                total += np.abs(x[(slice(None), slice(None), *at)]) ** p
+        y[(slice(None), slice(None), *o)] = total ** (1 / p)
+    return y
+
+
+@settings(max_examples=40, deadline=None)
+@given(window_case(), st.integers(1, 3), st.booleans())
+def test_lp_pool_fold_is_each_windows_p_norm(case, p, ceil_mode):
+    """Padded and ceil-mode windows too, against the definition window by window; the
+    shape is ONNX's inference's."""
+    x = np.random.default_rng(case["seed"]).standard_normal(
+        (2, case["channels"], *case["sizes"]))
+    pads = [min(q, k // 2) for q, k in zip(case["pads"], case["kernel"], strict=True)]
+    attributes = {"kernel_shape": case["kernel"], "strides": case["strides"],
+                  "dilations": case["dilations"], "pads": pads * 2, "p": p,
+                  "ceil_mode": int(ceil_mode)}
+    [shape], [y] = folded("LpPool", [x], attributes, 18)
+    assert [shape] == onnx_output_shapes("LpPool", [x.astype(np.float32)], attributes, 18)
+    np.testing.assert_allclose(y, _lp_norms_by_windows(
+        x, case["kernel"], case["strides"], case["dilations"], pads, shape[2:], p),
+        rtol=1e-12, atol=1e-12)
+
+
+#: ONNX's LpPool node tests whose values the fold gives (the others: an auto_pad, or too
+#: many elements to fold); each one's shapes are checked
+LP_POOL_FOLDED = {"test_lppool_1d_default", "test_lppool_2d_default", "test_lppool_2d_pads",
+                  "test_lppool_2d_strides", "test_lppool_2d_dilations"}
+
+
+def test_lp_pool_backend_node_tests_import_with_onnx_shapes_and_values():
+    cases = backend_cases("LpPool")
+    assert {case.name for case in cases} >= LP_POOL_FOLDED
+    for case in cases:
+        check_backend_case(case, fold=case.name in LP_POOL_FOLDED)
 
 
 @pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx_cases import (
-    backend_cases,
-    check_backend_case,
+    check_backend_cases,
     folded,
     onnx_output_shapes,
     reference_outputs,
@@ -75,7 +74,4 @@ def test_shapes_that_do_not_split_into_blocks_are_refused(name, shape, size):
 
 @pytest.mark.parametrize("name", ["DepthToSpace", "SpaceToDepth"])
 def test_backend_node_tests_import_with_onnx_shapes_and_values(name):
-    cases = backend_cases(name)
-    assert cases
-    for case in cases:
-        check_backend_case(case)
+    check_backend_cases(name)

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 from onnx_cases import (
-    backend_cases,
-    check_backend_case,
+    check_backend_cases,
     folded,
 )
 from op_building import build
@@ -184,10 +183,7 @@ def test_bad_operands_are_refused(name, specs, attributes):
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU", "RNN"])
 def test_backend_node_tests_import_with_onnx_shapes_and_values(name):
-    cases = backend_cases(name)
-    assert cases
-    for case in cases:
-        check_backend_case(case)
+    check_backend_cases(name)
 
 
 def test_layouts_are_barriers_worth_outlining():

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
+from onnx_cases import check_backend_cases, folded, reference_outputs
 from op_building import build, shapes_of
 from popart_unwind.transforms import run_pipeline
 
@@ -175,6 +176,34 @@ def test_batch_normalization_outputs_per_opset():
         [(4, 3, 5, 5), (3,), (3,), (3,), (3,)]
     with pytest.raises(ShapeError, match="scale must have shape"):
         shapes_of("BatchNormalization", [(4, 3, 5, 5), (4,), (3,), (3,), (3,)], version=15)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4), (2, 2, 3, 2)])
+@pytest.mark.parametrize(("version", "attributes"), [
+    (15, {"training_mode": 1}), (14, {"training_mode": 1, "momentum": 0.7, "epsilon": 1e-3}),
+    (15, {}), (15, {"epsilon": 1e-3})])
+def test_batch_normalization_fold_agrees_with_onnx(shape, version, attributes):
+    """Inference and, from opset 14, training mode (the batch's statistics, the running
+    ones moved towards them), as ONNX's reference evaluator computes them. (Its opset 9
+    form normalises by the running statistics moved by ``momentum`` even with Y alone,
+    where the operator's definition is the inference form; not compared.)"""
+    rng = np.random.default_rng(8)
+    channels = shape[1]
+    inputs = [rng.standard_normal(shape), rng.standard_normal(channels),
+              rng.standard_normal(channels), rng.standard_normal(channels),
+              rng.uniform(0.5, 2.0, channels)]
+    inputs = [a.astype(np.float32) for a in inputs]
+    outputs = 3 if attributes.get("training_mode") else 1
+    want = reference_outputs("BatchNormalization", inputs, attributes, version, outputs)
+    shapes, got = folded("BatchNormalization", inputs, attributes, version, outputs)
+    assert shapes == [w.shape for w in want]
+    for value, expected in zip(got, want, strict=True):
+        assert value.dtype == expected.dtype
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_normalization_backend_node_tests_import_with_onnx_shapes_and_values():
+    check_backend_cases("BatchNormalization")
 
 
 # -- NegativeLogLikelihoodLoss: expanded into ops with layout rules, ONNX's reference as oracle

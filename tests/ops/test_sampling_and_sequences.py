@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from onnx_cases import (
-    backend_cases,
-    check_backend_case,
+    check_backend_cases,
     folded,
     onnx_output_shapes,
     reference_outputs,
@@ -117,10 +116,7 @@ def test_bad_operands_are_refused(name, specs, attributes, version):
     ("ReverseSequence", True), ("Det", True), ("MaxUnpool", True), ("RoiAlign", False),
     ("GridSample", False)])
 def test_backend_node_tests_import_with_onnx_shapes_and_values(name, fold):
-    cases = backend_cases(name)
-    assert cases
-    for case in cases:
-        check_backend_case(case, fold=fold)
+    check_backend_cases(name, fold=fold)
 
 
 def test_layouts_are_barriers():

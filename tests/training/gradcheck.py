@@ -43,6 +43,14 @@ def ir_gradients(forward: Forward, weights: Mapping[str, np.ndarray],
                  constants: Mapping[str, np.ndarray] | None = None,
                  seed: int = 0) -> dict[str, np.ndarray]:
     """Each weight's gradient as the IR's backward pass computes it."""
+    return loss_and_gradients(forward, weights, constants, seed)[1]
+
+
+def loss_and_gradients(forward: Forward, weights: Mapping[str, np.ndarray],
+                       constants: Mapping[str, np.ndarray] | None = None,
+                       seed: int = 0) -> tuple[float, dict[str, np.ndarray]]:
+    """The loss (the output's random weighting, summed) and each weight's gradient as the
+    IR's backward pass computes them (for laws such as Euler's on homogeneous ops)."""
     ir, loss, ids = _step(forward, weights, constants or {}, seed)
     graph = ir.main_graph
     grads = build_backward(graph, graph.tensor(loss), Rewriter(REGISTRY))
@@ -52,7 +60,7 @@ def ir_gradients(forward: Forward, weights: Mapping[str, np.ndarray],
     for weight_id in order:
         graph.mark_output(grads[weight_id])
     values = fold_all(ir, {})
-    return {names[w]: v for w, v in zip(order, values[first:], strict=True)}
+    return float(values[0]), {names[w]: v for w, v in zip(order, values[first:], strict=True)}
 
 
 def numeric_gradients(forward: Forward, weights: Mapping[str, np.ndarray],

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
 from popart_unwind.transforms import run_pipeline
 from popart_unwind.transforms.registry import pipeline_names
 
@@ -107,6 +109,59 @@ def test_an_op_without_a_gradient_rule_is_named():
     ir = b.ir()
     ir.options = SessionOptions(enable_unwind_layouts=False, loss="loss:0")
     with pytest.raises(AutodiffError, match=r"\(Det\) has no gradient rule"):
+        run_pipeline(ir)
+
+
+def _value(name, dtype=TensorProto.FLOAT, shape=None):
+    return oh.make_tensor_value_info(name, dtype, shape)
+
+
+def _weight(name, shape):
+    return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32), name)
+
+
+def _control_flow_or_recurrent(op_type):
+    """A model whose loss reads, through one ``op_type`` node, a weight ``w``."""
+    nodes, inputs, weights = [], [], [_weight("w", (2, 3))]
+    if op_type == "If":
+        branches = {key: oh.make_graph([oh.make_node(kind, ["w"], [f"{key}_out"])], key, [],
+                                       [_value(f"{key}_out", shape=[2, 3])])
+                    for key, kind in (("then_branch", "Neg"), ("else_branch", "Abs"))}
+        inputs.append(_value("cond", TensorProto.BOOL, []))
+        nodes.append(oh.make_node("If", ["cond"], ["out"], **branches))
+    elif op_type == "Loop":
+        body = oh.make_graph(
+            [oh.make_node("Identity", ["c"], ["c_out"]), oh.make_node("Mul", ["v", "v"],
+                                                                      ["v_out"])],
+            "body", [_value("i", TensorProto.INT64, []), _value("c", TensorProto.BOOL, []),
+                     _value("v", shape=[2, 3])],
+            [_value("c_out", TensorProto.BOOL, []), _value("v_out", shape=[2, 3])])
+        inputs += [_value("trips", TensorProto.INT64, []), _value("cond", TensorProto.BOOL, [])]
+        nodes.append(oh.make_node("Loop", ["trips", "cond", "w"], ["out"], body=body))
+    elif op_type == "Scan":
+        body = oh.make_graph(
+            [oh.make_node("Add", ["s", "row"], ["s_out"]),
+             oh.make_node("Identity", ["s_out"], ["row_out"])],
+            "body", [_value("s", shape=[3]), _value("row", shape=[3])],
+            [_value("s_out", shape=[3]), _value("row_out", shape=[3])])
+        weights.append(numpy_helper.from_array(np.zeros(3, np.float32), "start"))
+        nodes.append(oh.make_node("Scan", ["start", "w"], ["total", "out"], body=body,
+                                  num_scan_inputs=1))
+    else:  # LSTM, GRU, RNN: X [seq, batch, in] a graph input, W and R weights
+        gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op_type]
+        inputs.append(_value("x", shape=[2, 2, 3]))
+        weights = [_weight("w", (1, gates * 4, 3)), _weight("r", (1, gates * 4, 4))]
+        nodes.append(oh.make_node(op_type, ["x", "w", "r"], ["out"], hidden_size=4))
+    nodes.append(oh.make_node("ReduceSum", ["out"], ["loss"], keepdims=0))
+    graph = oh.make_graph(nodes, op_type, inputs, [_value("loss", shape=[])], weights)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("op_type", ["If", "Loop", "Scan", "LSTM", "GRU", "RNN"])
+def test_control_flow_and_recurrent_ops_are_refused_naming_the_op(op_type):
+    ir = Ir.from_onnx(_control_flow_or_recurrent(op_type),
+                      options=SessionOptions(enable_unwind_layouts=False, loss="loss"))
+    with pytest.raises(AutodiffError, match=rf"\({op_type}\) has no gradient rule"):
         run_pipeline(ir)
 
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, loss_and_gradients
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.errors import IrError
 
 RNG = np.random.default_rng(5)
 
@@ -51,3 +55,34 @@ def test_average_pool(window, count_include_pad):
 @pytest.mark.parametrize("op", ["globalaveragepool", "globalmaxpool"])
 def test_global_pools(shape, op):
     check_gradients(lambda b, ids: getattr(b.ai_onnx, op)([ids["x"]]), {"x": untied(shape)})
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(window, p):
+    check_gradients(lambda b, ids: b.ai_onnx.lppool([ids["x"]], p=p, **window),
+                    {"x": RNG.standard_normal(_field(window))})
+
+
+def test_lp_pool_before_opset_18():
+    """Opset 11's LpPool: no dilations nor ceil_mode, p 2 by default."""
+    check_gradients(lambda b, ids: b.op("LpPool", [ids["x"]], {
+        "kernel_shape": [2, 3], "strides": [1, 2], "pads": [1, 0, 0, 1]}, version=11),
+        {"x": RNG.standard_normal((2, 2, 4, 5))})
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(WINDOWS), st.integers(1, 4), st.integers(0, 2**16))
+def test_lp_pool_gradient_keeps_eulers_law(window, p, seed):
+    """A p-norm is homogeneous of degree 1, so Σ X·dX equals the loss Σ mix·Y."""
+    x = np.random.default_rng(seed).standard_normal(_field(window))
+    loss, grads = loss_and_gradients(
+        lambda b, ids: b.ai_onnx.lppool([ids["x"]], p=p, **window), {"x": x}, seed=seed)
+    np.testing.assert_allclose(np.sum(x * grads["x"]), loss, rtol=1e-9, atol=1e-9)
+
+
+def test_lp_pool_with_auto_pad_is_refused_naming_the_op():
+    with pytest.raises(IrError, match=r"\(LpPool\): no gradient for auto_pad"):
+        check_gradients(lambda b, ids: b.ai_onnx.lppool(
+            [ids["x"]], kernel_shape=[2], auto_pad="SAME_UPPER"),
+            {"x": RNG.standard_normal((1, 2, 5))})
