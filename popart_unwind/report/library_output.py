@@ -24,6 +24,16 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from popart_unwind.errors import (
+    IgnoredAttributeWarning,
+    OutputWarning,
+    TransformWarning,
+    UnknownOpsWarning,
+)
+
+#: The tool's own warnings, which the command says itself (cli.py), not the model's code.
+TOOL_WARNINGS = (UnknownOpsWarning, IgnoredAttributeWarning, TransformWarning, OutputWarning)
+
 #: Warnings about a library's own future, not about the user's model or command.
 LIBRARY_NOTICES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
@@ -142,6 +152,10 @@ def captured() -> Iterator[LibraryOutput]:
             for stream, text in printed.items():
                 output.printed += [(stream, line) for line in text.splitlines() if line.strip()]
             for warning in caught:
+                if warning.category in TOOL_WARNINGS:  # the tool's own: said as ever
+                    warnings.warn_explicit(warning.message, warning.category,
+                                           warning.filename, warning.lineno or 0)
+                    continue
                 text = " ".join(str(warning.message).split())
                 output.warned.append((warning.category.__name__, Path(warning.filename).stem,
                                       text, issubclass(warning.category, LIBRARY_NOTICES)))
