@@ -162,8 +162,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         dest="options",
                         help="set a session option (repeatable; the last value of a key "
                              "wins); docs/cli.md lists the keys")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress and no summary table (errors still go to stderr)")
+    said = parser.add_mutually_exclusive_group()
+    said.add_argument("--quiet", action="store_true",
+                      help="no progress and no summary table (errors still go to stderr)")
+    said.add_argument("--verbose", action="store_true",
+                      help="also print every line the model's code and libraries printed, "
+                           "logged or warned while it loaded (else summed up in one line)")
 
 
 def _add_safety_options(parser: argparse.ArgumentParser, model_options: bool) -> None:
@@ -289,6 +293,7 @@ def _print_warnings(caught: list[warnings.WarningMessage], stderr: TextIO) -> No
 
 def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
     parser = build_parser()
+    args: argparse.Namespace | None = None
     try:
         try:
             args = parser.parse_args(argv)
@@ -305,6 +310,8 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         return_freed_memory()
         return _run(args, stdout, stderr)
     except (PopartUnwindError, OSError) as error:
+        if args is not None and getattr(args, "verbose", False):  # what the model's code
+            _say_library_output(args, stderr)  # said before it failed
         print(f"popart-unwind: error: {_one_line(error)}", file=stderr)
         return EXIT_BAD_INPUT
     except MemoryError:
@@ -361,6 +368,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if onnx_out is not None and is_factory(args.model):
         raise UsageError("--onnx-out needs an ONNX model; MODEL is module:factory")
     run, title = _plan_safely(args, model, onnx_out, stderr)
+    _say_library_output(args, stderr)
     if not args.quiet:
         from popart_unwind.report.summary import (
             ops_without_rule_line,
@@ -603,7 +611,25 @@ def _import(args: argparse.Namespace) -> Any:
             raise ModelImportError(f"--dim gives dimension {name!r} two sizes, {dims[name]} "
                                    f"and {size}")
         dims[name] = size
-    return load_model(args.model, args.training, allow, shapes, dims, optimizer)
+    from popart_unwind.report.library_output import captured
+
+    with captured() as args.library_output:
+        return load_model(args.model, args.training, allow, shapes, dims, optimizer)
+
+
+def _say_library_output(args: argparse.Namespace, stderr: TextIO) -> None:
+    """What the model's code and libraries said while it loaded (``report/library_output``):
+    nothing with --quiet, each line with --verbose, else one line."""
+    output = getattr(args, "library_output", None)
+    if output is None or args.quiet:
+        return
+    if args.verbose:
+        for line in output.lines():
+            print(f"popart-unwind: {printable(line)}", file=stderr)
+        return
+    summary = output.summary()
+    if summary is not None:
+        print(f"popart-unwind: note: {summary}", file=stderr)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,18 @@
 
 The cost model prices ops, not tensors, so a tensor's worth here is read off the ops that
 read it: the ops that take the tensor as an input, directly or through views of it (a
-reshape, a transpose, a slice), in its own graph. For each plan, those ops' received bytes
-and cycles (input exchange, partial sums and compute, weighted by how often each op runs)
-are summed; the worth is PopART's sum minus ours. It is an attribution, not a
-counterfactual: an op that reads two tensors laid out otherwise counts in full for each
-(``shared`` says how many such ops there are), and an op's figure also moves with its own
-matmul plan and with the layouts of the computed tensors it reads. Tile memory is exact:
-the most bytes of the tensor on any one tile under each plan.
+reshape, a transpose, a slice), in its own graph. Each is priced twice in our plan
+(``swap_walk.py``): as it is, and with only this tensor (and its views) laid out as PopART
+lays it out; the worth is the second price minus the first, summed over the readers
+(positive: ours saves). So an op reading two tensors laid out otherwise counts for each
+only what that tensor's own layout changes, and a tensor whose tiles make no difference to
+its readers (a scalar that every tile receives wherever it lies) is worth 0. It is local:
+the ops after the readers, whose inputs could move with the readers' results, are not
+priced again. Tile memory is exact: the most bytes of the tensor on any one tile under
+each plan.
+
+A tensor is *laid out otherwise* when PopART puts some element on another tile and that
+changes one of these figures; one whose tiles differ and change none is not counted.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from popart_unwind.machine import TileTarget
 from popart_unwind.ops import REGISTRY
 from popart_unwind.report.session import PlannedOp, PlanRun, TensorKey
+from popart_unwind.report.swap_walk import swapped_figures
 
 #: The plan whose layouts ours is compared with.
 BASELINE = "popart"
@@ -27,17 +34,16 @@ BASELINE = "popart"
 
 @dataclasses.dataclass(frozen=True)
 class TensorWorth:
-    """One planned tensor under ours and PopART's plan (``None`` figures: no PopART plan)."""
+    """One planned tensor in our plan and in PopART's layout (no ``"popart"`` figures: no
+    PopART plan). ``exchange_bytes`` and ``cycles``: the readers' figures in our plan
+    (``"ours"``) and in our plan with only this tensor laid out as PopART lays it out
+    (``"popart"``); ``tile_bytes``: the most bytes of the tensor on one tile under each."""
 
     key: TensorKey
     #: whether PopART's plan puts some element on another tile than ours
-    differs: bool
+    on_other_tiles: bool
     #: ops reading the tensor (directly or through views)
     readers: int
-    #: of those, ops that also read another tensor laid out otherwise
-    shared: int
-    #: plan -> bytes the readers receive, cycles they take, and the most bytes of the
-    #: tensor on one tile
     exchange_bytes: dict[str, int]
     cycles: dict[str, int]
     tile_bytes: dict[str, int]
@@ -48,6 +54,25 @@ class TensorWorth:
         if BASELINE not in values:
             return None
         return values[BASELINE] - values["ours"]
+
+    @property
+    def differs(self) -> bool:
+        """Laid out otherwise: on other tiles, and that changes a figure."""
+        return self.on_other_tiles and any(
+            self.saved(figure) for figure in ("exchange_bytes", "cycles", "tile_bytes"))
+
+    @property
+    def gains(self) -> bool:
+        """Whether ours is better here: the first figure that differs (exchange, cycles,
+        tile memory) is lower in ours."""
+        return self._sign() > 0
+
+    def _sign(self) -> int:
+        for figure in ("exchange_bytes", "cycles", "tile_bytes"):
+            value = self.saved(figure) or 0
+            if value:
+                return 1 if value > 0 else -1
+        return 0
 
 
 def planned_readers(run: PlanRun) -> dict[TensorKey, list[tuple[str, int]]]:
@@ -81,25 +106,28 @@ def planned_readers(run: PlanRun) -> dict[TensorKey, list[tuple[str, int]]]:
 def tensor_worths(run: PlanRun) -> dict[TensorKey, TensorWorth]:
     """Every planned tensor's worth (module docstring), in the plan's order."""
     plans = [name for name in ("ours", BASELINE) if name in run.layouts]
-    rows = {name: {(row.graph_id, row.op_id): row for row in run.costs[name].ops}
-            for name in plans}
     readers = planned_readers(run)
-    differs = {d.key: _differs(run, d.key) for d in run.decisions}
-    differing_read: dict[tuple[str, int], int] = {}  # op -> tensors it reads that differ
-    for key, ops in readers.items():
-        if differs.get(key):
-            for op in ops:
-                differing_read[op] = differing_read.get(op, 0) + 1
+    other = {d.key for d in run.decisions if _differs(run, d.key)}
+    priced: dict[TensorKey, dict[tuple[str, int], Any]] = {}
+    if other:
+        priced = swapped_figures(run.ir, TileTarget(run.model), run.layouts["ours"].held,
+                                 run.op_plans.get("ours", {}), run.layouts[BASELINE], other)
+    ours_rows = {(row.graph_id, row.op_id): row for row in run.costs["ours"].ops}
     worths: dict[TensorKey, TensorWorth] = {}
     for decision in run.decisions:
         key = decision.key
         ops = readers.get(key, [])
-        others = [differing_read.get(op, 0) - differs[key] for op in ops]
+        exchange = {"ours": _sum(ours_rows, ops, "exchange_bytes")}
+        cycles = {"ours": _sum(ours_rows, ops, "total_cycles")}
+        if BASELINE in plans:
+            found = priced.get(key, {})
+            exchange[BASELINE] = exchange["ours"] + sum(
+                theirs[0] - mine[0] for mine, theirs in found.values())
+            cycles[BASELINE] = cycles["ours"] + sum(
+                theirs[1] - mine[1] for mine, theirs in found.values())
         element_bytes = run.model.dtype_size(decision.dtype)
         worths[key] = TensorWorth(
-            key, differs[key], len(ops), sum(1 for count in others if count),
-            {name: _sum(rows[name], ops, "exchange_bytes") for name in plans},
-            {name: _sum(rows[name], ops, "total_cycles") for name in plans},
+            key, key in other, len(ops), exchange, cycles,
             {name: _most_on_a_tile(run.layouts[name].get(key), element_bytes)
              for name in plans if key in run.layouts[name]})
     return worths
@@ -122,15 +150,17 @@ def _most_on_a_tile(tiles: np.ndarray | None, element_bytes: int) -> int:
     return int(np.bincount(np.asarray(tiles).reshape(-1)).max()) * element_bytes
 
 
-def ranked_differences(worths: dict[TensorKey, TensorWorth]) -> list[TensorWorth]:
-    """The tensors laid out otherwise, the largest worth first: by the size of the
-    exchange difference, then of the cycles, then of the tile memory (either sign: a
-    difference that costs ours more ranks as high as one that saves as much)."""
+def ranked_differences(worths: dict[TensorKey, TensorWorth]
+                       ) -> tuple[list[TensorWorth], list[TensorWorth]]:
+    """The tensors laid out otherwise, as (where ours gains, where ours loses), each the
+    largest first: by the size of the exchange difference, then of the cycles, then of
+    the tile memory."""
     def rank(worth: TensorWorth) -> tuple[int, int, int, TensorKey]:
         return (-abs(worth.saved("exchange_bytes") or 0), -abs(worth.saved("cycles") or 0),
                 -abs(worth.saved("tile_bytes") or 0), worth.key)
 
-    return sorted((w for w in worths.values() if w.differs), key=rank)
+    ranked = sorted((w for w in worths.values() if w.differs), key=rank)
+    return [w for w in ranked if w.gains], [w for w in ranked if not w.gains]
 
 
 def differing_ops(run: PlanRun) -> list[PlannedOp]:

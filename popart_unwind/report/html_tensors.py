@@ -25,18 +25,19 @@ from popart_unwind.report.layout_data import encoded_layouts
 from popart_unwind.report.session import PlanRun
 from popart_unwind.report.summary import PLAN_TITLES
 
-#: How many differing tensors the differences section details (all are in the table).
+#: How many gains, and how many losses, the differences section details (all are in the
+#: table).
 DETAILED_DIFFERENCES = 20
 
 WORTH_NOTE = (
     "What a difference is worth is read off the ops that read the tensor, directly or "
     "through views of it: the bytes they receive and the cycles they take (input exchange, "
-    "partial sums and compute) under PopART's plan minus under ours, so a positive figure "
-    "is what ours saves there. It is an attribution, not the effect of changing that tensor "
-    "alone: an op reading two tensors laid out otherwise counts in full for each, and an "
-    "op's figures also move with its own matmul plan and with the layouts of the computed "
-    "tensors it reads. Tile memory is exact: the most bytes of the tensor on one tile, "
-    "PopART's minus ours.")
+    "partial sums and compute) in our plan with only this tensor laid out as PopART lays it "
+    "out, minus in our plan, so a positive figure is what our layout of it saves there. "
+    "Only the readers are priced again: the ops after them, whose inputs may move with the "
+    "readers' results, are not. Tile memory is exact: the most bytes of the tensor on one "
+    "tile, PopART's minus ours. A tensor counts as laid out otherwise when PopART puts some "
+    "element on another tile and that changes one of these figures.")
 
 
 def _e(text: Any) -> str:
@@ -72,24 +73,34 @@ def _differences(run: PlanRun, worths: dict[Any, TensorWorth], index: dict[Any, 
     if BASELINE not in run.layouts:
         return (f"{head}\n<p>No comparison: PopART's plan was not made (<code>--baseline "
                 f"popart</code> makes it).</p>")
-    ranked = ranked_differences(worths)
+    gains, losses = ranked_differences(worths)
+    idle = sum(1 for worth in worths.values() if worth.on_other_tiles and not worth.differs)
     ops = differing_ops(run)
-    parts = [head, f"<p>{len(ranked):,} of {len(run.decisions):,} planned tensors are laid "
-             f"out otherwise than PopART's heuristic lays them out (some element on another "
-             f"tile), and {len(ops):,} of {len(run.planned_ops):,} matmuls and convolutions "
-             f"are planned otherwise.</p>"]
-    if ranked:
+    idle_text = (f" ({idle:,} more lie on other tiles, which changes none of its figures)"
+                 if idle else "")
+    parts = [head, f"<p>{len(gains) + len(losses):,} of {len(run.decisions):,} planned "
+             f"tensors are laid out otherwise than PopART's heuristic lays them out: some "
+             f"element on another tile, changing what their readers exchange, their cycles "
+             f"or the tensor's most bytes on one tile{idle_text}. Ours gains on "
+             f"{len(gains):,} of them and loses on {len(losses):,}. {len(ops):,} of "
+             f"{len(run.planned_ops):,} matmuls and convolutions are planned otherwise.</p>"]
+    if gains or losses:
         parts.append(f"<p>{_e(WORTH_NOTE)}</p>")
-        shown = ranked[:DETAILED_DIFFERENCES]
-        more = len(ranked) - len(shown)
-        parts.append(f"<h3>Tensors laid out otherwise"
-                     f"{f' (the {len(shown)} worth most)' if more else ''}</h3>")
+    for found, title, anchor in ((gains, "Where ours gains", "gains"),
+                                 (losses, "Where ours loses", "losses")):
+        if not found:
+            continue
+        shown = found[:DETAILED_DIFFERENCES]
+        more = len(found) - len(shown)
+        parts.append(f'<h3 id="{anchor}">{title} ({len(found):,} tensor'
+                     f"{'' if len(found) == 1 else 's'}"
+                     f"{f', the {len(shown)} worth most' if more else ''})</h3>")
         for worth in shown:
             parts.append(_difference(run, worth, index[worth.key]))
         if more:
             parts.append(f'<p>And {more:,} more: the <a href="#tensors">tensor table</a> '
-                         f"lists every tensor; filter it to those that differ from "
-                         f"PopART.</p>")
+                         f"lists every tensor; filter it to those PopART lays out "
+                         f"otherwise.</p>")
     parts.append(_op_table(run, ops))
     return "\n".join(parts)
 
@@ -98,14 +109,12 @@ def _difference(run: PlanRun, worth: TensorWorth, i: int) -> str:
     decision = run.decisions[i]
     name = qualified_id(decision.graph_id, decision.tensor_id)
     ours, theirs = worth.exchange_bytes["ours"], worth.exchange_bytes[BASELINE]
-    shared = (f"; {worth.shared} of them also read another tensor laid out otherwise"
-              if worth.shared else "")
     readers = "op reads" if worth.readers == 1 else "ops read"
     return (f'<div class="difference">\n<h4><a class="to-tensor" href="#tensor-{i}">'
             f"{_e(name)}</a> <small>[{_e(_shape(decision.shape))}, {_e(decision.dtype)}]"
             f"</small></h4>\n"
-            f"<p>{worth.readers:,} {readers} it{shared}. Exchange there: {theirs:,} B under "
-            f"PopART's plan, {ours:,} B under ours ({_saving(worth.saved('exchange_bytes'), ' B')}"
+            f"<p>{worth.readers:,} {readers} it. Exchange there: {theirs:,} B with PopART's "
+            f"layout of it, {ours:,} B with ours ({_saving(worth.saved('exchange_bytes'), ' B')}"
             f"); cycles there: {worth.cycles[BASELINE]:,} and {worth.cycles['ours']:,} "
             f"({_saving(worth.saved('cycles'))}); most of it on one tile: "
             f"{worth.tile_bytes[BASELINE]:,} B and {worth.tile_bytes['ours']:,} B "
@@ -184,18 +193,19 @@ def _table(run: PlanRun, worths: dict[Any, TensorWorth]) -> str:
         name = qualified_id(d.graph_id, d.tensor_id)
         size = prod(d.shape) * run.model.dtype_size(d.dtype)
         worth = worths[d.key]
+        differs = _differs_text(worth)
         cells = [f'<td><button class="open" type="button" aria-expanded="false">{_e(name)}'
                  f"</button></td>", f"<td>{_e(d.graph_id or 'main')}</td>",
                  f"<td>{_e(_shape(d.shape))}</td>", f"<td>{_e(d.dtype)}</td>",
                  _number(size), f"<td>{_e(d.method)}</td>"]
         if compared:
             cells += [f"<td>{_e(popart.get(d.key, ('-', ''))[0])}</td>",
-                      f"<td>{'yes' if worth.differs else 'no'}</td>",
-                      *(_number(worth.saved(figure) if worth.differs else None)
+                      f"<td>{differs}</td>",
+                      *(_number(worth.saved(figure) if worth.on_other_tiles else None)
                         for figure in ("exchange_bytes", "cycles", "tile_bytes"))]
         lines.append(f'<tr id="tensor-{i}" data-i="{i}" data-name="{_e(name)}" '
                      f'data-method="{_e(d.method)}" '
-                     f'data-differs="{"yes" if worth.differs else "no"}">' + "".join(cells)
+                     f'data-differs="{differs}">' + "".join(cells)
                      + "</tr>")
     heads = "".join(f'<th data-type="{kind}">{_e(title)}</th>' for title, kind in header)
     options = "".join(f'<option value="{_e(m)}">{_e(m)}</option>' for m in methods)
@@ -206,6 +216,7 @@ def _table(run: PlanRun, worths: dict[Any, TensorWorth]) -> str:
     if compared:
         controls += ('<label>PopART <select id="differs-filter"><option value="">any'
                      '</option><option value="yes">lays it out otherwise</option>'
+                     '<option value="other tiles">on other tiles, no figure changed</option>'
                      '<option value="no">lays it out as ours</option></select></label>\n')
     controls += '<span id="tensor-count" role="status"></span>\n</div>'
     note = ("<p>Every planned tensor: open one (its name) for each plan's explanation and "
@@ -215,8 +226,10 @@ def _table(run: PlanRun, worths: dict[Any, TensorWorth]) -> str:
             "on those tiles (dark: a few, yellow: all); a linear mapping draws a staircase, "
             "a matmul's layout blocks.")
     if compared:
-        note += (" Figures saved: PopART's minus ours, for tensors laid out otherwise "
-                 "(see <a href=\"#differences\">Where ours differs from PopART</a> for what "
+        note += (" Differs: <i>yes</i> when PopART puts some element on another tile and "
+                 "that changes a figure, <i>other tiles</i> when it changes none. Figures "
+                 "saved: PopART's minus ours, for tensors on other tiles (see "
+                 "<a href=\"#differences\">Where ours differs from PopART</a> for what "
                  "they mean).")
     note += "</p>"
     return (f'<h2 id="tensors">Tensors</h2>\n{note}\n{controls}\n'
@@ -224,6 +237,13 @@ def _table(run: PlanRun, worths: dict[Any, TensorWorth]) -> str:
             f"</noscript>\n"
             f'<table id="tensor-table">\n<thead><tr>{heads}</tr></thead>\n<tbody>\n'
             + "\n".join(lines) + "\n</tbody>\n</table>")
+
+
+def _differs_text(worth: TensorWorth) -> str:
+    """The table's "differs" cell: yes (a figure changes), other tiles (none does), no."""
+    if worth.differs:
+        return "yes"
+    return "other tiles" if worth.on_other_tiles else "no"
 
 
 def _number(value: int | None) -> str:

@@ -1,8 +1,8 @@
 """The report page's one script and the styles of what it draws.
 
 Plain JavaScript, embedded in the page: no library, no network. It makes the tensor table
-searchable (by name; a full name or a search only one tensor matches opens that
-tensor), filterable (by method, and by whether PopART lays the tensor out
+searchable (by name; a search opens what it finds at once: the tensor it names in full,
+else its first five matches), filterable (by method, and by whether PopART lays the tensor out
 otherwise), sortable (any column), and opens under a row that tensor's explanations and
 a drawing of its layouts, built as inline SVG from the compact cells of
 ``layout_data.py``. Drawings are made when asked for, so a table of thousands of tensors
@@ -150,9 +150,12 @@ SCRIPT = r"""
     button.setAttribute("aria-expanded", "true");
   }
 
+  // a search opens what it finds: the tensor it names in full, else its first matches
+  var OPENED_AT_MOST = 5;
+
   function filter() {
     var text = search.value.trim().toLowerCase(), wanted = method ? method.value : "";
-    var which = differs ? differs.value : "", count = 0, only = null, exact = null;
+    var which = differs ? differs.value : "", found = [], exact = null;
     closeAll();
     rows.forEach(function (row) {
       var name = row.dataset.name.toLowerCase();
@@ -160,11 +163,16 @@ SCRIPT = r"""
         (!wanted || row.dataset.method === wanted) &&
         (!which || row.dataset.differs === which);
       row.hidden = !visible;
-      if (visible) { count++; only = row; if (name === text) { exact = row; } }
+      if (visible) { found.push(row); if (name === text) { exact = row; } }
     });
-    shown.textContent = count + " of " + rows.length + " tensors shown";
-    // a name typed in full opens its tensor, as does a search only one tensor matches
-    if (text && (exact || count === 1)) { open(exact || only); }
+    var opened = !text ? [] : exact ? [exact] : found.slice(0, OPENED_AT_MOST);
+    opened.forEach(open);
+    var status = found.length + " of " + rows.length + " tensors shown";
+    if (opened.length && opened.length < found.length) {
+      status += exact ? ", the one named in full opened"
+                      : ", the first " + opened.length + " opened";
+    }
+    shown.textContent = status;
   }
 
   function sortBy(header) {

@@ -3,6 +3,7 @@ AutoVirtualGraph, planned on several IPUs; one IPU exactly as without the flag."
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -140,3 +141,45 @@ def test_a_factory_places_its_model_by_blocks(tmp_path, monkeypatch):
     assert {key: entry["ipu"] for key, entry in document["tensors"].items()
             if key.endswith("weight")} == {"0.weight": 0, "2.weight": 1}
     assert "IPU 1: 2 (2 weights" in out
+
+
+def test_the_sentence_says_apart_what_the_layouts_and_the_split_save(tmp_path):
+    """On several IPUs the copies between them are the split's, not the layouts': the
+    sentence gives the layouts' exchange and cycles on the IPUs (the step's cycles less the
+    copies) apart from the split's copies and peak, each to the plan file's figure."""
+    model = chain(tmp_path / "plain.onnx", None, layers=6)
+    status, out, err = run("plan", str(model), "--tiles", str(TILES), "--ipus", "3",
+                           "--out", str(tmp_path / "plan.json"),
+                           "--report", str(tmp_path / "report"))
+    assert status == 0, err
+    summary = json.loads((tmp_path / "plan.json").read_text())["summary"]
+    ours, popart = summary["ours"], summary["popart"]
+    sentence = out.splitlines()[0]
+    layouts, split = sentence.split("; its split between the IPUs ")
+    assert layouts.startswith("Against PopART's heuristic on 3 IPUs, ours' layouts ")
+
+    def said(part: str, difference: int, fewer: str, more: str, same: str) -> None:
+        if difference == 0:
+            assert same in part
+        else:
+            text = fewer if difference > 0 else more
+            assert text.format(f"{abs(difference):,}") in part
+
+    said(layouts, popart["exchange_bytes"] - ours["exchange_bytes"],
+         "exchange {} fewer byte", "exchange {} more byte", "exchange bytes")
+    on_ipus = {name: s["cycles"] - s["ipu_copy_cycles"] for name, s in summary.items()}
+    said(layouts, on_ipus["popart"] - on_ipus["ours"], "take {} fewer cycle",
+         "take {} more cycle", "cycles on the IPUs")
+    said(split, popart["ipu_copy_bytes"] - ours["ipu_copy_bytes"], "copies {} fewer byte",
+         "copies {} more byte", "IPU-copy bytes")
+    said(split, popart["ipu_copy_cycles"] - ours["ipu_copy_cycles"],
+         "takes {} fewer cycle", "takes {} more cycle", "copy cycles")
+    said(split, popart["peak_tile_bytes"] - ours["peak_tile_bytes"], "peaks {} B lower",
+         "peaks {} B higher", "peak tile memory")
+    assert "IPU" not in sentence.split(" on 3 IPUs")[1].split(";")[0].replace(
+        "on the IPUs", "")  # the layouts' part names no copy
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert html.escape(sentence) in page
+    # one IPU: the old sentence, without a split
+    status, out, _ = run("plan", str(model), "--tiles", str(TILES))
+    assert out.startswith("Against PopART's heuristic, ours ") and "split" not in out

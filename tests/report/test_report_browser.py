@@ -145,8 +145,9 @@ def test_search_finds_a_tensor_and_shows_its_explanation(page, report):
     page.fill("#tensor-search", name)
     matches = sum(name in other for other in plan["tensors"])
     assert matches == (1 if "demo" in str(report) else 5)
-    assert page.inner_text("#tensor-count") == (f"{matches} of {len(plan['tensors'])} "
-                                                f"tensors shown")
+    assert page.inner_text("#tensor-count") == (
+        f"{matches} of {len(plan['tensors'])} tensors shown"
+        + ("" if matches == 1 else ", the one named in full opened"))
     visible = page.locator("#tensor-table tbody tr:not([hidden])")
     assert visible.count() == matches + 1  # the rows and the opened explanation
     detail = page.locator("#tensor-table tr.detail")
@@ -163,6 +164,33 @@ def test_search_finds_a_tensor_and_shows_its_explanation(page, report):
     assert button.get_attribute("aria-expanded") == "false"
     button.click()  # opens it again, once
     assert page.locator("#tensor-table tr.detail").count() == 1
+    assert page.errors == []
+
+
+def test_a_search_opens_what_it_finds_without_a_click(page, report):
+    """A part of a name opens every match (the first five when more match), each with its
+    explanation and its drawings."""
+    plan = plan_of(report)
+    text = "mlp.c_fc" if "demo" in str(report) else "7.norm"
+    names = [name for name in plan["tensors"] if text in name]
+    assert len(names) > 1
+    page.fill("#tensor-search", text)
+    opened = page.evaluate("""Array.from(document.querySelectorAll('tr.detail')).map(
+        d => d.previousElementSibling.dataset.name)""")
+    order = page.evaluate("""Array.from(document.querySelectorAll(
+        '#tensor-table tbody tr:not([hidden]):not(.detail)')).map(r => r.dataset.name)""")
+    assert sorted(order) == sorted(names)
+    assert opened == order[:5]
+    for name in opened:
+        detail = page.locator(f'#tensor-table tr[data-name="{name}"] + tr.detail')
+        assert detail.is_visible()
+        assert f"ours: {plan['tensors'][name]['explanation']}" in detail.inner_text()
+        assert detail.locator("svg rect").count() >= 2
+    status = page.inner_text("#tensor-count")
+    assert status.startswith(f"{len(names)} of {len(plan['tensors'])} tensors shown")
+    assert status.endswith(", the first 5 opened") == (len(names) > 5)
+    page.fill("#tensor-search", "")
+    assert page.locator("#tensor-table tr.detail").count() == 0
     assert page.errors == []
 
 
