@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
+from popart_unwind.transforms import run_pipeline
 
 from popart_unwind.baselines import linear_plan
 from popart_unwind.cost import evaluate, layouts
@@ -24,7 +25,6 @@ from popart_unwind.ir.tile_mapping import TileIntervals, tile_mapping
 from popart_unwind.machine import IpuModel, TileTarget, exchange
 from popart_unwind.ops import REGISTRY, layout_rule
 from popart_unwind.report.demo_model import build_demo_ir
-from popart_unwind.transforms import run_pipeline
 
 
 @contextlib.contextmanager
