@@ -4,7 +4,7 @@ element only where an op reads them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import prod
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy as np
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.tensor import Tensor
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array
+from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, tile_array
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops.layout_rule import planned_shape
@@ -39,6 +39,50 @@ def expanded(layout: np.ndarray | TileIntervals, size: int, num_tiles: int,
     if isinstance(layout, TileIntervals):
         return tile_array(layout, size, num_tiles, what)
     return layout
+
+
+#: A layout of at least this many elements is held as intervals between the ops that read
+#: it, and an op's rule expands it at each read instead of once for the whole op: a
+#: [8192, 8192] matmul's two operands, its output and the plan's wanted layouts are 128 MB
+#: each as tile arrays, and holding them all at once was most of planning's peak.
+HELD_AS_INTERVALS = 1 << 24
+
+
+def held(layout: np.ndarray | TileIntervals, num_tiles: int) -> np.ndarray | TileIntervals:
+    """A computed layout as the walk keeps it until its last reader: a large tile array as
+    intervals (``HELD_AS_INTERVALS``), anything else as it is."""
+    if isinstance(layout, np.ndarray) and layout.size >= HELD_AS_INTERVALS:
+        return held_layout(layout, num_tiles)
+    return layout
+
+
+class ReadOnDemand(Sequence):
+    """An op's input layouts by input index, as its rule reads them: a large layout held
+    as intervals is expanded at each read and dropped when the rule lets it go, so the
+    rule's steps over one input at a time never hold every input expanded at once (the
+    price: an expansion per read). Small layouts are expanded once."""
+
+    def __init__(self, values: Sequence[np.ndarray | TileIntervals | None],
+                 sizes: Sequence[int], num_tiles: int, names: Sequence[str]) -> None:
+        self._values = [
+            value if value is None or (isinstance(value, TileIntervals) and value.tiles is None
+                                       and size >= HELD_AS_INTERVALS)
+            else expanded(value, size, num_tiles, name)
+            for value, size, name in zip(values, sizes, names, strict=True)]
+        self._sizes, self._names, self._num_tiles = list(sizes), list(names), num_tiles
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        value = self._values[index]
+        if isinstance(value, TileIntervals):
+            tiles = tile_array(value, self._sizes[index], self._num_tiles, self._names[index])
+            tiles.flags.writeable = False
+            return tiles
+        return value
 
 
 def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None

@@ -20,8 +20,10 @@ import numpy as np
 from popart_unwind.cost.charges import NO_WORK, Charges
 from popart_unwind.cost.layouts import (
     Mappings,
+    ReadOnDemand,
     expanded,
     given_tiles,
+    held,
     numel,
     producerless_mappings,
 )
@@ -210,15 +212,19 @@ class CostWalk(Interpreter):
         super().run_graph(graph)
         self.liveness.end_graph()
 
+    def write(self, tensor: Tensor, value: Any) -> None:
+        super().write(tensor, held(value, self.num_tiles))
+
     def run_op(self, op: Op) -> None:
-        input_tiles = _indexed([self.read(t) for t in op.inputs], op)
         rule = self.registry.layout_rule(op)
         avoidable = link = 0
         work = NO_WORK
         if rule.runs_subgraphs:
+            input_tiles = _indexed([self.read(t) for t in op.inputs], op)
             outputs, need, score, bound = rule.call_cost(op, input_tiles, self, self.target,
                                                          self.valuations)
         else:
+            input_tiles = self._inputs(op)
             outputs = output_layouts(rule, op, input_tiles, self.target)
             need = rule.exchange(op, input_tiles, outputs, self.target)
             avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
@@ -245,6 +251,17 @@ class CostWalk(Interpreter):
                 self.liveness.release(key(tensor))
         live = [t for t in op.inputs if not from_parameters[key(t)]]
         self._resident(live + ([] if aliases else op.outputs))
+
+    def _inputs(self, op: Op) -> ReadOnDemand:
+        """The op's input layouts by index, large ones expanded only while read."""
+        indices = list(op.input_map())
+        count = indices[-1] + 1 if indices else 0
+        values: list[Any] = [None] * count
+        sizes, names = [0] * count, [""] * count
+        for index, tensor in op.input_map().items():
+            values[index] = super().read(tensor)
+            sizes[index], names[index] = numel(tensor), tensor.describe()
+        return ReadOnDemand(values, sizes, self.num_tiles, names)
 
     def released(self, tensor_key: Key) -> None:
         self.memory.released(tensor_key)

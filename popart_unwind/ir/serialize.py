@@ -30,10 +30,28 @@ DataChoice = bool | Callable[[Tensor], bool]
 FORMAT_VERSION = 1
 
 
+#: Elements an array's bytes are read in at a time (``row_blocks``).
+BLOCK_ELEMENTS = 1 << 20
+
+
+def row_blocks(array: np.ndarray):  # type: ignore[no-untyped-def]
+    """An array's row-major bytes as consecutive blocks of its first axis, each a few MB:
+    a fill folded as a broadcast view (``ConstantOfShape``) is never made whole to be read."""
+    array = np.asarray(array)
+    if array.ndim == 0 or array.size == 0:
+        yield np.ascontiguousarray(array).tobytes()
+        return
+    step = max(1, BLOCK_ELEMENTS // max(1, array.size // array.shape[0]))
+    for begin in range(0, array.shape[0], step):
+        yield np.ascontiguousarray(array[begin:begin + step]).tobytes()
+
+
 def array_digest(array: np.ndarray) -> str:
-    contiguous = np.ascontiguousarray(array)  # at least 1-d: take the shape from ``array``
-    header = f"{contiguous.dtype.str}{tuple(array.shape)}".encode()
-    return hashlib.sha256(header + contiguous.tobytes()).hexdigest()
+    array = np.asarray(array)
+    digest = hashlib.sha256(f"{array.dtype.str}{tuple(array.shape)}".encode())
+    for block in row_blocks(array):
+        digest.update(block)
+    return digest.hexdigest()
 
 
 def _encode_array(array: np.ndarray, include_data: bool) -> dict[str, Any]:

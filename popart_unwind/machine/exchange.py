@@ -23,6 +23,8 @@ from popart_unwind.shapes import broadcast_projections
 #: (one pass) rather than sorting: a broadcast bias read by 1472 tiles has about a million; a
 #: gather from a real embedding table has billions and sorts.
 DENSE_PAIRS_MAX = 1 << 26
+#: Elements a same-shape read compares at a time (a few MB of masks).
+SAME_SHAPE_CHUNK = 1 << 22
 
 
 def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
@@ -62,15 +64,32 @@ def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
                      num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element k reads source element k, without sorting by tile: a
     received element starts a region unless the element before it was received by the same
-    tile from the same tile (a tile's elements ascend, so that is its previous one)."""
-    remote = held != readers
-    if not remote.any():
+    tile from the same tile (a tile's elements ascend, so that is its previous one).
+
+    Compared ``SAME_SHAPE_CHUNK`` elements at a time (each chunk with the element before
+    it, so a region crossing a chunk's edge is counted once): the whole-array masks and
+    the 64-bit ids ``np.bincount`` makes took 10 bytes an element, 640 MB for a
+    [8192, 8192] matmul operand."""
+    received = np.zeros(num_tiles, dtype=np.int64)
+    regions = np.zeros(num_tiles, dtype=np.int64)
+    any_remote = False
+    for begin in range(0, readers.size, SAME_SHAPE_CHUNK):
+        before = 1 if begin else 0
+        end = min(begin + SAME_SHAPE_CHUNK, readers.size)
+        tiles, sources = readers[begin - before:end], held[begin - before:end]
+        remote = sources != tiles
+        if not remote[before:].any():
+            continue
+        any_remote = True
+        starts = remote.copy()
+        starts[1:] &= ~(remote[:-1] & (tiles[1:] == tiles[:-1])
+                        & (sources[1:] == sources[:-1]))
+        tiles, remote, starts = tiles[before:], remote[before:], starts[before:]
+        received += np.bincount(tiles[remote], minlength=num_tiles)[:num_tiles]
+        regions += np.bincount(tiles[starts], minlength=num_tiles)[:num_tiles]
+    if not any_remote:
         return ExchangeNeed.none(num_tiles)
-    starts = remote.copy()
-    starts[1:] &= ~(remote[:-1] & (readers[1:] == readers[:-1]) & (held[1:] == held[:-1]))
-    received = np.bincount(readers[remote], minlength=num_tiles)[:num_tiles] * element_bytes
-    regions = np.bincount(readers[starts], minlength=num_tiles)[:num_tiles]
-    return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
+    return ExchangeNeed(received * element_bytes, regions)
 
 
 def _ids(tiles: np.ndarray) -> np.ndarray:

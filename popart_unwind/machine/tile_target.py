@@ -41,7 +41,9 @@ from popart_unwind.validation import as_shape
 
 #: Bytes of hook answers (matmul operand and table layouts) a target keeps, least recently
 #: used dropped first: room for every distinct matmul of BERT-base or GPT-2 training and
-#: their embedding tables.
+#: their embedding tables. An answer over a quarter of it is not kept (made again when asked
+#: again): a [8192, 8192] matmul's three layouts, 128 MB each, cycled through the room,
+#: evicting each other, while holding two of them.
 ANSWER_BYTES_KEPT = 256 * 2**20
 
 #: The fewest indices popops puts on a tile when it creates them (``minIndicesPerTile``,
@@ -364,6 +366,8 @@ class _Answers:
         found = compute()
         for array in _arrays(found):
             array.flags.writeable = False
+        if _nbytes(found) > ANSWER_BYTES_KEPT // 4:
+            return found  # kept by its readers only: a few such answers would fill the room
         self._kept[key] = found
         self._bytes += _nbytes(found)
         while self._bytes > ANSWER_BYTES_KEPT and len(self._kept) > 1:

@@ -80,7 +80,10 @@ def _fold_constant_of_shape(op: Op, constants: Constants) -> FoldResult:
     if not constants or constants[0] is None:
         return None
     fill = _fill(op)
-    return [np.full(_target_shape(op), fill[0], dtype=fill.dtype)]
+    # a read-only broadcast of the one value: a fill's elements are never made (the light
+    # model zoo's VGG-19 makes its 143 M weights so: 575 MB as arrays); a reader that
+    # needs them whole copies them
+    return [np.broadcast_to(np.asarray(fill[0], dtype=fill.dtype), _target_shape(op))]
 
 
 # -- Shape, Size ------------------------------------------------------------------------------

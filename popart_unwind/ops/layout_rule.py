@@ -324,6 +324,14 @@ def flat_tiles(input_tiles: InputTiles, index: int) -> np.ndarray | None:
     return None if tiles is None else np.asarray(tiles).reshape(-1)
 
 
+#: Elements ``count_equal`` compares at a time (a few MB of mask, not one byte an element).
+COUNT_CHUNK = 1 << 22
+
+
 def count_equal(a: np.ndarray, b: np.ndarray) -> int:
     """How many elements two layouts place on the same tile."""
-    return int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if a.size != b.size:
+        return int(np.count_nonzero(a == b))
+    return sum(int(np.count_nonzero(a[begin:begin + COUNT_CHUNK] == b[begin:begin + COUNT_CHUNK]))
+               for begin in range(0, a.size, COUNT_CHUNK))

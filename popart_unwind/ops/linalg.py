@@ -525,7 +525,10 @@ class MatMulRule(LayoutRule):
         connected weight: two 200 MB copies)."""
         if self.dims(op) is None:
             return super().least_received(op, input_tiles, output_tiles, planned, target)
-        best, grouped = list(input_tiles), set()
+        # a planned operand is replaced below: not read (a large one is expanded per read)
+        best = [None if index in planned and index in (0, 1) else input_tiles[index]
+                for index in range(len(input_tiles))]
+        grouped = set()
         for index in sorted(planned):
             if index in (0, 1):
                 best[index] = self._plan_tiles(op, ("lhs", "rhs")[index], target)

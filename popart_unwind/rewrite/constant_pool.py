@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from popart_unwind.ir.graph import Graph
-from popart_unwind.ir.serialize import array_digest
+from popart_unwind.ir.serialize import array_digest, row_blocks
 from popart_unwind.ir.tensor import Tensor, TensorType
 
 
@@ -63,4 +63,6 @@ class ConstantPool:
 
 
 def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    """Equal dtype, shape and bytes, compared a block at a time."""
+    return a.dtype == b.dtype and a.shape == b.shape and all(
+        x == y for x, y in zip(row_blocks(a), row_blocks(b), strict=True))

@@ -110,7 +110,10 @@ class Rewriter:
                  prefix: str = CONSTANT_PREFIX, stem: str = "value") -> Tensor:
         """A Const tensor of ``graph`` holding ``array``: an equal one if there is one, else a
         new one named ``prefix + stem``."""
-        array = np.array(array, order="C")  # a copy, keeping 0-d arrays 0-d
+        # a copy, keeping 0-d arrays 0-d; a read-only fill of one value broadcast over its
+        # shape (a folded ConstantOfShape) is kept as it is, its elements never made
+        if not _one_value_broadcast(array):
+            array = np.array(array, order="C")
         dtype = check_dtype(dtype or str(array.dtype), f"{prefix}{stem}")
         if array.dtype != numpy_dtype(dtype):
             raise CanonicalizationError(f"constant {prefix}{stem}: data of dtype {array.dtype} "
@@ -500,3 +503,9 @@ def _check_replacement(op: Op, old: Tensor, dtype: str, shape: tuple[int, ...] |
         raise CanonicalizationError(
             f"op {op.debug_name()}: output {old.id!r} ({old.dtype} {old.shape}) cannot be "
             f"replaced by {what} ({dtype} {shape})")
+
+
+def _one_value_broadcast(array: Any) -> bool:
+    """A read-only array of several elements that all read one (every stride 0)."""
+    return (isinstance(array, np.ndarray) and not array.flags.writeable and array.size > 1
+            and not any(array.strides))

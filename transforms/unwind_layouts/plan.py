@@ -194,7 +194,9 @@ def _states_as_updaters(ir: Ir, planned: list[PlannedTensor], target: TileMachin
     elementwise partner, and a few elements it leaves elsewhere would each cost an
     exchange and its syncs at every update."""
     main = ir.main_graph
-    mappings = {(p.graph_id, p.tensor_id): p.tiles for p in planned}
+    # the plan's mappings as held (intervals): the walk expands one only while an op reads
+    # it, and only a model with optimizer states walks at all
+    mappings = {(p.graph_id, p.tensor_id): p.tile_mapping for p in planned}
     clones = state_layouts(main, lambda ids: computed_layouts(ir, target, mappings, ids,
                                                               dict(op_plans)))
     result = []
