@@ -34,17 +34,22 @@ receive no more estimated bytes (the same terms, in bytes; partial sums left out
 cost report leaves them out of its exchanged bytes) than the plans Poplibs would choose
 for the layer: a plan never buys cycles with more exchange than Poplibs' plans move.
 
-Nor with a fuller tile. A joint plan lays a layer's weights and its weight gradient out by
-one partition of the cube, which may use fewer tiles than Poplibs' plans of the layer; the
-weights stay there for the whole program, and so do their optimizer states, which PopART
-clones from the gradient (``layers.optimizer_state``: with Adam, two float32 states per
-weight). Every plan starts at tile 0, so the small layers' weights and states stack on the
-lowest tiles. The choices are therefore checked together, IPU by IPU: the always-live
-bytes the chosen plans put on each tile (weights where the forward pass's plan wants
-them, states where the weight-update pass leaves the gradient) are summed over the layers
-and held against the fullest tile Poplibs' plans of the same layers would leave. While
-ours is fuller, the layer adding most to that tile takes instead the fastest of its
-options that fills no tile more than Poplibs' plans of it (its ``bounded`` option).
+Nor with a fuller tile. A joint plan lays a layer's weight gradient out where the weights
+lie, by one partition of the cube, which may use fewer tiles than Poplibs' plans of the
+layer; the optimizer's states, which PopART clones from the gradient
+(``layers.optimizer_state``: with Adam, two float32 states per weight), stay there for the
+whole program, and every plan starts at tile 0, so the small layers' states stack on the
+lowest tiles. So do a convolution layer's weights under a joint plan, which Poplibs never
+makes for convolutions. The choices are therefore checked together, IPU by IPU: those
+always-live bytes the chosen plans put on each tile (the states where the weight-update
+pass leaves the gradient; a convolution's weights where its forward pass's plan wants
+them) are summed over the layers and held against the fullest tile Poplibs' plans of the
+same layers would leave. While ours is fuller, the layer adding most to that tile takes
+instead the fastest of its options that fills no tile more than Poplibs' plans of it (its
+``bounded`` option). A fully connected layer's weights are not counted: Poplibs plans its
+passes jointly itself, and counting them gave up most of ViT's exchange savings through
+ONNX for a peak already below PopART's (docs/planner.md, "Matmul plans").
+
 Beyond that, activations and gradients keep their producers' layouts, which the choice
 does not know (the passes' own cycles assume every operand where the plan wants it).
 Separate plans are assumed to want distinct layouts of every shared tensor (different
@@ -270,22 +275,28 @@ def estimated_bytes(target: TileMachine, layer: FullyConnectedLayer,
 
 def resident_bytes_per_tile(target: TileMachine, layer: FullyConnectedLayer,
                             option: LayerPlans, state_bytes: int) -> np.ndarray:
-    """Bytes of the layer's producer-less weights and their optimizer states
-    (``state_bytes`` per weight element) on each tile under ``option``, its plans starting
-    at tile 0: the weights where the forward pass's plan wants them, the states where the
-    weight-update pass leaves the gradient; none when the weights are computed."""
+    """Bytes of the layer's producer-less weights' optimizer states (``state_bytes`` per
+    weight element) on each tile under ``option``, its plans starting at tile 0, where the
+    weight-update pass leaves the gradient; for a convolution layer, whose passes Poplibs
+    never plans together, the weights too, where the forward pass's plan wants them. None
+    when the weights are computed."""
     per_tile = np.zeros(target.num_tiles, np.int64)
     if "rhs" not in layer.producerless:
         return per_tile
     dtype = layer.fwd.input(0).dtype
-    if not state_bytes:
-        return per_tile
+    weight_bytes = 0 if layer.poplibs_joint else target.dtype_size(dtype)
     for op, plan in zip(layer.ops(), option.plans, strict=True):
-        name, _ = cube_tensor(layer.axes_of(op), "output")
-        if name == "rhs":
-            tiles = np.asarray(plan_operand_tiles(target, plan.starting_at(0), "output", dtype))
-            per_tile += np.bincount(tiles.reshape(-1).astype(np.int64),
-                                    minlength=target.num_tiles)[:target.num_tiles] * state_bytes
+        for operand in ("rhs", "output"):
+            name, _ = cube_tensor(layer.axes_of(op), operand)
+            if name != "rhs":
+                continue
+            size = state_bytes if operand == "output" else (
+                weight_bytes if plan.fc_pass == "TRAINING_FWD" else 0)
+            if size:
+                tiles = np.asarray(plan_operand_tiles(target, plan.starting_at(0), operand,
+                                                      dtype))
+                per_tile += np.bincount(tiles.reshape(-1).astype(np.int64),
+                                        minlength=target.num_tiles)[:target.num_tiles] * size
     return per_tile
 
 
