@@ -92,7 +92,9 @@ def test_conv_transpose_gradients_keep_bilinearity(data):
     kernel, strides, dilations, field = draw(1, 3), draw(1, 3), draw(1, 2), draw(1, 4)
     pads = draw(0, 2) + draw(0, 2)
     extra = [data.draw(st.integers(0, s - 1)) for s in strides]
+    # an output some window of X reaches (one only output_padding reaches is refused)
     assume(all(s * (f - 1) + e + (k - 1) * d + 1 - pads[a] - pads[a + n] >= 1
+               and s * (f - 1) + (k - 1) * d + 1 - pads[a] >= 1
                for a, (s, f, e, k, d) in enumerate(zip(strides, field, extra, kernel,
                                                        dilations, strict=True))))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
@@ -112,8 +114,11 @@ def test_conv_transpose_weights_only_with_constant_data():
                     {"x": RNG.standard_normal((2, 3, 4))})
 
 
-@pytest.mark.parametrize("attributes", [{"auto_pad": "SAME_UPPER", "strides": [2]},
-                                        {"output_shape": [9], "strides": [2]}])
+@pytest.mark.parametrize("attributes", [
+    {"auto_pad": "SAME_UPPER", "strides": [2]},
+    {"output_shape": [9], "strides": [2]},
+    # the lower pad crops every position an input reaches: only output_padding is left
+    {"strides": [2], "pads": [9, 0], "output_padding": [1]}])
 def test_conv_transpose_forms_without_a_rule_are_refused_naming_the_op(attributes):
     with pytest.raises(IrError, match=r"\(ConvTranspose\): no gradient rule"):
         check_gradients(lambda b, ids: b.ai_onnx.convtranspose(
