@@ -474,6 +474,8 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             ir.options = session_options(ir.options, args.options)
             ir.options = placed_options(ir, args.ipus, args.pipeline)
         return_freed_memory_if_large(ir)
+        # the model as imported, for the memory search: a copy instead of a second import
+        imported = ir.copy(exact=True) if ir.options.memory_weight > 0 else None
         with progress.stage("transforms"):
             baseline_ir = transform(ir)
         check_planning_memory(ir)
@@ -483,6 +485,10 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             from popart_unwind.report.memory_search import search_memory_settings
 
             def load() -> Any:
+                nonlocal imported
+                if imported is not None:
+                    again, imported = imported, None
+                    return again
                 again = _import(args)
                 again.options = session_options(again.options, args.options)
                 again.options = placed_options(again, args.ipus, args.pipeline)
