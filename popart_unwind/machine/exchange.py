@@ -60,6 +60,62 @@ def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
     return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
 
 
+#: Reads of each element up to which ``broadcast_read_need`` compares rows pairwise.
+ROW_READS_MAX = 64
+#: Elements of the [sources, reads, reads] comparisons it makes at a time.
+ROW_PAIRS_BLOCK = 1 << 22
+
+
+def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
+                        small_shape: tuple[int, ...], source_tiles: np.ndarray,
+                        element_bytes: int, num_tiles: int) -> ExchangeNeed:
+    """``read_need`` of a numpy-broadcast operand of ``small_shape`` laid out as
+    ``source_tiles``, read by a result of ``full_shape`` laid out as ``reader_tiles``.
+
+    When each element has few readers (``ROW_READS_MAX``) and the (tile, element) pairs
+    are too many for ``read_need``'s one table (an attention mask read by each head), it
+    is counted row by row (``broadcast_rows``): a tile receives an element once when some
+    of its reads lie there and the element does not, and the element starts a region
+    unless the tile also receives the element before it from the same tile. The same
+    figures as ``read_need``'s sort of every pair (a test holds them equal)."""
+    sources = prod(small_shape)
+    rows = None
+    if sources * num_tiles > DENSE_PAIRS_MAX:
+        rows = broadcast_rows(reader_tiles, full_shape, small_shape)
+    if rows is None or rows.shape[1] > ROW_READS_MAX:
+        return read_need(reader_tiles, broadcast_index(small_shape, full_shape),
+                         source_tiles, element_bytes, num_tiles)
+    held = _ids(source_tiles)
+    reads = rows.shape[1]
+    received = np.zeros(num_tiles, dtype=np.int64)
+    regions = np.zeros(num_tiles, dtype=np.int64)
+    step = max(2, ROW_PAIRS_BLOCK // (reads * reads))
+    previous = None  # the sorted row before the block, and its members
+    for low in range(0, sources, step):
+        tiles = np.sort(rows[low:low + step], axis=1)
+        member = np.ones(tiles.shape, dtype=bool)  # each distinct tile of a row, once
+        member[:, 1:] = tiles[:, 1:] != tiles[:, :-1]
+        member &= tiles != held[low:low + step, None]
+        got = tiles[member]
+        received += np.bincount(got, minlength=num_tiles)[:num_tiles]
+        regions += np.bincount(got, minlength=num_tiles)[:num_tiles]
+        before = tiles[:-1] if previous is None else np.concatenate((previous[0], tiles[:-1]))
+        before_member = member[:-1] if previous is None else \
+            np.concatenate((previous[1], member[:-1]))
+        after = tiles if previous is not None else tiles[1:]
+        after_member = member if previous is not None else member[1:]
+        first = low if previous is not None else low + 1
+        same_source = held[first:low + tiles.shape[0]] == held[first - 1:low + tiles.shape[0] - 1]
+        both = (after[:, :, None] == before[:, None, :]) & after_member[:, :, None] \
+            & before_member[:, None, :]
+        going_on = both.any(axis=2) & same_source[:, None]
+        regions -= np.bincount(after[going_on], minlength=num_tiles)[:num_tiles]
+        previous = (tiles[-1:], member[-1:])
+    if not received.any():
+        return ExchangeNeed.none(num_tiles)
+    return ExchangeNeed(received * element_bytes, regions)
+
+
 def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
                      num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element k reads source element k, without sorting by tile: a

@@ -1,6 +1,8 @@
-"""A broadcast operand's most-read tiles counted row by row (``most_read_by_rows``, the
-small operand's elements against their reads) equal the pair counting of
-``most_read_tiles`` (the oracle), ties, preferences and every broadcast pattern included."""
+"""A broadcast operand counted row by row (its elements against their reads,
+``broadcast_rows``): its most-read tiles (``most_read_by_rows``) equal the pair counting of
+``most_read_tiles``, and what its readers receive (``broadcast_read_need``) equals
+``read_need``'s sort of every pair (the oracles), ties, preferences, regions across the
+blocks and every broadcast pattern included."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ from hypothesis import strategies as st
 
 from popart_unwind.machine import IpuModel, TileTarget, exchange
 from popart_unwind.machine.exchange import (
+    broadcast_index,
     broadcast_index_view,
+    broadcast_read_need,
     broadcast_rows,
     most_read_by_rows,
     most_read_tiles,
+    read_need,
 )
 
 
@@ -71,3 +76,22 @@ def test_ties_go_to_the_lowest_tile_or_the_most_preferred():
 
 def test_a_small_operand_not_broadcast_axis_for_axis_has_no_rows():
     assert broadcast_rows(np.zeros(0, np.int16), (0, 3), (1, 3)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(broadcasts(), st.integers(1, 4), st.booleans())
+def test_rows_receive_what_the_pairs_receive(case, block, few_tiles):
+    full, small, num_tiles, tiles, _ = case
+    held = np.arange(prod(small), dtype=np.int16) * 7 // 3 % num_tiles
+    if few_tiles:  # long runs of one source tile, so that regions continue
+        held = (np.arange(prod(small)) // 3 % min(num_tiles, 2)).astype(np.int16)
+    saved = exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK
+    # rows taken for any size, a few at a time (the regions cross the blocks)
+    exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK = -1, block * 25
+    try:
+        found = broadcast_read_need(tiles, full, small, held, 2, num_tiles)
+    finally:
+        exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK = saved
+    expected = read_need(tiles, broadcast_index(small, full), held, 2, num_tiles)
+    np.testing.assert_array_equal(found.received_bytes, expected.received_bytes)
+    np.testing.assert_array_equal(found.regions, expected.regions)
