@@ -91,7 +91,7 @@ MMAP_THRESHOLD_BYTES = 4 * 2**20
 
 #: Planned elements from which the command gives freed arrays back (``return_freed_memory``):
 #: below it the heap glibc keeps is small, and the fresh mappings cost time for nothing (the
-#: demo's 6.9 million elements: 30 % more CPU time, the same peak, 200 MiB).
+#: demo's 6.9 million elements: 15 to 40 % more CPU time, the same peak, 200 MiB).
 GIVE_BACK_FROM_ELEMENTS = 1 << 25
 
 
