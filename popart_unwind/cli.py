@@ -305,9 +305,6 @@ def _main(argv: Sequence[str] | None, stdout: TextIO, stderr: TextIO) -> int:
         if args.command == "options":
             _print_options(stdout)
             return EXIT_OK
-        from popart_unwind.report.planning_memory import return_freed_memory
-
-        return_freed_memory()
         return _run(args, stdout, stderr)
     except (PopartUnwindError, OSError) as error:
         if args is not None and getattr(args, "verbose", False):  # what the model's code
@@ -459,7 +456,10 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
     from popart_unwind.report.demo_model import DEMO_TITLE
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
     from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
-    from popart_unwind.report.planning_memory import check_planning_memory
+    from popart_unwind.report.planning_memory import (
+        check_planning_memory,
+        return_freed_memory_if_large,
+    )
     from popart_unwind.report.progress import StageProgress
     from popart_unwind.report.session import placed_options, plan_session, transform
 
@@ -473,6 +473,9 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                 proto = load_for_annotation(Path(args.model), onnx_out)
             ir.options = session_options(ir.options, args.options)
             ir.options = placed_options(ir, args.ipus, args.pipeline)
+        return_freed_memory_if_large(ir)
+        # the model as imported, for the memory search: a copy instead of a second import
+        imported = ir.copy(exact=True) if ir.options.memory_weight > 0 else None
         with progress.stage("transforms"):
             baseline_ir = transform(ir)
         check_planning_memory(ir)
@@ -482,6 +485,10 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
             from popart_unwind.report.memory_search import search_memory_settings
 
             def load() -> Any:
+                nonlocal imported
+                if imported is not None:
+                    again, imported = imported, None
+                    return again
                 again = _import(args)
                 again.options = session_options(again.options, args.options)
                 again.options = placed_options(again, args.ipus, args.pipeline)

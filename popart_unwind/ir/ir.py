@@ -113,12 +113,16 @@ class Ir:
 
         return ir_to_json(self, include_data=include_data)
 
-    def copy(self) -> Ir:
+    def copy(self, exact: bool = False) -> Ir:
         """A copy of the whole IR (graphs, ops and their ids, placement, the loss, options,
         metadata) sharing each tensor's data array with this one: transforms replace a
         tensor's data, never change it in place, so two placements of one model (ours and
         the PopART baseline's) need the weights once. Ops created in the copy afterwards
-        take ids from ``COPY_OP_ID_GAP`` on past this IR's."""
+        take ids from ``COPY_OP_ID_GAP`` on past this IR's. With ``exact`` they take the
+        ids this IR would give them, and each graph keeps its tensors in the order this
+        one made them (the stable JSON lists them by id), so that transforming and
+        planning the copy gives what this IR would: the model as imported, kept for the
+        memory search instead of importing it again."""
         held = {(graph.id, tensor.id): tensor.data for graph in self.graphs
                 for tensor in graph.tensors if tensor.data is not None}
         for graph_id, tensor_id in held:  # no digest of every weight for a copy
@@ -135,6 +139,11 @@ class Ir:
         # ops made later in the copy never share an id with ops made later in this IR,
         # so that reports pairing the two IRs' ops by id pair only ops both have
         other._op_counter = self._op_counter + COPY_OP_ID_GAP
+        if exact:
+            other._op_counter = self._op_counter
+            for graph in self.graphs:
+                copied = other.graph(graph.id)
+                copied._tensors = {t.id: copied._tensors[t.id] for t in graph.tensors}
         return other
 
     @classmethod

@@ -60,6 +60,62 @@ def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
     return ExchangeNeed(received.astype(np.int64), regions.astype(np.int64))
 
 
+#: Reads of each element up to which ``broadcast_read_need`` compares rows pairwise.
+ROW_READS_MAX = 64
+#: Elements of the [sources, reads, reads] comparisons it makes at a time.
+ROW_PAIRS_BLOCK = 1 << 22
+
+
+def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
+                        small_shape: tuple[int, ...], source_tiles: np.ndarray,
+                        element_bytes: int, num_tiles: int) -> ExchangeNeed:
+    """``read_need`` of a numpy-broadcast operand of ``small_shape`` laid out as
+    ``source_tiles``, read by a result of ``full_shape`` laid out as ``reader_tiles``.
+
+    When each element has few readers (``ROW_READS_MAX``) and the (tile, element) pairs
+    are too many for ``read_need``'s one table (an attention mask read by each head), it
+    is counted row by row (``broadcast_rows``): a tile receives an element once when some
+    of its reads lie there and the element does not, and the element starts a region
+    unless the tile also receives the element before it from the same tile. The same
+    figures as ``read_need``'s sort of every pair (a test holds them equal)."""
+    sources = prod(small_shape)
+    rows = None
+    if sources * num_tiles > DENSE_PAIRS_MAX:
+        rows = broadcast_rows(reader_tiles, full_shape, small_shape)
+    if rows is None or rows.shape[1] > ROW_READS_MAX:
+        return read_need(reader_tiles, broadcast_index(small_shape, full_shape),
+                         source_tiles, element_bytes, num_tiles)
+    held = _ids(source_tiles)
+    reads = rows.shape[1]
+    received = np.zeros(num_tiles, dtype=np.int64)
+    regions = np.zeros(num_tiles, dtype=np.int64)
+    step = max(2, ROW_PAIRS_BLOCK // (reads * reads))
+    previous = None  # the sorted row before the block, and its members
+    for low in range(0, sources, step):
+        tiles = np.sort(rows[low:low + step], axis=1)
+        member = np.ones(tiles.shape, dtype=bool)  # each distinct tile of a row, once
+        member[:, 1:] = tiles[:, 1:] != tiles[:, :-1]
+        member &= tiles != held[low:low + step, None]
+        got = tiles[member]
+        received += np.bincount(got, minlength=num_tiles)[:num_tiles]
+        regions += np.bincount(got, minlength=num_tiles)[:num_tiles]
+        before = tiles[:-1] if previous is None else np.concatenate((previous[0], tiles[:-1]))
+        before_member = member[:-1] if previous is None else \
+            np.concatenate((previous[1], member[:-1]))
+        after = tiles if previous is not None else tiles[1:]
+        after_member = member if previous is not None else member[1:]
+        first = low if previous is not None else low + 1
+        same_source = held[first:low + tiles.shape[0]] == held[first - 1:low + tiles.shape[0] - 1]
+        both = (after[:, :, None] == before[:, None, :]) & after_member[:, :, None] \
+            & before_member[:, None, :]
+        going_on = both.any(axis=2) & same_source[:, None]
+        regions -= np.bincount(after[going_on], minlength=num_tiles)[:num_tiles]
+        previous = (tiles[-1:], member[-1:])
+    if not received.any():
+        return ExchangeNeed.none(num_tiles)
+    return ExchangeNeed(received * element_bytes, regions)
+
+
 def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
                      num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element k reads source element k, without sorting by tile: a
@@ -162,6 +218,31 @@ def broadcast_index_view(small: tuple[int, ...], full: tuple[int, ...]) -> np.nd
     return np.broadcast_to(index, full)
 
 
+def broadcast_rows(full_tiles: np.ndarray, full_shape: tuple[int, ...],
+                   small_shape: tuple[int, ...]) -> np.ndarray | None:
+    """A full tensor's tiles as [elements of the small operand broadcast to it, reads of
+    each] (a view where it can be): the axes that follow the small operand's first, in
+    order, its broadcast axes last. None for an empty tensor, or where the small operand's
+    axes do not map one to one onto the full tensor's."""
+    full_shape, small_shape = tuple(full_shape), tuple(small_shape)
+    sources = prod(small_shape)
+    if sources == 0 or prod(full_shape) == 0:
+        return None
+    lead = []
+    for size, axis in zip(small_shape, _followed_axes(small_shape, full_shape), strict=True):
+        if axis is not None and full_shape[axis] > 1:
+            if size != full_shape[axis]:
+                return None
+            lead.append(axis)
+        elif size != 1:
+            return None
+    if lead != sorted(lead):
+        return None
+    rest = [axis for axis in range(len(full_shape)) if axis not in lead]
+    tiles = np.asarray(full_tiles).reshape(full_shape).transpose(lead + rest)
+    return tiles.reshape(sources, -1)
+
+
 #: Elements of a reader array ``most_read_tiles`` widens to 64-bit keys at a time.
 COUNT_BLOCK = 1 << 18
 #: Up to this many (element, tile) pairs, ``most_read_tiles`` counts in one dense table
@@ -232,6 +313,45 @@ def most_read_tiles(reader_tiles: np.ndarray, source_index: np.ndarray, num_sour
     if preference is not None:
         result[:] = preference[0]
     result[element[order][first]] = tile[order][first]
+    return result
+
+
+#: Elements of a [sources, readers] array ``most_read_by_rows`` sorts at a time.
+ROWS_BLOCK = 1 << 20
+
+
+def most_read_by_rows(reader_tiles: np.ndarray, num_tiles: int,
+                      dtype: np.dtype | type = np.int64,
+                      preference: np.ndarray | None = None) -> np.ndarray:
+    """``most_read_tiles`` when source element r is read by the tiles of row r of
+    ``reader_tiles`` [sources, reads] (every element read as often: a numpy-broadcast
+    operand, its broadcast axes last): each row's most frequent tile, the lowest among
+    equals (or the earliest in ``preference``). Each row is sorted and its longest run
+    taken, ``ROWS_BLOCK`` elements at a time: no (element, tile) pair is counted or sorted
+    over the whole tensor, which for many sources (a [1024, 1024] attention mask read by 12
+    heads) took seconds a read; for few, ``most_read_tiles``' one table is faster."""
+    rows = np.asarray(reader_tiles)
+    count, reads = rows.shape
+    order = None if preference is None else np.asarray(preference).reshape(-1)
+    rank = None if order is None else _ranks(order, num_tiles)
+    result = np.zeros(count, dtype=dtype)
+    if count == 0 or reads == 0:
+        if order is not None:
+            result[:] = order[0]
+        return result
+    step = max(1, ROWS_BLOCK // reads)
+    position = np.arange(reads)
+    for low in range(0, count, step):
+        block = rows[low:low + step]
+        keys = np.sort(block if rank is None else rank[block], axis=1)
+        starts = np.ones(keys.shape, dtype=bool)
+        starts[:, 1:] = keys[:, 1:] != keys[:, :-1]
+        # the length of each run so far; the first position reaching a row's longest is
+        # the end of its earliest longest run, the lowest key among equals
+        first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
+        best = np.argmax(position - first, axis=1)
+        chosen = keys[np.arange(keys.shape[0]), best]
+        result[low:low + step] = chosen if order is None else order[chosen]
     return result
 
 

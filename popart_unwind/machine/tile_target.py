@@ -16,12 +16,14 @@ import numpy as np
 from popart_unwind import _hooks
 from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
-from popart_unwind.machine import hooks
+from popart_unwind.machine import exchange, hooks
 from popart_unwind.machine.exchange import (
     axis_bounds,
     axis_parts,
     broadcast_index_view,
+    broadcast_rows,
     matmul_reader_blocks,
+    most_read_by_rows,
     most_read_tiles,
     read_need,
     reader_need,
@@ -299,6 +301,14 @@ class TileTarget(TileMachine):
         except ShapeError as error:
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
                               f"{error}") from None
+        rows = None  # many elements: counted row by row, not in several tables of pairs
+        if not any_reader and prod(small_shape) * self.num_tiles > exchange.DENSE_COUNTS_MAX:
+            rows = broadcast_rows(full_tiles, full_shape, small_shape)
+        if rows is not None:
+            if rows.size and not 0 <= int(rows.min()) <= int(rows.max()) < self.num_tiles:
+                raise TargetError(f"broadcast_operand_tiles: tile ids must lie in "
+                                  f"[0, {self.num_tiles})")
+            return most_read_by_rows(rows, self.num_tiles, self.tile_dtype, preference)
         return most_read_tiles(full_tiles, index, prod(small_shape), self.num_tiles,
                                self.tile_dtype, preference, any_reader)
 

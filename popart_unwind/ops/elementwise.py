@@ -44,7 +44,7 @@ from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
-from popart_unwind.machine.exchange import broadcast_index, read_need
+from popart_unwind.machine.exchange import broadcast_read_need, read_need
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.memory import Chain
 from popart_unwind.ops.common import input_shape
@@ -577,8 +577,8 @@ class ElementwiseRule(LayoutRule):
             if shape == out_shape:
                 need = need + read_need(readers, None, tiles, size, target.num_tiles)
             else:
-                need = need + read_need(readers, broadcast_index(shape, out_shape), tiles,
-                                        size, target.num_tiles)
+                need = need + broadcast_read_need(readers, out_shape, shape, tiles, size,
+                                                  target.num_tiles)
         return need
 
     def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,

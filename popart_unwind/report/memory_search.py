@@ -9,18 +9,21 @@ the one of least
 
     cycles + memory_weight × (peak tile bytes − bytes per tile, if positive)
 
-the plan as given among them (each setting's graph is imported afresh). The weight is
-what one byte over the budget is worth in cycles: 0 turns the search off, a large one
-takes the fastest setting that fits when one does. The PopART baseline is then planned on
-the graph kept, so the comparison stays like for like. The search costs one import,
-pipeline, plan and costing of our plan per setting; settings that need a loss
-(recomputation) are skipped for a graph without one, and a setting the model cannot take
-(an error planning it) is recorded with its reason and never kept.
+the plan as given among them. The weight is what one byte over the budget is worth in
+cycles: 0 turns the search off, a large one takes the fastest setting that fits when one
+does. The PopART baseline is then planned on the graph kept, so the comparison stays like
+for like. The search imports the model once more and costs one pipeline, plan and costing
+of our plan per setting, the settings side by side in forked children, one per core
+(``report/forked.py``; where the system cannot fork, one after another, each imported
+afresh); settings that need a loss (recomputation) are skipped for a graph without one,
+and a setting the model cannot take (an error planning it) is recorded with its reason
+and never kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +31,8 @@ from popart_unwind.cost.walk import CostReport, evaluate
 from popart_unwind.errors import PopartUnwindError
 from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
-from popart_unwind.options import with_options
+from popart_unwind.options import SessionOptions, with_options
+from popart_unwind.report import forked
 from popart_unwind.report.session import machine_for
 
 #: The settings tried, each a list of ``--option`` assignments, cheapest first as
@@ -108,22 +112,30 @@ def score(report: CostReport, weight: float, bytes_per_tile: int) -> float:
 
 def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: IpuModel,
                            transform: Callable[[Ir], Ir],
-                           progress: Callable[[str, int, int], None] | None = None
+                           progress: Callable[[str, int, int], None] | None = None,
+                           parallel: bool = True
                            ) -> tuple[tuple[Ir, Ir] | None, MemorySearch]:
     """Plan the model under each setting; ``load`` imports it afresh (with the session's
     options, as the plan as given was imported) and ``first`` costs our plan as given.
     Returns the transformed graph of the setting kept with the graph its PopART baseline
     plans (``transform``'s two answers; None: the plan as given) and the search's
-    record."""
-    from popart_unwind.transforms.unwind_layouts import plan_ir
+    record.
 
+    With ``parallel`` (and where the system can fork) the model is imported once and the
+    settings are planned side by side, each in a child process forked from the import
+    (``report/forked.py``), as many at a time as this process has cores; the kept
+    setting's graphs are then made again here from the same import. Otherwise each
+    setting imports the model afresh, one after another. Both give the same trials
+    (``tests/models/test_memory_search.py``)."""
     probe = load()
     options = probe.options
     weight, budget = options.memory_weight, model.bytes_per_tile
-    trials = [_trial(AS_GIVEN, first, weight, budget)]
-    best, best_graph = trials[0], None  # only the best graph so far is kept in memory
     settings = [s for s in MEMORY_SETTINGS
                 if probe.final_loss_id is not None or not _needs_loss(s)]
+    if parallel and forked.available() and len(settings) > 1:
+        return _search_forked(probe, first, model, transform, settings, progress)
+    trials = [_trial(AS_GIVEN, first, weight, budget)]
+    best, best_graph = trials[0], None  # only the best graph so far is kept in memory
     for step, setting in enumerate(settings):
         name = ", ".join(setting)
         if progress is not None:
@@ -131,21 +143,76 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
         ir = probe if step == 0 else load()
         probe = None
         try:
-            ir.options = with_options(options, setting)
-            baseline = transform(ir)
-            target = TileTarget(machine_for(ir, model))
-            plan = plan_ir(ir, target, write=False)
-            report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
-                                                    for p in plan.tensors},
-                              op_plans=plan.op_plans)
+            trial, baseline = _plan_setting(ir, options, setting, model, transform)
         except PopartUnwindError as error:  # one setting the model cannot take
-            trials.append(Trial(name, 0, 0, 0, False, float("inf"), str(error)))
+            trials.append(_failed(name, error))
             continue
-        trials.append(_trial(name, report, weight, budget))
+        trials.append(trial)
         if trials[-1].score < best.score:  # the earliest among equals
             best, best_graph = trials[-1], (ir, baseline)
-        del ir, baseline, plan, report
+        del ir, baseline
     return best_graph, MemorySearch(weight, budget, tuple(trials), best.setting)
+
+
+def _search_forked(ir: Ir, first: CostReport, model: IpuModel,
+                   transform: Callable[[Ir], Ir], settings: list[tuple[str, ...]],
+                   progress: Callable[[str, int, int], None] | None
+                   ) -> tuple[tuple[Ir, Ir] | None, MemorySearch]:
+    """``search_memory_settings`` with each setting planned in a child forked from ``ir``
+    (imported, never transformed here until the search has ended)."""
+    options = ir.options
+    weight, budget = options.memory_weight, model.bytes_per_tile
+
+    def job(setting: tuple[str, ...]) -> Callable[[], Trial]:
+        def plan() -> Trial:
+            try:
+                return _plan_setting(ir, options, setting, model, transform)[0]
+            except PopartUnwindError as error:  # one setting the model cannot take
+                return _failed(", ".join(setting), error)
+        return plan
+
+    def started(index: int, done: int) -> None:
+        if progress is not None:
+            progress(", ".join(settings[index]), done, len(settings))
+
+    trials = [_trial(AS_GIVEN, first, weight, budget)]
+    best = trials[0]
+    kept: tuple[str, ...] | None = None
+    answers = forked.run_forked([job(s) for s in settings], forked.usable_cores(), started)
+    for setting, (trial, raised) in zip(settings, answers, strict=True):
+        forked.raise_again(raised)  # as if raised here, in the settings' order
+        trials.append(trial)
+        if trial.score < best.score:  # the earliest among equals
+            best, kept = trial, setting
+    search = MemorySearch(weight, budget, tuple(trials), best.setting)
+    if kept is None:
+        return None, search
+    with warnings.catch_warnings():  # raised already, by the child that planned it
+        warnings.simplefilter("ignore")
+        ir.options = with_options(options, kept)
+        baseline = transform(ir)
+    return (ir, baseline), search
+
+
+def _plan_setting(ir: Ir, options: SessionOptions, setting: tuple[str, ...], model: IpuModel,
+                  transform: Callable[[Ir], Ir]) -> tuple[Trial, Ir]:
+    """Our plan of ``ir`` (imported, not yet transformed) under ``setting`` on top of
+    ``options``, costed: its trial and the graph its PopART baseline would plan."""
+    from popart_unwind.transforms.unwind_layouts import plan_ir
+
+    ir.options = with_options(options, setting)
+    baseline = transform(ir)
+    target = TileTarget(machine_for(ir, model))
+    plan = plan_ir(ir, target, write=False)
+    report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
+                                            for p in plan.tensors},
+                      op_plans=plan.op_plans)
+    weight, budget = options.memory_weight, model.bytes_per_tile
+    return _trial(", ".join(setting), report, weight, budget), baseline
+
+
+def _failed(name: str, error: PopartUnwindError) -> Trial:
+    return Trial(name, 0, 0, 0, False, float("inf"), str(error))
 
 
 def _needs_loss(setting: tuple[str, ...]) -> bool:

@@ -100,3 +100,18 @@ def test_freed_arrays_go_back_to_the_system():
 
     assert kept_kib("raised") > 32 * 1024  # the heap keeps most of the 48 MiB
     assert kept_kib("set") < 4 * 1024
+
+
+def test_freed_arrays_are_given_back_only_for_a_large_model(model_path, out_dir, monkeypatch):
+    calls = []
+    monkeypatch.setattr(planning_memory, "return_freed_memory", lambda: calls.append(1))
+    ir = Ir.from_onnx(str(model_path))
+    elements = planned_elements(ir)
+    monkeypatch.setattr(planning_memory, "GIVE_BACK_FROM_ELEMENTS", elements + 1)
+    assert not planning_memory.return_freed_memory_if_large(ir) and calls == []
+    status, _, _ = run("plan", str(model_path), *outputs(out_dir))
+    assert status == 0 and calls == []  # the command asks, and leaves glibc's threshold
+    monkeypatch.setattr(planning_memory, "GIVE_BACK_FROM_ELEMENTS", elements)
+    assert planning_memory.return_freed_memory_if_large(ir) and calls == [1]
+    status, _, _ = run("plan", str(model_path), *outputs(out_dir), "--force")
+    assert status == 0 and calls == [1, 1]

@@ -64,6 +64,17 @@ def test_tile_counts_equal_bincount(ids, dtype):
     np.testing.assert_array_equal(found, np.bincount(tiles, minlength=7))
 
 
+def test_tile_counts_of_large_arrays_are_the_hooks_and_equal(monkeypatch):
+    monkeypatch.setattr(hooks, "BINCOUNT_IDS_MAX", 3)  # beyond it: counted by the hook
+    for size in (0, 3, 4, 1000):
+        tiles = (np.arange(size) * 5 % 7).astype(np.int16)
+        np.testing.assert_array_equal(hooks.tile_counts(tiles, 7),
+                                      np.bincount(tiles, minlength=7))
+    test_tile_counts_refuse_ids_out_of_range()
+    with pytest.raises(TargetError, match="tile id"):
+        hooks.tile_counts(np.array([0, 1, 2, 5], np.int16), 3)
+
+
 def test_tile_counts_refuse_ids_out_of_range():
     for bad in (np.array([0, 3], np.int16), np.array([-1], np.int32), np.array([9], np.int64),
                 np.array([3], np.uint8)):

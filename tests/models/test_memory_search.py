@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,8 @@ def test_the_score_counts_only_the_bytes_over():
     assert score(Report(), 3.0, 800) == 1000
 
 
-def test_a_setting_that_fails_is_recorded_and_never_kept():
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_setting_that_fails_is_recorded_and_never_kept(parallel):
     from transformer_block import transformer_block_ir
 
     from popart_unwind.baselines.linear_plan import linear_plan
@@ -90,10 +92,99 @@ def test_a_setting_that_fails_is_recorded_and_never_kept():
         calls.append(ir.options.rotate_plan_start_tiles)
         if ir.options.rotate_plan_start_tiles:
             raise TransformError("this setting cannot be planned")
-        transform(ir)
+        return transform(ir)
 
-    _, search = memory_search.search_memory_settings(transformer_block_ir, first, model, failing)
+    _, search = memory_search.search_memory_settings(transformer_block_ir, first, model, failing,
+                                                     parallel=parallel)
     failed = [t for t in search.trials if t.failed]
     assert [t.setting for t in failed] == ["rotate_plan_start_tiles=true"]
+    assert failed[0].failed == "this setting cannot be planned"
     assert failed[0].entry()["score"] is None and search.kept != failed[0].setting
-    assert len(calls) == len(search.trials) - 1  # inference: no recomputation
+    assert len(search.trials) == 4  # inference: no recomputation
+    # side by side, the settings are planned in children; the kept one again here
+    assert len(calls) == (3 if not parallel else int(search.kept != AS_GIVEN))
+
+
+def _mlp_step() -> Any:
+    """A small training step (two Linear, LayerNorm, GELU blocks) as PyTorch's front end
+    imports it: every setting applies to it, recomputation too."""
+    import torch
+
+    from popart_unwind.ir import Ir
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.blocks = torch.nn.Sequential(
+                torch.nn.Linear(32, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                torch.nn.Linear(64, 64), torch.nn.LayerNorm(64), torch.nn.GELU(),
+                torch.nn.Linear(64, 8))
+
+        def forward(self, x):
+            return self.blocks(x)
+
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    return Ir.from_torch(Mlp(), (x,), training=True)
+
+
+def test_settings_planned_side_by_side_give_the_sequential_search(monkeypatch):
+    from popart_unwind.baselines.linear_plan import linear_plan
+    from popart_unwind.cost.walk import evaluate
+    from popart_unwind.ir import Ir
+    from popart_unwind.machine import IpuModel, TileTarget
+    from popart_unwind.options import with_options
+    from popart_unwind.report import forked, memory_search
+    from popart_unwind.report.session import transform
+
+    text = _mlp_step().to_json(include_data=True)
+    model = IpuModel(tiles_per_ipu=4, bytes_per_tile=2048)
+
+    def load():
+        ir = Ir.from_json(text)
+        ir.options = with_options(ir.options, ["memory_weight=3"])
+        return ir
+
+    first_ir = load()
+    transform(first_ir)
+    target = TileTarget(model)
+    first = evaluate(first_ir, target, dict(linear_plan(first_ir, target)))
+    runs = []
+    run_forked = forked.run_forked
+    monkeypatch.setattr(forked, "run_forked",
+                        lambda jobs, *args: runs.append(len(jobs)) or run_forked(jobs, *args))
+    found = {parallel: memory_search.search_memory_settings(load, first, model, transform,
+                                                            parallel=parallel)
+             for parallel in (False, True)}
+    assert runs == [len(MEMORY_SETTINGS)]  # the parallel search forked, for every setting
+    (sequential_kept, sequential), (parallel_kept, parallel) = found[False], found[True]
+    assert parallel == sequential  # every trial's figures, and the setting kept
+    assert sequential.kept != AS_GIVEN and not any(t.failed for t in sequential.trials)
+    assert len({(t.peak_tile_bytes, t.cycles) for t in sequential.trials}) > 2
+    for ours, theirs in zip(sequential_kept, parallel_kept, strict=True):  # the graphs kept
+        assert ours.to_json() == theirs.to_json()
+        assert [[t.id for t in g.tensors] for g in ours.graphs] == \
+            [[t.id for t in g.tensors] for g in theirs.graphs]
+        assert ours.options == theirs.options
+
+
+def test_an_exact_copy_transforms_and_plans_as_the_model_it_copies():
+    from popart_unwind.machine import IpuModel
+    from popart_unwind.report.progress import StageProgress
+    from popart_unwind.report.session import plan_session, transform
+
+    imported = _mlp_step()
+    copies = {"exact": imported.copy(exact=True), "plain": imported.copy()}
+    order = [[t.id for t in g.tensors] for g in imported.graphs]
+    assert [[t.id for t in g.tensors] for g in copies["exact"].graphs] == order
+    # the stable JSON a copy is made through lists tensors by id, not as they were made
+    assert [[t.id for t in g.tensors] for g in copies["plain"].graphs] != order
+    runs = {}
+    for name, ir in [("imported", imported), ("exact", copies["exact"])]:
+        baseline = transform(ir)
+        with StageProgress(None, enabled=False) as progress:
+            runs[name] = plan_session(ir, IpuModel(tiles_per_ipu=8), None, "popart", progress,
+                                      baseline)
+    assert runs["exact"].ir.to_json() == runs["imported"].ir.to_json()
+    assert runs["exact"].summaries() == runs["imported"].summaries()
+    assert runs["exact"].decisions == runs["imported"].decisions

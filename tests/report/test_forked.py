@@ -1,0 +1,83 @@
+"""Jobs run side by side in forked children (``report/forked.py``): answers in the jobs'
+order whatever order they end in, warnings raised again in that order, a job's exception
+raised in the parent, a child killed without an answer a ResourceError."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import warnings
+
+import pytest
+
+from popart_unwind.errors import PlanError, ResourceError, TransformWarning
+from popart_unwind.report import forked
+
+pytestmark = pytest.mark.skipif(not forked.available(), reason="needs fork")
+
+
+def test_answers_come_in_the_jobs_order_and_see_the_parents_memory():
+    shared = {"base": 10}  # made before the fork: each child reads its own copy
+
+    def job(k):
+        def run():
+            time.sleep(0.05 * (4 - k))  # the later jobs end first
+            shared["base"] += k  # a child's change never reaches the parent or a sibling
+            return shared["base"], os.getpid()
+        return run
+
+    started = []
+    found = forked.run_forked([job(k) for k in range(5)], 3,
+                              lambda index, done: started.append(index))
+    assert [value for (value, _), _ in found] == [10, 11, 12, 13, 14]
+    assert len({pid for (_, pid), _ in found} | {os.getpid()}) == 6  # a child per job
+    assert shared == {"base": 10} and sorted(started) == list(range(5))
+
+
+def test_warnings_come_back_in_the_jobs_order():
+    def job(k):
+        def run():
+            time.sleep(0.05 * (2 - k))
+            warnings.warn(f"job {k}", TransformWarning, stacklevel=1)
+            return k
+        return run
+
+    found = forked.run_forked([job(k) for k in range(3)], 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _, raised in found:
+            forked.raise_again(raised)
+    assert [(w.category, str(w.message)) for w in caught] == \
+        [(TransformWarning, f"job {k}") for k in range(3)]
+
+
+def test_a_jobs_exception_is_raised_in_the_parent():
+    def fails():
+        raise PlanError("op x: no plan")
+
+    with pytest.raises(PlanError, match="op x: no plan"):
+        forked.run_forked([lambda: 1, fails, lambda: 3], 2)
+
+
+def test_an_exception_that_does_not_pickle_comes_back_as_its_traceback():
+    class Local(Exception):  # a class pickle cannot find by name
+        pass
+
+    def fails():
+        raise Local("made in the child")
+
+    with pytest.raises(forked.JobFailed, match="made in the child"):
+        forked.run_forked([fails], 1)
+
+
+def test_a_child_killed_without_an_answer_is_a_resource_error():
+    def killed():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(ResourceError, match="without an answer"):
+        forked.run_forked([killed, lambda: time.sleep(5)], 2)
+
+
+def test_usable_cores_is_at_least_one():
+    assert forked.usable_cores() >= 1
