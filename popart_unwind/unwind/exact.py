@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import bisect
 import math
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -206,6 +207,7 @@ def run_bounded(solver: highspy.Highs, time_limit: float) -> highspy.HighsStatus
     interrupted (it is then left behind, unread): the call returns within ``time_limit``
     plus ``STOP_SECONDS``. An exception (a signal's) interrupts the solve, waits as long for
     it to stop, and goes on."""
+    _own_locks(solver)
     solver.HandleUserInterrupt = True  # HiGHS asks, at each interrupt check, whether to stop
     solver.startSolve()
     deadline = time.monotonic() + max(0.0, time_limit)
@@ -219,6 +221,16 @@ def run_bounded(solver: highspy.Highs, time_limit: float) -> highspy.HighsStatus
     except BaseException:
         _stop(solver)
         raise
+
+
+def _own_locks(solver: highspy.Highs) -> None:
+    """Give ``solver`` locks of its own. highspy 1.15's ``Highs`` keeps the locks that say a
+    solve is running on the class, shared by every instance: while one solve runs (one left
+    behind above, still stopping), starting any other fails with "Solver is already
+    running". Its methods read them through the instance, so instance locks separate the
+    solves."""
+    solver._Highs__solver_stopped = threading.RLock()
+    solver._Highs__solver_started = threading.Lock()
 
 
 def _stop(solver: highspy.Highs) -> highspy.HighsStatus | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import highspy
 from hard_program import hard_program
 
-from popart_unwind.unwind.exact import STOP_SECONDS, run_bounded
+from popart_unwind.unwind.exact import STOP_SECONDS, _own_locks, run_bounded
 
 
 def test_the_limit_holds_even_when_highs_would_run_on():
@@ -70,3 +70,21 @@ def test_a_signal_is_handled_during_a_solve():
     out, _ = process.communicate(timeout=30)
     assert time.monotonic() - sent < 2.0
     assert (process.returncode, out) == (7, "stopped\n")
+
+
+def test_a_solve_starts_while_another_is_still_running():
+    """A solve left behind at its limit may run on for a while; another must still start
+    (highspy keeps its running-solve locks on the class unless each solver has its own)."""
+    first = hard_program(highs_limit=1000.0)
+    first.HandleUserInterrupt = True
+    _own_locks(first)
+    first.startSolve()
+    try:
+        second = hard_program(highs_limit=0.2)
+        began = time.monotonic()
+        status = run_bounded(second, 5.0)
+        assert status is not None and time.monotonic() - began < 3.0
+        assert second.getModelStatus() == highspy.HighsModelStatus.kTimeLimit
+    finally:
+        first.cancelSolve()
+        first.wait()
