@@ -97,6 +97,9 @@ public:
       missing_[t] = g_.numel(t);
     for (const auto &[root, start] : a_.pendingAtStart)
       pending_[root] = start;
+    for (int t : a_.sinks)
+      if (!complete(t))
+        open_.insert(openKey(t));
   }
 
   RunResult run() {
@@ -134,7 +137,14 @@ private:
   std::vector<std::pair<int, std::size_t>> stack_; // (tensor, index into inward_)
   std::priority_queue<QueueKey, std::vector<QueueKey>, std::greater<QueueKey>> queue_;
   std::set<int> finalized_;
+  // The incomplete sinks by (late, -length, id): the order in which a sink no aim values
+  // is finalized, so finding the next needs no pass over every sink.
+  std::set<std::tuple<int, int, int>> open_;
   RunResult result_;
+
+  std::tuple<int, int, int> openKey(int t) const {
+    return {late_.count(t) ? 1 : 0, -a_.length[t], t};
+  }
 
   bool complete(int t) const { return missing_[t] == 0; }
 
@@ -152,6 +162,8 @@ private:
     inward_[dst].push_back(std::move(path));
     stack_.emplace_back(dst, inward_[dst].size() - 1);
     if (g_.kind(dst) == Kind::Sink && complete(dst)) {
+      if (!wasComplete)
+        open_.erase(openKey(dst));
       const std::vector<int> &roots = a_.rootsAfter[dst];
       if (!wasComplete)
         for (int root : roots) {
@@ -259,17 +271,26 @@ private:
   // then the earliest in the graph, then the lowest id. Only the first is ever used.
   using FinalKey = std::tuple<int, double, int, int>;
 
+  // The same as the least key over every incomplete sink: the sinks an aim values are
+  // keyed one by one, the others share value 0, and the first of them in open_ is their
+  // least (a pass over every sink per finalization made runs quadratic in the sinks).
   std::optional<FinalKey> bestFinalization() {
     std::unordered_map<int, double> value = finalizingValues();
     std::optional<FinalKey> best;
-    for (int t : a_.sinks) {
-      if (complete(t))
+    for (const auto &[t, v] : value) {
+      if (g_.kind(t) != Kind::Sink || complete(t))
         continue;
-      const auto found = value.find(t);
-      const double v = found == value.end() ? 0.0 : found->second;
       const FinalKey key{late_.count(t) ? 1 : 0, -v, -a_.length[t], t};
       if (!best || key < *best)
         best = key;
+    }
+    for (const auto &[late, negLength, t] : open_) {
+      if (value.count(t))
+        continue;
+      const FinalKey key{late, -0.0, negLength, t};
+      if (!best || key < *best)
+        best = key;
+      break;
     }
     return best;
   }

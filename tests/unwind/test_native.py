@@ -10,6 +10,9 @@ every solver built on the runs gives the same solution whichever engine runs the
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -123,3 +126,23 @@ def test_native_solution_is_a_solution() -> None:
     solution = graph.solve("greedy0")
     assert isinstance(solution, Solution)
     assert solution.symbolic_score() == solution.score()
+
+
+#: 200,000 sinks tied in pairs: one run once scanned every sink per finalization (about
+#: 90 s here); finding the next sink from an ordered set takes about 3 s.
+MANY_SINKS = """
+from popart_unwind.unwind import UnwindGraph
+from popart_unwind.unwind.greedy0 import greedy_runner
+graph = UnwindGraph()
+for i in range(100_000):
+    graph.valued_pair(graph.sink((4, 8), f"a{i}"), graph.sink((4, 8), f"b{i}"), 1.0)
+solution, _, _ = greedy_runner(graph, "native")(frozenset(), frozenset())
+assert solution.symbolic_score() == 3_200_000.0
+"""
+
+
+def test_a_run_over_many_sinks_is_not_quadratic_in_them():
+    """A generous bound (a minute for about 10 s of work, graph building included)."""
+    done = subprocess.run([sys.executable, "-c", MANY_SINKS], timeout=60,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
