@@ -29,9 +29,20 @@ Analysis::Analysis(const Graph &g) : graph(g) {
       sinks.push_back(t);
       continue;
     }
+    // The same (sink, chain) reached by two routes is kept once: a copy would plant
+    // nothing (the first took every element it reaches), and in a chain of Adds of one
+    // weight each tensor met the weight once more than its input did (quadratic memory).
+    std::unordered_map<int, std::vector<std::size_t>> kept; // entries of back[t] per sink
     for (auto &[source, route] : g.unwindRoutes(t))
-      for (const auto &[sink, chain] : back[source])
-        back[t].emplace_back(sink, route.then(chain).canonicalized());
+      for (const auto &[sink, chain] : back[source]) {
+        Chain through = route.then(chain).canonicalized();
+        std::vector<std::size_t> &same = kept[sink];
+        if (std::any_of(same.begin(), same.end(),
+                        [&](std::size_t i) { return back[t][i].second == through; }))
+          continue;
+        same.push_back(back[t].size());
+        back[t].emplace_back(sink, std::move(through));
+      }
     std::vector<int> merged;
     for (int input : g.layoutInputs(t))
       merged.insert(merged.end(), ancestors[input].begin(), ancestors[input].end());
