@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind import UnwindGraph, examples
-from popart_unwind.unwind.greedy0 import greedy_runner
+from popart_unwind.unwind.greedy0 import greedy_runner, paths_back_to_sinks
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import Solution
 
@@ -146,3 +147,42 @@ def test_a_run_over_many_sinks_is_not_quadratic_in_them():
     done = subprocess.run([sys.executable, "-c", MANY_SINKS], timeout=60,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def chain_of_adds(length: int) -> UnwindGraph:
+    """``x`` through ``length`` ops, every other one an Add of the same weight ``w``."""
+    graph = UnwindGraph()
+    current, weight = graph.sink((4, 8), "x"), graph.sink((4, 8), "w")
+    for i in range(length):
+        current = (graph.identity(current, f"r{i}") if i % 2 == 0 else
+                   graph.sum_like([current, weight], [0, 1], 1.0, name=f"a{i}").out)
+    return graph
+
+
+def test_paths_back_list_each_sink_and_chain_once():
+    """Every tensor of the chain reaches x and w by one chain each; listing a route per Add
+    made the lists grow along the chain (200 ops: 10,000 entries)."""
+    back = paths_back_to_sinks(chain_of_adds(200))
+    assert max(len(entries) for entries in back.values()) == 2
+    assert sum(len(entries) for entries in back.values()) <= 2 * 202
+
+
+#: A chain of 6,000 ops through the C++ core: its analysis listed 9 M paths back (over a
+#: GB); once per sink and chain it stays near the interpreter's own size.
+LONG_CHAIN = """
+import resource, sys
+sys.path.insert(0, {folder!r})
+from test_native import chain_of_adds
+from popart_unwind.unwind.greedy0 import greedy_runner
+solution, _, _ = greedy_runner(chain_of_adds(6000), "native")(frozenset(), frozenset())
+assert solution.symbolic_score() == 96_000.0
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_long_chain_of_adds_runs_in_little_memory():
+    code = LONG_CHAIN.format(folder=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", code], timeout=120,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 400  # MiB
