@@ -15,9 +15,10 @@ would depend on the machine's speed) and deferral is restarted from perturbed st
 A heuristic solution that already scores the graph's upper bound (every pair satisfied at
 every index) is optimal as it is: no search is started, and it is returned as proven. The
 exact program's size does not follow its sink elements alone (each element's candidate
-labels grow with how many tensors it is tied to: 15 nested ``If``s around one ``Relu`` gave
-a program whose root HiGHS did not finish in 100 s), so this spares the time limit and
-the restarts on the many graphs whose heuristic leaves nothing to gain.
+labels grow with how many tensors it is tied to: for 8 nested ``If``s around one ``Relu``,
+HiGHS's root ran into the time limit, then the restarts ran, and the process waited at exit
+for the solve left behind, 166 s in all), so this spares the search on the many graphs whose
+heuristic leaves nothing to gain.
 
 Above ``exact_up_to`` the heuristic's solution is returned as it is: the exact program grows
 with sink elements, and the graphs of models have more (the demo's transformer block 57,896,
