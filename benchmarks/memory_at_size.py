@@ -10,7 +10,10 @@ Cases: ``matmul8192`` — two [8192, 8192] float32 graph inputs multiplied; ``li
 — ONNX's light model zoo VGG-19 as the onnx wheel ships it (a 9 KB file whose 143 M
 weights are ConstantOfShape fills); ``adds10000`` — 10,000 Adds side by side, each of two
 [4, 8] graph inputs; ``chain10000`` — one [4, 8] input through a chain of 10,000
-elementwise ops (Relu and Add of a [4, 8] weight, alternating).
+elementwise ops (Relu and Add of a [4, 8] weight, alternating); ``nestedifN`` — N
+``If``s nested in each other's then branches around one ``Relu`` of a [4, 8] input read
+from the outermost scope (each else branch an Identity of it), every If on the one
+boolean graph input.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from onnx import TensorProto, helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from size_limits import CHILD, matmul_model
 
-CASES = ("matmul8192", "light_vgg19", "adds10000", "chain10000")
+CASES = ("matmul8192", "light_vgg19", "adds10000", "chain10000", "nestedif30")
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
@@ -64,6 +67,26 @@ def chain_model(count: int) -> onnx.ModelProto:
                                                                [4, 8])]))
 
 
+def nested_if_model(depth: int) -> onnx.ModelProto:
+    """``depth`` Ifs, each the only node of its parent's then branch, the innermost then
+    branch a Relu of the outer scope's ``x``."""
+    def value(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [4, 8])
+
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["r0"])], "then0", [],
+                             [value("r0")])
+    for level in range(1, depth + 1):
+        otherwise = helper.make_graph([helper.make_node("Identity", ["x"], [f"e{level}"])],
+                                      f"else{level}", [], [value(f"e{level}")])
+        node = helper.make_node("If", ["cond"], [f"r{level}"], then_branch=then,
+                                else_branch=otherwise)
+        if level == depth:
+            break
+        then = helper.make_graph([node], f"then{level}", [], [value(f"r{level}")])
+    inputs = [helper.make_tensor_value_info("cond", TensorProto.BOOL, []), value("x")]
+    return _model(helper.make_graph([node], "nested_if", inputs, [value(f"r{depth}")]))
+
+
 def model_path(case: str, folder: Path) -> Path:
     if case.startswith("light_"):
         return LIGHT / f"{case}.onnx"
@@ -73,6 +96,8 @@ def model_path(case: str, folder: Path) -> Path:
         model = adds_model(int(case[len("adds"):]))
     elif case.startswith("chain"):
         model = chain_model(int(case[len("chain"):]))
+    elif case.startswith("nestedif"):
+        model = nested_if_model(int(case[len("nestedif"):]))
     else:
         raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
     path = folder / f"{case}.onnx"

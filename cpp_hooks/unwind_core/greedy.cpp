@@ -29,9 +29,20 @@ Analysis::Analysis(const Graph &g) : graph(g) {
       sinks.push_back(t);
       continue;
     }
+    // The same (sink, chain) reached by two routes is kept once: a copy would plant
+    // nothing (the first took every element it reaches), and in a chain of Adds of one
+    // weight each tensor met the weight once more than its input did (quadratic memory).
+    std::unordered_map<int, std::vector<std::size_t>> kept; // entries of back[t] per sink
     for (auto &[source, route] : g.unwindRoutes(t))
-      for (const auto &[sink, chain] : back[source])
-        back[t].emplace_back(sink, route.then(chain).canonicalized());
+      for (const auto &[sink, chain] : back[source]) {
+        Chain through = route.then(chain).canonicalized();
+        std::vector<std::size_t> &same = kept[sink];
+        if (std::any_of(same.begin(), same.end(),
+                        [&](std::size_t i) { return back[t][i].second == through; }))
+          continue;
+        same.push_back(back[t].size());
+        back[t].emplace_back(sink, std::move(through));
+      }
     std::vector<int> merged;
     for (int input : g.layoutInputs(t))
       merged.insert(merged.end(), ancestors[input].begin(), ancestors[input].end());
@@ -97,6 +108,9 @@ public:
       missing_[t] = g_.numel(t);
     for (const auto &[root, start] : a_.pendingAtStart)
       pending_[root] = start;
+    for (int t : a_.sinks)
+      if (!complete(t))
+        open_.insert(openKey(t));
   }
 
   RunResult run() {
@@ -134,7 +148,14 @@ private:
   std::vector<std::pair<int, std::size_t>> stack_; // (tensor, index into inward_)
   std::priority_queue<QueueKey, std::vector<QueueKey>, std::greater<QueueKey>> queue_;
   std::set<int> finalized_;
+  // The incomplete sinks by (late, -length, id): the order in which a sink no aim values
+  // is finalized, so finding the next needs no pass over every sink.
+  std::set<std::tuple<int, int, int>> open_;
   RunResult result_;
+
+  std::tuple<int, int, int> openKey(int t) const {
+    return {late_.count(t) ? 1 : 0, -a_.length[t], t};
+  }
 
   bool complete(int t) const { return missing_[t] == 0; }
 
@@ -152,6 +173,8 @@ private:
     inward_[dst].push_back(std::move(path));
     stack_.emplace_back(dst, inward_[dst].size() - 1);
     if (g_.kind(dst) == Kind::Sink && complete(dst)) {
+      if (!wasComplete)
+        open_.erase(openKey(dst));
       const std::vector<int> &roots = a_.rootsAfter[dst];
       if (!wasComplete)
         for (int root : roots) {
@@ -259,17 +282,26 @@ private:
   // then the earliest in the graph, then the lowest id. Only the first is ever used.
   using FinalKey = std::tuple<int, double, int, int>;
 
+  // The same as the least key over every incomplete sink: the sinks an aim values are
+  // keyed one by one, the others share value 0, and the first of them in open_ is their
+  // least (a pass over every sink per finalization made runs quadratic in the sinks).
   std::optional<FinalKey> bestFinalization() {
     std::unordered_map<int, double> value = finalizingValues();
     std::optional<FinalKey> best;
-    for (int t : a_.sinks) {
-      if (complete(t))
+    for (const auto &[t, v] : value) {
+      if (g_.kind(t) != Kind::Sink || complete(t))
         continue;
-      const auto found = value.find(t);
-      const double v = found == value.end() ? 0.0 : found->second;
       const FinalKey key{late_.count(t) ? 1 : 0, -v, -a_.length[t], t};
       if (!best || key < *best)
         best = key;
+    }
+    for (const auto &[late, negLength, t] : open_) {
+      if (value.count(t))
+        continue;
+      const FinalKey key{late, -0.0, negLength, t};
+      if (!best || key < *best)
+        best = key;
+      break;
     }
     return best;
   }

@@ -25,6 +25,40 @@ if TYPE_CHECKING:
 TensorLike = Tensor | str
 
 
+class TensorIds(list):
+    """A graph's input or output ids: a list, whose membership test (``id in
+    graph.output_ids``, asked per op by the cost walk and the layout rules) reads a set
+    built on first use and dropped by every change, so it does not scan the list."""
+
+    _members: frozenset[str] | None = None
+
+    def __contains__(self, tensor_id: object) -> bool:
+        if not isinstance(tensor_id, str):
+            return list.__contains__(self, tensor_id)
+        if self._members is None:
+            self._members = frozenset(self)
+        return tensor_id in self._members
+
+    def __getstate__(self) -> None:
+        return None  # copies and pickles rebuild the set from their own items
+
+
+def _dropping_members(name: str) -> Any:
+    change = getattr(list, name)
+
+    def changed(self: TensorIds, *args: Any, **kwargs: Any) -> Any:
+        self._members = None
+        return change(self, *args, **kwargs)
+
+    changed.__name__ = name
+    return changed
+
+
+for _name in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+              "__setitem__", "__delitem__", "__iadd__", "__imul__"):
+    setattr(TensorIds, _name, _dropping_members(_name))
+
+
 class Graph:
     """A graph of an :class:`Ir`. The main graph has id ``""``, as in PopART."""
 
@@ -33,8 +67,26 @@ class Graph:
         self.id = graph_id
         self._tensors: dict[str, Tensor] = {}
         self._ops: dict[int, Op] = {}
-        self.input_ids: list[str] = []
-        self.output_ids: list[str] = []
+        self.input_ids = TensorIds()
+        self.output_ids = TensorIds()
+
+    @property
+    def input_ids(self) -> TensorIds:
+        """The graph inputs' ids, in order (a list; assigning any list keeps it so)."""
+        return self._input_ids
+
+    @input_ids.setter
+    def input_ids(self, ids: Sequence[str]) -> None:
+        self._input_ids = TensorIds(ids)
+
+    @property
+    def output_ids(self) -> TensorIds:
+        """The graph outputs' ids, in order (a list; assigning any list keeps it so)."""
+        return self._output_ids
+
+    @output_ids.setter
+    def output_ids(self, ids: Sequence[str]) -> None:
+        self._output_ids = TensorIds(ids)
 
     def __repr__(self) -> str:
         name = self.id or "main"

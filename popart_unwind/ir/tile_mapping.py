@@ -121,8 +121,9 @@ class TileIntervals(Sequence):
         """Each tile's maximal runs, counted and placed in C++ (``_hooks.tile_runs``): an
         embedding table has tens of millions of runs, and numpy's way (run starts, a stable
         argsort by tile, gathers) made several 64-bit arrays of that length. A layout whose
-        runs would take more bytes than its tile array keeps the array instead (not copied
-        when it is read-only already)."""
+        runs, with their index of 8 bytes a tile, would take more bytes than its tile array
+        keeps the array instead (not copied when it is read-only already): a [4, 8] tensor
+        on 1,472 tiles takes 64 bytes so, 11.8 KB as runs."""
         flat = np.ascontiguousarray(np.asarray(tiles).reshape(-1))
         if flat.dtype.kind not in "iu":
             raise PlanError(f"tile ids must be integers, got an array of {flat.dtype}")
@@ -133,7 +134,7 @@ class TileIntervals(Sequence):
             flat = flat.astype(tile_dtype(num_tiles))
         num_runs = _hooks.run_count(flat)
         offset_bytes = 4 if flat.size <= np.iinfo(np.int32).max else 8
-        if 2 * offset_bytes * num_runs <= flat.nbytes:
+        if 2 * offset_bytes * num_runs + 8 * (num_tiles + 1) <= flat.nbytes:
             return cls(*_hooks.tile_runs(flat, num_tiles))
         made = cls.__new__(cls)
         made._bounds_ = made._begins_ = made._ends_ = None
@@ -232,9 +233,13 @@ class TileIntervals(Sequence):
 
     def held(self) -> Iterator[tuple[int, list[tuple[int, int]]]]:
         """(tile, its runs) for each tile holding any, in tile order: a small tensor on a
-        big machine leaves most tiles empty."""
-        bounds = self._bounds
-        begins, ends = self._begins.tolist(), self._ends.tolist()
+        big machine leaves most tiles empty. A kept tile array's runs are made for the
+        call, not kept (they would take more memory than the array)."""
+        if self._bounds_ is None:
+            bounds, begins, ends = _hooks.tile_runs(self._tiles, self._num_tiles)
+        else:
+            bounds, begins, ends = self._bounds_, self._begins_, self._ends_
+        begins, ends = np.asarray(begins).tolist(), np.asarray(ends).tolist()
         for tile in np.flatnonzero(np.diff(bounds)).tolist():
             low, high = int(bounds[tile]), int(bounds[tile + 1])
             yield tile, list(zip(begins[low:high], ends[low:high], strict=True))

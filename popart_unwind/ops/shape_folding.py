@@ -119,17 +119,19 @@ def _graph_inputs_read(tensors: list[Tensor], graph: Graph) -> list[Tensor]:
     """The graph inputs whose values flow into ``tensors``, in the graph's input order. A
     value known before running (``computed_value``: ``Size(Shape(x))`` reads only ``x``'s
     shape) is not followed back, so such an input is named only where its values count."""
-    inputs = set(graph.input_ids)
     seen: set[str] = set()
+    reached = False
     stack = list(tensors)
     while stack:
         tensor = stack.pop()
         if tensor.id in seen:
             continue
         seen.add(tensor.id)
+        reached = reached or tensor.id in graph.input_ids
         if tensor.producer is not None and computed_value(tensor) is None:
             stack += tensor.producer.inputs
-    return [graph.tensor(name) for name in graph.input_ids if name in inputs & seen]
+    # asked for every op: the inputs are listed only once one is reached
+    return [graph.tensor(name) for name in graph.input_ids if name in seen] if reached else []
 
 
 def _fold_pass(graph: Graph, registry: OpRegistry, rewriter: Rewriter) -> bool:

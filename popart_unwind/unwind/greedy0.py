@@ -40,16 +40,22 @@ def longest_path_to_end(graph: UnwindGraph) -> dict[TensorId, int]:
 
 def paths_back_to_sinks(graph: UnwindGraph) -> dict[TensorId, list[tuple[TensorId, Chain]]]:
     """For each tensor, every (sink, chain from the tensor to that sink) through unwindable
-    ops: where a layout wanted at the tensor can be planted."""
+    ops: where a layout wanted at the tensor can be planted. The same (sink, chain) reached
+    by two routes is listed once: a copy plants nothing (the first takes every element it
+    reaches), and a chain of Adds of one weight would list the weight once more per Add."""
     back: dict[TensorId, list[tuple[TensorId, Chain]]] = defaultdict(list)
     for tensor in graph.tensors():
         node = graph.node(tensor)
         if node.kind == "sink":
             back[tensor].append((tensor, Chain(graph.shape(tensor))))
             continue
+        kept: dict[TensorId, list[Chain]] = defaultdict(list)
         for source, route in unwind_routes(node, graph.shape(tensor), graph.in_shapes(node)):
             for sink, chain in back.get(source, []):
-                back[tensor].append((sink, route.then(chain).canonicalized()))
+                through = route.then(chain).canonicalized()
+                if through not in kept[sink]:
+                    kept[sink].append(through)
+                    back[tensor].append((sink, through))
     return back
 
 

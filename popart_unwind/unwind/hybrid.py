@@ -12,6 +12,14 @@ when it is what stopped the search, whatever the search had reached by then is d
 would depend on the machine's speed) and deferral is restarted from perturbed starts instead
 (``restarts.py``): deterministic, and never below deferral's solution.
 
+A heuristic solution that already scores the graph's upper bound (every pair satisfied at
+every index) is optimal as it is: no search is started, and it is returned as proven. The
+exact program's size does not follow its sink elements alone (each element's candidate
+labels grow with how many tensors it is tied to: for 8 nested ``If``s around one ``Relu``,
+HiGHS's root ran into the time limit, then the restarts ran, and the process waited at exit
+for the solve left behind, 166 s in all), so this spares the search on the many graphs whose
+heuristic leaves nothing to gain.
+
 Above ``exact_up_to`` the heuristic's solution is returned as it is: the exact program grows
 with sink elements, and the graphs of models have more (the demo's transformer block 57,896,
 a real model tens of millions), so on models the default plans exactly as deferral does.
@@ -52,6 +60,12 @@ def solve_hybrid(
     if elements > exact_up_to or not graph.valued_pairs():
         stats["finish"] = "none"
         return heuristic.relabelled("hybrid", stats)
+    if heuristic.score() >= heuristic.upper_bound():
+        # No label can score more than every pair satisfied: the search could only return
+        # this solution (it replaces the start only when strictly better), and a finished
+        # one proves it at the root, as its relaxation is bounded by the same sum.
+        stats["finish"] = "upper bound"
+        return heuristic.relabelled("hybrid", stats, True)
 
     from popart_unwind.unwind.exact import solve_exact  # loads HiGHS only when needed
 

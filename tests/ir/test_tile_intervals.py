@@ -49,10 +49,16 @@ def test_tile_intervals_are_the_runs_per_tile(case):
 
 
 def test_the_smaller_form_is_kept():
-    """Few runs: the runs (8 bytes each). More runs than a quarter of the elements (a table
-    split by columns): the tile array (2 bytes an element), the runs built on first use."""
-    few = tile_mapping(np.repeat(np.arange(4, dtype=np.int16), 8), 4)
-    assert few.tiles is None and few.num_runs == 4
+    """Few runs: the runs (8 bytes each, and 8 bytes a tile for their index). More runs
+    than that (a table split by columns, a small tensor on many tiles): the tile array (2
+    bytes an element), the runs built on first use."""
+    few = tile_mapping(np.repeat(np.arange(4, dtype=np.int16), 16), 4)
+    assert few.tiles is None and few.num_runs == 4  # 72 bytes as runs, 128 as an array
+    small = tile_mapping(np.repeat(np.arange(4, dtype=np.int16), 8), 4)
+    assert small.tiles is not None  # 72 bytes as runs, 64 as an array
+    wide = tile_mapping(np.arange(32, dtype=np.int16), 1472)
+    assert wide.tiles is not None and list(wide.held()) == [(t, [(t, t + 1)]) for t in range(32)]
+    assert wide._bounds_ is None  # runs listed for the plan file are not kept
     alternating = np.tile(np.array([0, 0, 1, 1], dtype=np.int16), 4)
     table = tile_mapping(alternating, 3)
     assert table.tiles is not None and not table.tiles.flags.writeable

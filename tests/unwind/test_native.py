@@ -10,6 +10,9 @@ every solver built on the runs gives the same solution whichever engine runs the
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,7 +20,7 @@ from hypothesis import strategies as st
 
 from popart_unwind.errors import SolverError
 from popart_unwind.unwind import UnwindGraph, examples
-from popart_unwind.unwind.greedy0 import greedy_runner
+from popart_unwind.unwind.greedy0 import greedy_runner, paths_back_to_sinks
 from popart_unwind.unwind.random_graphs import random_graph
 from popart_unwind.unwind.solution import Solution
 
@@ -123,3 +126,67 @@ def test_native_solution_is_a_solution() -> None:
     solution = graph.solve("greedy0")
     assert isinstance(solution, Solution)
     assert solution.symbolic_score() == solution.score()
+
+
+#: 200,000 sinks tied in pairs: one run once scanned every sink per finalization (about
+#: 90 s here); finding the next sink from an ordered set takes about 3 s.
+MANY_SINKS = """
+from popart_unwind.unwind import UnwindGraph
+from popart_unwind.unwind.greedy0 import greedy_runner
+graph = UnwindGraph()
+for i in range(100_000):
+    graph.valued_pair(graph.sink((4, 8), f"a{i}"), graph.sink((4, 8), f"b{i}"), 1.0)
+solution, _, _ = greedy_runner(graph, "native")(frozenset(), frozenset())
+assert solution.symbolic_score() == 3_200_000.0
+"""
+
+
+def test_a_run_over_many_sinks_is_not_quadratic_in_them():
+    """A generous bound (a minute for about 10 s of work, graph building included)."""
+    done = subprocess.run([sys.executable, "-c", MANY_SINKS], timeout=60,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def chain_of_adds(length: int) -> UnwindGraph:
+    """``x`` through ``length`` ops, every other one an Add of the same weight ``w``."""
+    graph = UnwindGraph()
+    current, weight = graph.sink((4, 8), "x"), graph.sink((4, 8), "w")
+    for i in range(length):
+        current = (graph.identity(current, f"r{i}") if i % 2 == 0 else
+                   graph.sum_like([current, weight], [0, 1], 1.0, name=f"a{i}").out)
+    return graph
+
+
+def test_paths_back_list_each_sink_and_chain_once():
+    """Every tensor of the chain reaches x and w by one chain each; listing a route per Add
+    made the lists grow along the chain (200 ops: 10,000 entries)."""
+    back = paths_back_to_sinks(chain_of_adds(200))
+    assert max(len(entries) for entries in back.values()) == 2
+    assert sum(len(entries) for entries in back.values()) <= 2 * 202
+
+
+#: A chain of 6,000 ops through the C++ core, in a process of its own: its analysis listed
+#: 9 M paths back (839 MiB peak); once per sink and chain it stays near the interpreter's
+#: own size (about 60 MiB). The peak is the program's own (VmHWM): getrusage's may keep
+#: that of the process it was forked from.
+LONG_CHAIN = """
+from popart_unwind.unwind import UnwindGraph
+from popart_unwind.unwind.greedy0 import greedy_runner
+graph = UnwindGraph()
+current, weight = graph.sink((4, 8), "x"), graph.sink((4, 8), "w")
+for i in range(6000):
+    current = (graph.identity(current, f"r{i}") if i % 2 == 0 else
+               graph.sum_like([current, weight], [0, 1], 1.0, name=f"a{i}").out)
+solution, _, _ = greedy_runner(graph, "native")(frozenset(), frozenset())
+assert solution.symbolic_score() == 96_000.0
+with open("/proc/self/status") as status:
+    print(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+"""
+
+
+def test_a_long_chain_of_adds_runs_in_little_memory():
+    done = subprocess.run([sys.executable, "-c", LONG_CHAIN], timeout=300,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 400 * 1024, done.stdout  # KiB
