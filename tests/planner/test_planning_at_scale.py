@@ -127,6 +127,6 @@ def test_eight_nested_ifs_plan_within_a_minute(tmp_path):
     code = "import sys; from popart_unwind.cli import main; sys.exit(main())"
     done = subprocess.run([sys.executable, "-c", code, "plan", str(path), "--out",
                            str(tmp_path / "p.json"), "--quiet"], timeout=60,
-                          capture_output=True, text=True, check=False)
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "p.json").read_text())["planner"]["proven_optimal"]
