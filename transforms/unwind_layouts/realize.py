@@ -96,10 +96,11 @@ class Realizer:
         order = [t for t in dependency_order(self.graph, self.solution.sink_paths())
                  if self.graph.kind(t) == "sink"]
         if self.balance_memory or self.spread_statistics:
-            # broadcast operands and sinks laid out by their readers or by statistics last,
-            # so each sees the load of every other layout (a sink realized early as
-            # another's dependency is still counted in the order below)
-            order.sort(key=self._placed_by_load)  # stable: dependency order kept
+            # broadcast operands and sinks laid out by their readers (when balancing) or by
+            # statistics last, so each sees the load of every other layout (a sink realized
+            # early as another's dependency is still counted in the order below)
+            last = self._placed_by_load if self.balance_memory else self._statistics_partner
+            order.sort(key=last)  # stable: dependency order kept
         for done, sink in enumerate(order, 1):
             tiles = self.tiles(sink)
             if self.balance_memory or self.spread_statistics:
