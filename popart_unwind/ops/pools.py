@@ -269,15 +269,25 @@ def _fold_average_pool(op: Op, constants) -> list | None:
     counts = _window_counts(op, x.shape[2:], out[2:])
     if counts is None or not counts.all():
         return None
-    strides, dilations, pads = window_attributes(op, n)
+    total = _window_sums(op, x, out, window_attributes(op, n))
+    return [(total / counts).astype(x.dtype)]
+
+
+def _window_sums(op: Op, values: np.ndarray, out: Sequence[int],
+                 window: tuple) -> np.ndarray:
+    """Each output window's sum of ``values`` (the op's input, or a function of it), the
+    padding adding nothing: the input padded with zeros as far as the last window reaches,
+    one strided view added per kernel position."""
+    n = values.ndim - 2
+    strides, dilations, pads = window
     kernel = window_attribute(op, "kernel_shape", (), n)
     upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
-                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
-    padded = np.pad(x, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)])
-    total = np.zeros(out, dtype=x.dtype)
+                 + 1 - pads[a] - values.shape[2 + a]) for a in range(n)]
+    padded = np.pad(values, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)])
+    total = np.zeros(out, dtype=values.dtype)
     for kk in np.ndindex(*kernel):
         total += padded[window_positions(kk, dilations, out[2:], strides)]
-    return [(total / counts).astype(x.dtype)]
+    return total
 
 
 def _fold_lp_pool(op: Op, constants) -> list | None:
@@ -291,15 +301,8 @@ def _fold_lp_pool(op: Op, constants) -> list | None:
     window = window_attributes(op, n)
     if window is None:
         return None
-    strides, dilations, pads = window
-    kernel = window_attribute(op, "kernel_shape", (), n)
     p = float(op.attributes.get("p", 2))
-    upper = [max(pads[a + n], (out[2 + a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a]
-                 + 1 - pads[a] - x.shape[2 + a]) for a in range(n)]
-    padded = np.pad(np.abs(x) ** p, [(0, 0), (0, 0)] + [(pads[a], upper[a]) for a in range(n)])
-    total = np.zeros(out, dtype=x.dtype)
-    for kk in np.ndindex(*kernel):
-        total += padded[window_positions(kk, dilations, out[2:], strides)]
+    total = _window_sums(op, np.abs(x) ** p, out, window)
     return [(total ** (1.0 / p)).astype(x.dtype)]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,24 +24,8 @@ from popart_unwind.report.plan_file import TensorDecision, build_plan_document, 
 from popart_unwind.unwind import exact
 from popart_unwind.unwind.random_graphs import random_graph
 
-
-def nested_ifs(depth: int) -> onnx.ModelProto:
-    """``depth`` Ifs nested in each other's then branches around one Relu of ``x``."""
-    def value(name: str) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [4, 8])
-
-    then = helper.make_graph([helper.make_node("Relu", ["x"], ["r0"])], "then0", [],
-                             [value("r0")])
-    for level in range(1, depth + 1):
-        otherwise = helper.make_graph([helper.make_node("Identity", ["x"], [f"e{level}"])],
-                                      f"else{level}", [], [value(f"e{level}")])
-        node = helper.make_node("If", ["cond"], [f"r{level}"], then_branch=then,
-                                else_branch=otherwise)
-        then = helper.make_graph([node], f"then{level}", [], [value(f"r{level}")])
-    graph = helper.make_graph(list(then.node), "nested", [
-        helper.make_tensor_value_info("cond", TensorProto.BOOL, []), value("x")],
-        [value(f"r{depth}")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from memory_at_size import nested_if_model
 
 
 def _no_search(*args, **kwargs):
@@ -51,7 +36,7 @@ def test_nested_ifs_plan_at_the_upper_bound_without_a_search(monkeypatch):
     """Twelve nested Ifs: deferral satisfies every pair, so the exact program (whose root
     HiGHS did not finish in 100 s at 15 levels) is never built, and the plan is proven."""
     monkeypatch.setattr(exact, "solve_exact", _no_search)
-    result = plan_ir(Ir.from_onnx(nested_ifs(12)), small_target(8))
+    result = plan_ir(Ir.from_onnx(nested_if_model(12)), small_target(8))
     assert result.proven_optimal
     assert result.solver == "hybrid"
 
@@ -123,7 +108,7 @@ def test_eight_nested_ifs_plan_within_a_minute(tmp_path):
     """Eight nested Ifs took 166 s (a search stopped at its time limit, then a HiGHS
     thread the process waited for at exit); now about a second. The bound is generous."""
     path = tmp_path / "nested.onnx"
-    onnx.save(nested_ifs(8), str(path))
+    onnx.save(nested_if_model(8), str(path))
     code = "import sys; from popart_unwind.cli import main; sys.exit(main())"
     done = subprocess.run([sys.executable, "-c", code, "plan", str(path), "--out",
                            str(tmp_path / "p.json"), "--quiet"], timeout=60,
