@@ -3,11 +3,9 @@ put more weights' optimizer states on some tile than Poplibs' plans of the same 
 on their fullest, layers take their bounded options, the one adding most to that tile
 first, until they do not; a step within the bound keeps every choice.
 
-Oracle: the totals themselves, and brute force over which layers switch."""
+Oracle: the totals themselves."""
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 from hypothesis import given, settings
@@ -56,12 +54,6 @@ def test_switches_until_no_tile_is_fuller_than_poplibs(data, num_tiles, count):
     if before.max() <= limit:
         assert changed == []
     assert all(choice.taken == f"bounded{found.index(choice)}" for choice in changed)
-    # the greedy may switch more layers than the fewest that reach the bound, never fewer
-    fewest = min(size for size in range(count + 1)
-                 for subset in itertools.combinations(range(count), size)
-                 if sum(np.array(drawn[i][1] if i in subset else drawn[i][0])
-                        for i in range(count)).max() <= limit)
-    assert fewest <= len(changed) <= count
 
 
 def test_within_the_bound_nothing_changes():
