@@ -57,9 +57,9 @@ def held(layout: np.ndarray | TileIntervals, num_tiles: int) -> np.ndarray | Til
 
 
 class ReadOnDemand(Sequence):
-    """An op's input layouts by input index, as its rule reads them: a large layout held
-    as intervals is expanded at each read and dropped when the rule lets it go, so the
-    rule's steps over one input at a time never hold every input expanded at once (the
+    """An op's input (or result) layouts by index, as its rule reads them: a large layout
+    held as intervals is expanded at each read and dropped when the rule lets it go, so
+    the rule's steps over one input at a time never hold every input expanded at once (the
     price: an expansion per read). Small layouts are expanded once."""
 
     def __init__(self, values: Sequence[np.ndarray | TileIntervals | None],
