@@ -176,9 +176,11 @@ def _decide(tensor: Tensor, candidates: list[Candidate], target: TileMachine,
             raise PlanError(f"op {candidate.describe()} wants {wanted.size} tiles for an "
                             f"input of {prod(candidate.chain.out_shape)} elements")
         if tiles is None and candidate.covered == numel:
+            # the creator's answer itself where it needs no change (read-only): a copy
+            # beside it was a third [8192, 8192] layout held at once
             return BaselineDecision(tensor.graph.id, tensor.id,
                                     _unwound(candidate.chain, wanted, shape).astype(
-                                        target.tile_dtype),
+                                        target.tile_dtype, copy=False),
                                     f"created by {candidate.describe()}",
                                     _explain(candidate, numel, numel))
         if tiles is None:

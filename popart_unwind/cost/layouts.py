@@ -57,9 +57,9 @@ def held(layout: np.ndarray | TileIntervals, num_tiles: int) -> np.ndarray | Til
 
 
 class ReadOnDemand(Sequence):
-    """An op's input layouts by input index, as its rule reads them: a large layout held
-    as intervals is expanded at each read and dropped when the rule lets it go, so the
-    rule's steps over one input at a time never hold every input expanded at once (the
+    """An op's input (or result) layouts by index, as its rule reads them: a large layout
+    held as intervals is expanded at each read and dropped when the rule lets it go, so
+    the rule's steps over one input at a time never hold every input expanded at once (the
     price: an expansion per read). Small layouts are expanded once."""
 
     def __init__(self, values: Sequence[np.ndarray | TileIntervals | None],
@@ -74,6 +74,10 @@ class ReadOnDemand(Sequence):
     def __len__(self) -> int:
         return len(self._values)
 
+    def held_values(self) -> list[np.ndarray | TileIntervals | None]:
+        """The layouts as held (intervals not expanded)."""
+        return list(self._values)
+
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
@@ -83,6 +87,19 @@ class ReadOnDemand(Sequence):
             tiles.flags.writeable = False
             return tiles
         return value
+
+
+def held_results(layouts: list[np.ndarray], sizes: Sequence[int], num_tiles: int,
+                 names: Sequence[str]) -> list[np.ndarray] | ReadOnDemand:
+    """An op's result layouts as its rule's questions after ``output_tiles`` read them:
+    when one is large (``HELD_AS_INTERVALS``), all are held as the walk keeps them from
+    then on and expanded only while read, so a result is not held expanded beside the
+    operands each question expands (a [8192, 8192] matmul reads no result to price its
+    operands); otherwise the arrays as they are."""
+    if all(layout.size < HELD_AS_INTERVALS for layout in layouts):
+        return layouts
+    return ReadOnDemand([held(layout, num_tiles) for layout in layouts], sizes, num_tiles,
+                        names)
 
 
 def producerless_mappings(ir: Ir, target: TileMachine, mappings: Mappings | None

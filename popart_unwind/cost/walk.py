@@ -24,6 +24,7 @@ from popart_unwind.cost.layouts import (
     expanded,
     given_tiles,
     held,
+    held_results,
     numel,
     producerless_mappings,
 )
@@ -225,7 +226,7 @@ class CostWalk(Interpreter):
                                                          self.valuations)
         else:
             input_tiles = self._inputs(op)
-            outputs = output_layouts(rule, op, input_tiles, self.target)
+            outputs = self._outputs(op, output_layouts(rule, op, input_tiles, self.target))
             need = rule.exchange(op, input_tiles, outputs, self.target)
             avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
             score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
@@ -241,7 +242,7 @@ class CostWalk(Interpreter):
                             link)
         from_parameters = self.memory.from_parameters
         parameters = all(from_parameters[key(t)] for t in op.inputs)
-        for tensor, out in zip(op.outputs, outputs, strict=True):
+        for tensor, out in zip(op.outputs, _held_values(outputs), strict=True):
             self.write(tensor, out)
             from_parameters[key(tensor)] = aliases and parameters
         self._live_from_here(op, rule, aliases)
@@ -262,6 +263,12 @@ class CostWalk(Interpreter):
             values[index] = super().read(tensor)
             sizes[index], names[index] = numel(tensor), tensor.describe()
         return ReadOnDemand(values, sizes, self.num_tiles, names)
+
+    def _outputs(self, op: Op, layouts: list[np.ndarray]) -> list[np.ndarray] | ReadOnDemand:
+        """The op's result layouts as its rule's later questions read them (``held_results``:
+        a large one is not held expanded beside the operands each question expands)."""
+        return held_results(layouts, [numel(t) for t in op.outputs], self.num_tiles,
+                            [t.describe() for t in op.outputs])
 
     def released(self, tensor_key: Key) -> None:
         self.memory.released(tensor_key)
@@ -420,6 +427,11 @@ class _LayoutWalk(Interpreter):
         if tensor.graph is self.ir.main_graph and tensor.id in self.wanted:
             self.found[tensor.id] = np.array(expanded(value, numel(tensor), self.num_tiles))
         super().write(tensor, value)
+
+
+def _held_values(layouts: list[np.ndarray] | ReadOnDemand) -> list[Any]:
+    """Layouts as the walk keeps them: ``ReadOnDemand``'s own values, not expanded again."""
+    return layouts.held_values() if isinstance(layouts, ReadOnDemand) else list(layouts)
 
 
 def _indexed(values: list[np.ndarray], op: Op) -> list[np.ndarray | None]:

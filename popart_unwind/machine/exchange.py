@@ -23,8 +23,9 @@ from popart_unwind.shapes import broadcast_projections
 #: (one pass) rather than sorting: a broadcast bias read by 1472 tiles has about a million; a
 #: gather from a real embedding table has billions and sorts.
 DENSE_PAIRS_MAX = 1 << 26
-#: Elements a same-shape read compares at a time (a few MB of masks).
-SAME_SHAPE_CHUNK = 1 << 22
+#: Elements a same-shape read compares at a time (a few MB of masks and of the 64-bit ids
+#: ``np.bincount`` widens a chunk's tiles to: 4 M elements took 50 MB at once).
+SAME_SHAPE_CHUNK = 1 << 20
 
 
 def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,

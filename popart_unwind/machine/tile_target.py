@@ -6,6 +6,7 @@ broadcast operand goes, and what a matmul's tiles must receive given an operand'
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -45,7 +46,8 @@ from popart_unwind.validation import as_shape
 #: used dropped first: room for every distinct matmul of BERT-base or GPT-2 training and
 #: their embedding tables. An answer over a quarter of it is not kept (made again when asked
 #: again): a [8192, 8192] matmul's three layouts, 128 MB each, cycled through the room,
-#: evicting each other, while holding two of them.
+#: evicting each other, while holding two of them. Such an answer is remembered weakly
+#: instead: asked again while a reader still holds it, it is that same array, not a second.
 ANSWER_BYTES_KEPT = 256 * 2**20
 
 #: The fewest indices popops puts on a tile when it creates them (``minIndicesPerTile``,
@@ -367,17 +369,26 @@ class _Answers:
     def __init__(self) -> None:
         self._kept: OrderedDict[tuple, Answer] = OrderedDict()
         self._bytes = 0
+        # answers too large to keep, while their readers hold them (a single array each)
+        self._held: weakref.WeakValueDictionary[tuple, np.ndarray] = \
+            weakref.WeakValueDictionary()
 
     def get(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         found = self._kept.get(key)
         if found is not None:
             self._kept.move_to_end(key)
             return found
+        found = self._held.get(key)
+        if found is not None:
+            return found
         found = compute()
         for array in _arrays(found):
             array.flags.writeable = False
         if _nbytes(found) > ANSWER_BYTES_KEPT // 4:
-            return found  # kept by its readers only: a few such answers would fill the room
+            # kept by its readers only: a few such answers would fill the room
+            if isinstance(found, np.ndarray):
+                self._held[key] = found
+            return found
         self._kept[key] = found
         self._bytes += _nbytes(found)
         while self._bytes > ANSWER_BYTES_KEPT and len(self._kept) > 1:
@@ -386,6 +397,7 @@ class _Answers:
 
     def clear(self) -> None:
         self._kept.clear()
+        self._held.clear()
         self._bytes = 0
 
 
