@@ -1,0 +1,251 @@
+"""PopART's ai.graphcore ops that compute plain values (ops/graphcore_compute.py, and the
+rows and variants the elementwise, view, slice and depth-to-space families hold): shapes and
+folds against numpy and ONNX's reference evaluator, layout rules, and one model of each
+planned end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from graphcore_models import graphcore_model, plan_end_to_end
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+from onnx_cases import reference_outputs
+from test_graphcore_ops import fold, graphcore_op
+
+from popart_unwind.errors import ShapeError, UnsupportedModelError
+from popart_unwind.frontends.onnx_import import import_onnx
+from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.elementwise import ADD, ELEMENTWISE
+from popart_unwind.ops.graphcore_compute import COPY
+from popart_unwind.ops.layout_rule import BARRIER
+from popart_unwind.ops.views import ReshapeRule
+
+SETTINGS = settings(max_examples=25, deadline=None)
+floats = st.floats(-3, 3, width=32)
+RNG = np.random.default_rng(3)
+
+
+# -- elementwise rows -------------------------------------------------------------------------
+@SETTINGS
+@given(arrays(np.float32, array_shapes(max_dims=3), elements=floats))
+def test_square(x):
+    np.testing.assert_allclose(fold("Square", [x])[1], x.astype(np.float64) ** 2, rtol=1e-6,
+                               atol=1e-30)
+
+
+@SETTINGS
+@given(arrays(np.int32, array_shapes(max_dims=2), elements=st.integers(0, 50)),
+       st.integers(0, 5), st.integers(1, 7))
+def test_increment_mod(x, increment, modulus):
+    """Counters stepped modulo ``modulus`` (Python's % on non-negative values)."""
+    out, value = fold("IncrementMod", [x], {"increment": float(increment),
+                                            "modulus": float(modulus)})
+    assert out.dtype == "int32"
+    np.testing.assert_array_equal(value, (x + increment) % modulus)
+
+
+@pytest.mark.parametrize("name", ["Add", "Sub", "Mul", "Div", "Pow"])
+@pytest.mark.parametrize("index", [0, 1])
+def test_binary_const_scalar(name, index):
+    x = RNG.uniform(0.5, 2, (3, 4)).astype(np.float32)
+    value = np.float32(1.5)
+    numpy_op = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+                "Pow": np.power}[name]
+    want = numpy_op(value, x) if index == 0 else numpy_op(x, value)
+    got = fold("BinaryConstScalar", [x], {"value": 1.5, "op": name, "scalar_in_index": index})
+    np.testing.assert_allclose(got[1], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("attributes", [{"value": 1.0, "op": "Mod", "scalar_in_index": 0},
+                                        {"op": "Add"}, {"value": 1.0, "op": "Add",
+                                                        "scalar_in_index": 2}])
+def test_binary_const_scalar_refuses_bad_attributes(attributes):
+    with pytest.raises(ShapeError):
+        graphcore_op("BinaryConstScalar", [np.zeros(2, np.float32)], attributes)
+
+
+def test_add_lhs_inplace_is_an_add():
+    x, y = RNG.standard_normal((2, 3)).astype(np.float32), np.float32([1, 2, 3])
+    np.testing.assert_allclose(fold("AddLhsInplace", [x, y])[1], x + y)
+    assert REGISTRY.layout_rule(graphcore_op("AddLhsInplace", [x, y])) is ADD
+
+
+# -- views ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("shape", "target"), [((2, 3, 4), [4, -1]), ((2, 3, 4), [0, 12]),
+                                                ((6,), [1, 2, 3])])
+def test_reshape(shape, target):
+    """The target as an attribute, 0 copying the input's axis and -1 taking the rest, as
+    ONNX's Reshape does (its reference evaluator the oracle)."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    _out, value = fold("Reshape", [x], {"shape": target})
+    [want] = reference_outputs("Reshape", [x, np.array(target, np.int64)], {}, 13)
+    np.testing.assert_array_equal(value, want)
+    assert REGISTRY.layout_rule(graphcore_op("Reshape", [x], {"shape": target})).kind == "view"
+
+
+@pytest.mark.parametrize(("starts", "ends", "axes"), [([1], [3], [1]), ([0, -2], [1, 100],
+                                                                         [0, 2])])
+def test_slice(starts, ends, axes):
+    x = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    _, value = fold("Slice", [x], {"starts": starts, "ends": ends, "axes": axes})
+    [want] = reference_outputs("Slice", [x, *(np.array(v, np.int64) for v in (starts, ends,
+                                                                               axes))], {}, 13)
+    np.testing.assert_array_equal(value, want)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space(mode):
+    x = RNG.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    _, value = fold("DepthToSpace", [x], {"blocksize": 2, "mode": mode})
+    [want] = reference_outputs("DepthToSpace", [x], {"blocksize": 2, "mode": mode}, 13)
+    np.testing.assert_array_equal(value, want)
+
+
+# -- graphcore_compute ------------------------------------------------------------------------
+def test_print_tensor_is_a_copy_kept_for_its_effect():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    op = graphcore_op("PrintTensor", [x], {"print_gradient": 1, "title": "x"})
+    assert op.output(0).shape == (2, 3)
+    assert REGISTRY.layout_rule(op) is COPY and REGISTRY.has_side_effects(op)
+    assert not COPY.aliases_outputs(op)
+
+
+def test_zeros_and_zeros_like():
+    out, value = fold("Zeros", [], {"shape": [2, 3], "dtype": 10})  # FLOAT16
+    assert out.dtype == "float16" and value.tolist() == [[0, 0, 0]] * 2
+    x = RNG.standard_normal((4,)).astype(np.float32)
+    out, value = fold("ZerosLike", [x])
+    assert value.dtype == np.float32 and not value.any() and out.shape == (4,)
+    with pytest.raises(ShapeError):
+        graphcore_op("Zeros", [], {"shape": [2], "dtype": 17})  # FLOAT8E4M3FN
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2, 3, 4, 5)])
+def test_add_bias(shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    bias = RNG.standard_normal(shape[1]).astype(np.float32)
+    want = x + bias.reshape((1, -1) + (1,) * (len(shape) - 2))
+    np.testing.assert_allclose(fold("AddBias", [x, bias])[1], want, rtol=1e-6)
+    with pytest.raises(ShapeError):
+        graphcore_op("AddBias", [x, bias[:-1]])
+
+
+def test_shaped_dropout_shape():
+    x = np.zeros((4, 3, 5), np.float32)
+    op = graphcore_op("ShapedDropout", [x], {"shape": [4, 1, 5], "ratio": 0.25})
+    assert op.output(0).shape == (4, 3, 5) and REGISTRY.draws_random(op)
+    with pytest.raises(ShapeError):
+        graphcore_op("ShapedDropout", [x], {"shape": [2, 1, 5]})
+
+
+@SETTINGS
+@given(arrays(np.float32, array_shapes(max_dims=2, max_side=5),
+              elements=st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0, 3.5])), st.booleans())
+def test_bucketize(x, right):
+    """Against the definition: the number of boundaries below x (at or below, with right)."""
+    boundaries = np.float32([0.0, 1.0, 2.0])
+    out, value = fold("Bucketize", [x, boundaries], {"right": int(right)})
+    below = (boundaries[None, :] <= x.reshape(-1, 1)) if right \
+        else (boundaries[None, :] < x.reshape(-1, 1))
+    assert out.dtype == "int32"
+    np.testing.assert_array_equal(value.reshape(-1), below.sum(axis=1))
+
+
+@SETTINGS
+@given(arrays(np.float32, (3, 4, 5), elements=floats),
+       st.sampled_from([None, [0], [1, 2], [-1], [0, 1, 2]]), st.booleans())
+def test_reduce_median(x, axes, keepdims):
+    attributes = {"keepdims": int(keepdims)} | ({} if axes is None else {"axes": axes})
+    op = graphcore_op("ReduceMedian", [x], attributes, outputs=2)
+    values, indices = REGISTRY.lookup(op).fold(op, [x])
+    reduced = sorted({a % 3 for a in (axes if axes is not None else [0, 1, 2])})
+    kept = [a for a in range(3) if a not in reduced]
+    flat = np.transpose(x, kept + reduced).reshape([x.shape[a] for a in kept] + [-1])
+    want = np.sort(flat, axis=-1)[..., (flat.shape[-1] - 1) // 2]
+    shape = tuple(1 if a in reduced else n for a, n in enumerate(x.shape)
+                  if keepdims or a not in reduced)
+    assert op.output(0).shape == op.output(1).shape == shape and op.output(1).dtype == "int32"
+    np.testing.assert_array_equal(values.reshape(-1), want.reshape(-1))
+    picked = np.take_along_axis(flat, indices.reshape(*want.shape, 1).astype(np.int64), -1)
+    np.testing.assert_array_equal(picked.reshape(-1), want.reshape(-1))
+
+
+def test_abort_has_no_result_and_is_kept():
+    op = graphcore_op("Abort", [np.array(True)], outputs=0)
+    assert op.outputs == [] and REGISTRY.has_side_effects(op)
+    with pytest.raises(ShapeError):
+        graphcore_op("Abort", [np.zeros(3, bool)], outputs=0)
+
+
+def test_layout_rules():
+    x = [np.zeros((2, 3), np.float32)]
+    assert REGISTRY.layout_rule(graphcore_op("Square", x)) is ELEMENTWISE
+    assert isinstance(REGISTRY.layout_rule(graphcore_op("Reshape", x, {"shape": [3, 2]})),
+                      ReshapeRule)
+    for name, values, attributes in (("ShapedDropout", x, {"shape": [1, 3]}),
+                                     ("Bucketize", [x[0], np.zeros(2, np.float32)], {})):
+        assert REGISTRY.layout_rule(graphcore_op(name, values, attributes)) is BARRIER
+
+
+# -- end to end -------------------------------------------------------------------------------
+def _x(shape=(4, 8, 3, 3)):
+    return {"x": RNG.standard_normal(shape).astype(np.float32)}
+
+
+END_TO_END = {
+    "Square": (_x(), {}, None),
+    "IncrementMod": (_x(), {"increment": 1.0, "modulus": 4.0}, None),
+    "BinaryConstScalar": (_x(), {"value": 2.0, "op": "Mul", "scalar_in_index": 1}, None),
+    "Reshape": (_x(), {"shape": [4, 72]}, None),
+    "Slice": (_x(), {"starts": [2], "ends": [6], "axes": [1]}, None),
+    "DepthToSpace": (_x(), {"blocksize": 2, "mode": "CRD"}, None),
+    "PrintTensor": (_x(), {"title": "x"}, None),
+    "ZerosLike": (_x(), {}, None),
+    "AddBias": (_x(), {}, {"b": np.ones(8, np.float32)}),
+    "ShapedDropout": (_x(), {"shape": [4, 8, 1, 1], "ratio": 0.5}, None),
+    "ReduceMedian": (_x(), {"axes": [1], "keepdims": 0}, None),
+    "Bucketize": (_x(), {"right": 0}, {"boundaries": np.float32([-1, 0, 1])}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(END_TO_END))
+def test_a_model_holding_it_plans_end_to_end(name):
+    """Imported, transformed and planned, ours and PopART's baseline costed; an op with a
+    layout rule (or rewritten into ops with rules) is not among the plan's barriers."""
+    inputs, attributes, weights = END_TO_END[name]
+    model = graphcore_model(name, inputs, attributes, weights,
+                            outputs=2 if name == "ReduceMedian" else 1,
+                            then="Neg" if name == "Bucketize" else "Relu")
+    run = plan_end_to_end(model)
+    if name == "ZerosLike":  # folded to a constant, and the Relu of it too: nothing to run
+        assert run.ir.main_graph.ops == [] and run.costs["ours"].cycles == 0
+        return
+    assert run.costs["ours"].cycles > 0 and run.costs["popart"].cycles > 0
+    opdef = REGISTRY.lookup(import_onnx(model).main_graph.ops[0])
+    if opdef.layout is not BARRIER or opdef.patterns:
+        assert not any(name in label for label in run.ops_without_rule), run.ops_without_rule
+    else:
+        assert any(name in label for label in run.ops_without_rule), run.ops_without_rule
+
+
+def test_zeros_plans_end_to_end():
+    """A Zeros (no input) folds to a constant the Add reads."""
+    model = graphcore_model("Zeros", {}, {"shape": [4, 8], "dtype": 1}, then="Relu")
+    run = plan_end_to_end(model)
+    assert run.costs["ours"].cycles >= 0
+
+
+def test_abort_imports():
+    model = graphcore_model("Abort", {"c": np.array(False)}, {}, outputs=0, then=None)
+    del model.graph.output[:]
+    model.graph.output.append(model.graph.input[0])
+    ir = import_onnx(model)
+    assert [op.type.name for op in ir.main_graph.ops] == ["Abort"]
+
+
+def test_a_refused_op_says_why():
+    model = graphcore_model("RemoteLoad", _x((2, 2)), {}, then=None)
+    with pytest.raises(UnsupportedModelError, match="remote buffer"):
+        import_onnx(model)
