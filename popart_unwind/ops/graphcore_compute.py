@@ -10,16 +10,30 @@ through a mask of ``shape`` broadcast to it; Bucketize gives, per element, the i
 bucket among the 1-D ``boundaries`` it falls in (int32, ``right`` choosing which side of a
 boundary a tie falls on, as ``torch.bucketize``); ReduceMedian gives the median along
 ``axes`` and its index (int32), the lower of the two middle values for an even count;
-Abort stops the program (when its optional condition holds) and has no result.
+Abort stops the program (when its optional condition holds) and has no result. Sort sorts
+along ``axis`` (ascending unless ``descending``) and gives int32 indices; SequenceSlice copies
+runs of outer rows from a source into a destination at offsets read at run time;
+NormalizeImage pads an image's three channels to four after normalising them (Poplibs'
+``normaliseImage``: shape rule only, its values not restated); Histogram counts its input in
+``len(levels) + 1`` bins (shape rule only); TensorRemap passes its value into a new layout;
+CopyVarUpdate writes a new value into a variable (a side effect) and gives the variable.
 
 Layouts: PrintTensor copies its input (PopART's Opx clones and copies it), so layouts pass
 through as a view's would while the result is new memory and PopART's creator search stops
 at it; AddBias is rewritten before planning into a Reshape of the bias and an Add, each with
 its layout rule (the bias a broadcast operand of the Add); Zeros and ZerosLike fold to
-constants. ShapedDropout, Bucketize, ReduceMedian and Abort are barriers.
+constants. ShapedDropout, Bucketize, ReduceMedian, Abort, Sort, SequenceSlice,
+NormalizeImage, Histogram, TensorRemap (PopART picks its result's layout from its readers)
+and CopyVarUpdate are barriers.
+
+The float8 casts (CastThenPow2Scale, Pow2ScaleThenCast) are refused with the reason: the IR
+has no float8 type. Ops whose rules are not written yet are refused saying so
+(``OpRegistry.refuse``).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -30,7 +44,14 @@ from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ops.common import input_shape, ints, normalize_axis, small_constants
 from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, int64s, one
 from popart_unwind.ops.layout_rule import known_shape
-from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
+from popart_unwind.ops.registry import (
+    REGISTRY,
+    Constants,
+    FoldResult,
+    InferredOutputs,
+    OpDef,
+    register,
+)
 from popart_unwind.ops.views import CopiedViewRule, Step
 from popart_unwind.rewrite import Rewriter, pattern
 
@@ -62,7 +83,8 @@ def _fold_passed(op: Op, constants: Constants) -> FoldResult:
 
 def _passed_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
     """dY itself: PopART's PrintTensor gradient is a PrintTensor of dY (printing it only
-    when ``print_gradient`` is set), which passes it on unchanged."""
+    when ``print_gradient`` is set), TensorRemap's a TensorRemap of dY; each passes the
+    value on unchanged."""
     return [grads[0] if gets_gradient(op.input(0)) else None]
 
 
@@ -224,6 +246,115 @@ def _infer_abort(op: Op) -> InferredOutputs:
     return []
 
 
+# -- Sort -------------------------------------------------------------------------------------
+def _sort_axis(op: Op, rank: int) -> int:
+    return normalize_axis(op, int(op.attributes.get("axis", -1)), max(rank, 1))
+
+
+def _infer_sort(op: Op) -> InferredOutputs:
+    """Values sorted along ``axis`` and their int32 indices (PopART's SortOp is a TopK of the
+    whole axis, whose indices are int32)."""
+    shape = input_shape(op, 0)
+    _sort_axis(op, len(shape))
+    return [(op.input(0).dtype, shape), ("int32", shape)]
+
+
+def _fold_sort(op: Op, constants: Constants) -> FoldResult:
+    """Ascending, or with ``descending`` descending; equal values in index order (what
+    ``stable`` asks; without it PopART's order among equal values is not stated here)."""
+    x = constants[0]
+    if not small_constants(x) or x.ndim == 0:
+        return None
+    axis = _sort_axis(op, x.ndim)
+    keys = x.astype(np.float64)
+    if int(op.attributes.get("descending", 0)):
+        keys = -keys
+    order = np.argsort(keys, axis=axis, kind="stable")
+    results = [np.take_along_axis(x, order, axis=axis), order.astype(np.int32)]
+    return [results[i] for i in op.output_map()]
+
+
+# -- SequenceSlice ----------------------------------------------------------------------------
+def _infer_sequence_slice(op: Op) -> InferredOutputs:
+    """[source, destination, N, source offsets, destination offsets]: the destination's
+    type; both at least 2-D with the same elements per outer row, the three counts 1-D of
+    one length."""
+    source, destination = input_shape(op, 0), input_shape(op, 1)
+    counts = [input_shape(op, i) for i in (2, 3, 4)]
+    if len(source) < 2 or len(destination) < 2 or math.prod(source[1:]) != math.prod(
+            destination[1:]) or any(len(c) != 1 or c != counts[0] for c in counts):
+        raise ShapeError(f"op {op.debug_name()}: source {source} and destination "
+                         f"{destination} must be at least 2-D with equal rows, and N and the "
+                         f"offsets 1-D of one length, got {counts}")
+    return [(op.input(1).dtype, destination)]
+
+
+def _fold_sequence_slice(op: Op, constants: Constants) -> FoldResult:
+    """Row runs copied from the source into the destination: for each i until the first
+    N[i] of 0, rows ``[src_off[i], src_off[i] + N[i])`` to ``[dst_off[i], ...)``; the rows no
+    run writes zeroed with ``zeroUnused``, else the destination's."""
+    if not small_constants(*constants[:5]):
+        return None
+    source, destination, counts, from_, to = constants[:5]
+    rows = source.reshape(source.shape[0], -1)
+    out = destination.reshape(destination.shape[0], -1).copy()
+    written = np.zeros(out.shape[0], bool)
+    for n, start, at in zip(counts.tolist(), from_.tolist(), to.tolist(), strict=True):
+        if n == 0:
+            break
+        if start < 0 or at < 0 or start + n > rows.shape[0] or at + n > out.shape[0]:
+            return None  # a run outside the tensors: PopART's result is not stated
+        out[at:at + n] = rows[start:start + n]
+        written[at:at + n] = True
+    if int(op.attributes.get("zeroUnused", 0)):
+        out[~written] = 0
+    return [out.reshape(destination.shape)]
+
+
+def _no_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """None for every input: PopART's SequenceSliceOp makes no gradient ops, so no gradient
+    flows through it."""
+    return [None] * (max(op.input_map(), default=-1) + 1)
+
+
+# -- NormalizeImage, Histogram ----------------------------------------------------------------
+def _infer_normalize_image(op: Op) -> InferredOutputs:
+    """An image [..., 3] padded to four channels [..., 4] (Poplibs' ``normaliseImage``);
+    uint8 pixels give float16."""
+    shape = input_shape(op, 0)
+    if len(shape) < 2 or shape[-1] != 3 or any(input_shape(op, i) != (3,) for i in (1, 2)):
+        raise ShapeError(f"op {op.debug_name()}: needs an image [..., 3] and offsets and "
+                         f"scales of 3 values, got {shape}, {input_shape(op, 1)}, "
+                         f"{input_shape(op, 2)}")
+    if abs(float(op.attributes.get("scale", 1.0))) < np.finfo(np.float32).eps:
+        raise ShapeError(f"op {op.debug_name()}: scale must not be 0")
+    dtype = op.input(0).dtype
+    return [("float16" if dtype == "uint8" else dtype, (*shape[:-1], 4))]
+
+
+def _infer_histogram(op: Op) -> InferredOutputs:
+    """uint32 counts in ``len(levels) + 1`` bins (PopART's HistogramOp)."""
+    input_shape(op, 0)
+    if op.input(0).dtype not in ("float32", "float16"):
+        raise ShapeError(f"op {op.debug_name()}: reads float32 or float16, got "
+                         f"{op.input(0).dtype}")
+    return [("uint32", (len(op.attributes.get("levels", [])) + 1,))]
+
+
+# -- TensorRemap, CopyVarUpdate ---------------------------------------------------------------
+def _infer_copy_var_update(op: Op) -> InferredOutputs:
+    """[variable, new value]: the variable, now holding the new value."""
+    if (op.input(0).dtype, input_shape(op, 0)) != (op.input(1).dtype, input_shape(op, 1)):
+        raise ShapeError(f"op {op.debug_name()}: the new value {input_shape(op, 1)} "
+                         f"({op.input(1).dtype}) is not of the variable's type "
+                         f"{input_shape(op, 0)} ({op.input(0).dtype})")
+    return [(op.input(0).dtype, input_shape(op, 0))]
+
+
+def _fold_copy_var_update(op: Op, constants: Constants) -> FoldResult:
+    return None if constants[1] is None else [constants[1]]
+
+
 register(OpDef("PrintTensor", domain=GRAPHCORE_DOMAIN, infer=_infer_like_input,
                fold=_fold_passed, side_effects=True, keeps_input_layout=True, layout=COPY,
                gradient=_passed_gradient))
@@ -239,3 +370,25 @@ register(OpDef("Bucketize", domain=GRAPHCORE_DOMAIN, infer=_infer_bucketize,
 register(OpDef("ReduceMedian", domain=GRAPHCORE_DOMAIN, infer=_infer_reduce_median,
                fold=_fold_reduce_median, reduces_input=True))
 register(OpDef("Abort", domain=GRAPHCORE_DOMAIN, infer=_infer_abort, side_effects=True))
+register(OpDef("Sort", domain=GRAPHCORE_DOMAIN, infer=_infer_sort, fold=_fold_sort))
+register(OpDef("SequenceSlice", domain=GRAPHCORE_DOMAIN, infer=_infer_sequence_slice,
+               fold=_fold_sequence_slice, gradient=_no_gradient))
+register(OpDef("NormalizeImage", domain=GRAPHCORE_DOMAIN, infer=_infer_normalize_image))
+register(OpDef("Histogram", domain=GRAPHCORE_DOMAIN, infer=_infer_histogram))
+# TensorRemap passes its value on into a new layout PopART picks for its readers: the value
+# is the identity (and so its gradient), the layout is not modelled (a barrier).
+register(OpDef("TensorRemap", domain=GRAPHCORE_DOMAIN, infer=_infer_like_input,
+               fold=_fold_passed, gradient=_passed_gradient))
+register(OpDef("CopyVarUpdate", domain=GRAPHCORE_DOMAIN, infer=_infer_copy_var_update,
+               fold=_fold_copy_var_update, side_effects=True))
+
+
+for _name, _reason in (
+        ("CastThenPow2Scale", "casts from a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
+                              "which the IR does not model"),
+        ("Pow2ScaleThenCast", "casts to a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
+                              "which the IR does not model"),
+        *((_name, "has no rules written yet") for _name in (
+            "ConvFlipWeights", "MultiConv", "Ctc", "CtcBeamSearchDecoder", "SplineBasis",
+            "SplineWeighting", "PackedDataBlock", "ScatterReduce", "GroupedGather"))):
+    REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)

@@ -207,6 +207,10 @@ END_TO_END = {
     "ShapedDropout": (_x(), {"shape": [4, 8, 1, 1], "ratio": 0.5}, None),
     "ReduceMedian": (_x(), {"axes": [1], "keepdims": 0}, None),
     "Bucketize": (_x(), {"right": 0}, {"boundaries": np.float32([-1, 0, 1])}),
+    "Sort": (_x(), {"axis": 1}, None),
+    "TensorRemap": (_x(), {"remap_type": 0}, None),
+    "BatchNormalization": (_x(), {"epsilon": 1e-5}, {n: np.ones(8, np.float32) for n in (
+        "scale", "b", "mean", "var")}),
 }
 
 
@@ -216,7 +220,7 @@ def test_a_model_holding_it_plans_end_to_end(name):
     layout rule (or rewritten into ops with rules) is not among the plan's barriers."""
     inputs, attributes, weights = END_TO_END[name]
     model = graphcore_model(name, inputs, attributes, weights,
-                            outputs=2 if name == "ReduceMedian" else 1,
+                            outputs=2 if name in ("ReduceMedian", "Sort") else 1,
                             then="Neg" if name == "Bucketize" else "Relu")
     run = plan_end_to_end(model)
     if name == "ZerosLike":  # folded to a constant, and the Relu of it too: nothing to run
@@ -249,3 +253,81 @@ def test_a_refused_op_says_why():
     model = graphcore_model("RemoteLoad", _x((2, 2)), {}, then=None)
     with pytest.raises(UnsupportedModelError, match="remote buffer"):
         import_onnx(model)
+
+
+# -- more computations ------------------------------------------------------------------------
+@SETTINGS
+@given(arrays(np.float32, (3, 5), elements=st.sampled_from([-2.0, -0.5, 0.0, 1.0, 3.0])),
+       st.sampled_from([0, 1, -1]), st.booleans())
+def test_sort(x, axis, descending):
+    """Against a sort written out: values in order, ties in index order, the indices
+    pointing at them."""
+    op = graphcore_op("Sort", [x], {"axis": axis, "descending": int(descending),
+                                    "stable": 1}, outputs=2)
+    values, indices = REGISTRY.lookup(op).fold(op, [x])
+    assert op.output(1).dtype == "int32" and op.output(0).shape == x.shape
+    moved, got_v, got_i = (np.moveaxis(a, axis, -1) for a in (x, values, indices))
+    for row, v, i in zip(moved.reshape(-1, moved.shape[-1]), got_v.reshape(-1, moved.shape[-1]),
+                         got_i.reshape(-1, moved.shape[-1]), strict=True):
+        want = sorted(range(len(row)), key=lambda k: (-row[k] if descending else row[k], k))
+        assert i.tolist() == want and v.tolist() == [row[k] for k in want]
+
+
+@pytest.mark.parametrize("zero_unused", [0, 1])
+def test_sequence_slice(zero_unused):
+    """Two runs of rows, the third ignored after an N of 0 (PopART's Builder documents
+    entries after the first 0 as ignorable)."""
+    source = np.arange(12, dtype=np.float32).reshape(6, 2)
+    destination = np.full((5, 2), -1, np.float32)
+    counts, from_, to = (np.array(v, np.uint32) for v in ([2, 1, 0], [0, 4, 1], [3, 0, 1]))
+    out, value = fold("SequenceSlice", [source, destination, counts, from_, to],
+                      {"zeroUnused": zero_unused})
+    want = np.full((5, 2), 0 if zero_unused else -1, np.float32)
+    want[3:5], want[0] = source[0:2], source[4]
+    assert out.shape == (5, 2)
+    np.testing.assert_array_equal(value, want)
+
+
+def test_normalize_image_histogram_remap_and_copy_var_update():
+    image = np.zeros((2, 8, 8, 3), np.uint8)
+    three = np.ones(3, np.float16)
+    op = graphcore_op("NormalizeImage", [image, three, three], {"scale": 1 / 255})
+    assert (op.output(0).dtype, op.output(0).shape) == ("float16", (2, 8, 8, 4))
+    with pytest.raises(ShapeError):
+        graphcore_op("NormalizeImage", [np.zeros((8, 4), np.float32), three, three])
+    op = graphcore_op("Histogram", [np.zeros((4, 4), np.float32)],
+                      {"levels": [0.1, 1.0, 10.0], "absoluteOfInput": 1})
+    assert (op.output(0).dtype, op.output(0).shape) == ("uint32", (4,))
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(fold("TensorRemap", [x], {"remap_type": 0})[1], x)
+    y = RNG.standard_normal((2, 3)).astype(np.float32)
+    op = graphcore_op("CopyVarUpdate", [x, y])
+    assert REGISTRY.has_side_effects(op)
+    np.testing.assert_array_equal(REGISTRY.lookup(op).fold(op, [x, y])[0], y)
+    with pytest.raises(ShapeError):
+        graphcore_op("CopyVarUpdate", [x, y[:1]])
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("CastThenPow2Scale", "float8"), ("Pow2ScaleThenCast", "float8"),
+    ("MultiConv", "no rules written yet"), ("Ctc", "no rules written yet")])
+def test_refused_ops_say_why(name, words):
+    model = graphcore_model(name, _x((2, 2)), {}, then=None)
+    with pytest.raises(UnsupportedModelError, match=words):
+        import_onnx(model)
+
+
+def test_graphcore_batch_normalization_infers_as_onnx_batch_normalization():
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    scale, bias, mean = (RNG.standard_normal(3).astype(np.float32) for _ in range(3))
+    var = RNG.uniform(0.5, 2, 3).astype(np.float32)
+    op = graphcore_op("BatchNormalization", [x, scale, bias, mean, var],
+                      {"epsilon": 1e-5, "unbiased_variance": 1})
+    [value] = REGISTRY.lookup(op).fold(op, [x, scale, bias, mean, var])
+    # inference means the same at every opset; ONNX's reference evaluator at opset 9 does
+    # not compute it so (it normalises by the batch's statistics), at 15 it does
+    [want] = reference_outputs("BatchNormalization", [x, scale, bias, mean, var],
+                               {"epsilon": 1e-5}, 15)
+    np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+    assert REGISTRY.layout_rule(op) is REGISTRY.layout_rule(graphcore_op(
+        "BatchNormalization", [x, scale, bias, mean, var])) is not BARRIER

@@ -1,6 +1,7 @@
 """The gradient rules of PopART's ai.graphcore ops that have one (Square, AddLhsInplace,
-Reshape, Slice, PrintTensor, AddBias, L1, the collectives and AutoLossScaleProxy over one
-replica) against central differences; and Autodiff's refusal of those without one."""
+Reshape, Slice, BatchNormalization, PrintTensor, TensorRemap, AddBias, L1, the collectives
+and AutoLossScaleProxy over one replica) against central differences; and Autodiff's
+refusal of those without one."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ CASES = {
                                                           [ids["x"]])), {"x": (2, 3)}),
     "AutoLossScaleProxy": (lambda b, ids: wavy(b, gc(b, "AutoLossScaleProxy", [ids["x"]])),
                            {"x": (2, 3)}),
+    "TensorRemap": (lambda b, ids: wavy(b, gc(b, "TensorRemap", [ids["x"]], remap_type=0)),
+                    {"x": (2, 3)}),
+    "BatchNormalization": (lambda b, ids: wavy(b, gc(b, "BatchNormalization", [
+        ids["x"], ids["scale"], ids["bias"], b.add_constant(np.zeros(3), "mean"),
+        b.add_constant(np.ones(3), "var")], epsilon=1e-5)),
+        {"x": (2, 3, 2), "scale": (3,), "bias": (3,)}),
 }
 
 
@@ -67,13 +74,14 @@ def test_gradient(case):
     ("IncrementMod", [(3,)], {"increment": 1.0, "modulus": 2.0}),
     ("BinaryConstScalar", [(3,)], {"value": 2.0, "op": "Mul", "scalar_in_index": 1}),
     ("ReduceMedian", [(3, 4)], {"axes": [1]}),
+    ("Sort", [(3, 4)], {"axis": 1}),
 ])
 def test_ops_without_a_gradient_rule_are_refused_by_name(name, inputs, attributes):
     assert REGISTRY.gradient_rule(OpType(GRAPHCORE_DOMAIN, name, 1)) is None
     b = Builder()
     ids = [b.add_initialized_input_tensor(RNG.uniform(0.1, 1, v).astype(np.float32), f"w{i}")
            if isinstance(v, tuple) else b.add_constant(v, f"c{i}") for i, v in enumerate(inputs)]
-    outputs = 2 if name == "ReduceMedian" else 1
+    outputs = 2 if name in ("ReduceMedian", "Sort") else 1
     out = b.op(name, ids, attributes, domain=GRAPHCORE_DOMAIN, num_outputs=outputs)
     out = out[0] if outputs > 1 else out
     loss = b.ai_onnx.reducesum([out], keepdims=0)
