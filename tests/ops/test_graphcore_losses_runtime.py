@@ -86,7 +86,6 @@ def test_nll_refuses_labels_of_another_shape():
      [RNG.uniform(0.1, 1, (4, 3)), np.array([0, 1, 2, 1], np.int32)]),
     ("Nll", {"reduction": "Sum", "inputIsLogProbability": 1},
      [RNG.uniform(-2, 0, (2, 2, 3)), np.array([[0, 2], [1, 1]], np.int64)]),
-    ("AddBias", {}, [RNG.standard_normal((2, 3, 4)), RNG.standard_normal(3)]),
 ])
 def test_the_rewrite_computes_what_the_fold_does(name, attributes, values):
     """The ONNX ops the op is rewritten into before planning, evaluated by their folds (on
