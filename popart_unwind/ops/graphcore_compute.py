@@ -43,6 +43,7 @@ from popart_unwind.errors import ShapeError
 from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
+from popart_unwind.memory import Chain
 from popart_unwind.ops.common import input_shape, ints, normalize_axis, small_constants
 from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, int64s, one
 from popart_unwind.ops.layout_rule import known_shape
@@ -54,22 +55,37 @@ from popart_unwind.ops.registry import (
     OpDef,
     register,
 )
-from popart_unwind.ops.views import CopiedViewRule, Step
+from popart_unwind.ops.views import CopiedViewRule, Step, ViewRule
 
 
 # -- PrintTensor ------------------------------------------------------------------------------
 class CopyRule(CopiedViewRule):
     """A copy of input 0 into new memory, read in row-major order (reshaped where the result's
     shape differs): layouts pass through as a view's would, each tile copies what it holds
-    (the default ``work``: an elementwise vertex over its busiest tile), and PopART's creator
-    search stops at the op."""
+    (the default ``work``: an elementwise vertex over its busiest tile). PopART's creator
+    search stops at the op (its Opx is a Deadend), or, with ``unwinds``, passes through it
+    unchanged (its Opx is CanUnwind, its unwound layout the input's)."""
+
+    def __init__(self, unwinds: bool = False) -> None:
+        self.unwinds = unwinds
 
     def steps(self, op: Op, out_index: int) -> list[Step]:
         out = known_shape(op, op.output(out_index))
         return [] if out == known_shape(op, op.input(0)) else [("reshape", out)]
 
+    def popart_view(self, op: Op, in_index: int, out_index: int) -> Chain | None:
+        return (ViewRule.popart_view(self, op, in_index, out_index) if self.unwinds
+                else super().popart_view(op, in_index, out_index))
 
+    def popart_output_views(self, op: Op) -> dict[int, dict[int, Chain | None]]:
+        return (ViewRule.popart_output_views(self, op) if self.unwinds
+                else super().popart_output_views(op))
+
+
+#: A copy PopART's creator search stops at (PrintTensorOpx keeps Opx's Deadend).
 COPY = CopyRule()
+#: A copy PopART's creator search passes through (ReplicatedAllReduceOpx is CanUnwind).
+UNWINDING_COPY = CopyRule(unwinds=True)
 
 
 def _infer_like_input(op: Op) -> InferredOutputs:

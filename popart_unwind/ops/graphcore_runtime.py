@@ -16,9 +16,13 @@ which is what the IR models (it has no replication factor: every plan is one rep
 
 The in-place variants are imported as their out-of-place ops (the IR does not model
 aliasing writes): ReplicatedAllReduceInplace here, AddLhsInplace as an ``elementwise.py``
-row. Each identity or flattening is a copy into new memory (``graphcore_compute.CopyRule``):
-layouts pass through and each tile copies what it holds, as Poplar copies a collective's
-result over one replica.
+row. Each collective's identity or flattening is a copy into new memory
+(``graphcore_compute.CopyRule``): layouts pass through and each tile copies what it holds,
+as Poplar copies a collective's result over one replica. PopART's creator search passes
+through ReplicatedAllReduce (its Opx is CanUnwind) and AutoLossScaleProxy (an elementwise
+unary op), and stops at ReplicatedAllGather and ReplicatedReduceScatter (their Opxs are
+Deadends unless linked to a sharded tensor, which a model does not hold). A one-input
+AllReduce is the identity, as PopART replaces it by one: a view (``views.IdentityRule``).
 
 The rest of PopART's runtime ops are refused with the reason, which the importer's message
 gives (``refusal``): they move data between the IPU and remote buffers or the host, which a
@@ -33,7 +37,7 @@ from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ops.common import input_shape
 from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, reshape
-from popart_unwind.ops.graphcore_compute import COPY
+from popart_unwind.ops.graphcore_compute import COPY, UNWINDING_COPY
 from popart_unwind.ops.registry import (
     REGISTRY,
     Constants,
@@ -42,6 +46,7 @@ from popart_unwind.ops.registry import (
     OpDef,
     register,
 )
+from popart_unwind.ops.views import IdentityRule
 
 #: PopART's ``CollectiveOperator`` numbering: SquareAdd squares before it adds.
 _SQUARE_ADD = 7
@@ -97,15 +102,15 @@ def _passed_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | N
 
 for _name in ("ReplicatedAllReduce", "ReplicatedAllReduceInplace"):
     register(OpDef(_name, domain=GRAPHCORE_DOMAIN, infer=_infer_all_reduce, fold=_fold_passed,
-                   keeps_input_layout=True, layout=COPY, gradient=_passed_gradient))
+                   keeps_input_layout=True, layout=UNWINDING_COPY, gradient=_passed_gradient))
 for _name in ("ReplicatedAllGather", "ReplicatedReduceScatter"):
     register(OpDef(_name, domain=GRAPHCORE_DOMAIN, infer=_infer_gathered, fold=_fold_passed,
                    keeps_input_layout=True, layout=COPY, gradient=_passed_gradient))
 register(OpDef("AllReduce", domain=GRAPHCORE_DOMAIN, infer=_infer_ipu_all_reduce,
-               fold=_fold_passed, keeps_input_layout=True, layout=COPY,
+               fold=_fold_passed, keeps_input_layout=True, layout=IdentityRule(),
                gradient=_passed_gradient))
 register(OpDef("AutoLossScaleProxy", domain=GRAPHCORE_DOMAIN, infer=_infer_all_reduce,
-               fold=_fold_passed, keeps_input_layout=True, layout=COPY,
+               fold=_fold_passed, keeps_input_layout=True, layout=UNWINDING_COPY,
                gradient=_passed_gradient))
 
 

@@ -14,11 +14,14 @@ from graphcore_models import graphcore_model, plan_end_to_end
 from popart_unwind.transforms import registry
 from test_graphcore_ops import fold, graphcore_op
 
+from popart_unwind.baselines import popart_baseline
 from popart_unwind.errors import ShapeError, UnsupportedModelError
 from popart_unwind.frontends.onnx_import import import_onnx
+from popart_unwind.ir import Builder
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, OpType
+from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops import REGISTRY
-from popart_unwind.ops.graphcore_compute import COPY
+from popart_unwind.ops.graphcore_compute import COPY, UNWINDING_COPY
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "frontends"))
 from fold_oracle import fold_all
@@ -102,14 +105,20 @@ def test_the_rewrite_computes_what_the_fold_does(name, attributes, values):
 
 
 # -- runtime ops over one replica -------------------------------------------------------------
-@pytest.mark.parametrize("name", ["ReplicatedAllReduce", "ReplicatedAllReduceInplace",
-                                  "AllReduce", "AutoLossScaleProxy"])
-def test_identities_over_one_replica(name):
+@pytest.mark.parametrize(("name", "unwinds"), [
+    ("ReplicatedAllReduce", True), ("ReplicatedAllReduceInplace", True),
+    ("AllReduce", True), ("AutoLossScaleProxy", True)])
+def test_identities_over_one_replica(name, unwinds):
+    """The value passes on; PopART's creator search passes through each (AllReduce of one
+    input becomes PopART's identity, a view)."""
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     out, value = fold(name, [x], {"__collectiveOperator": 1} if "Reduce" in name else {})
     np.testing.assert_array_equal(value, x)
     op = graphcore_op(name, [x])
-    assert REGISTRY.layout_rule(op) is COPY and out.shape == (2, 3)
+    rule = REGISTRY.layout_rule(op)
+    assert out.shape == (2, 3) and (rule.popart_view(op, 0, 0) is not None) == unwinds
+    assert rule is (UNWINDING_COPY if name != "AllReduce" else rule)
+    assert rule.aliases_outputs(op) == (name == "AllReduce")
 
 
 @pytest.mark.parametrize("name", ["ReplicatedAllGather", "ReplicatedReduceScatter"])
@@ -118,6 +127,8 @@ def test_gather_and_scatter_over_one_replica_flatten(name):
     out, value = fold(name, [x])
     assert out.shape == (6,)
     np.testing.assert_array_equal(value, x.reshape(-1))
+    op = graphcore_op(name, [x])
+    assert REGISTRY.layout_rule(op) is COPY and COPY.popart_view(op, 0, 0) is None
 
 
 def test_what_one_replica_cannot_state_is_refused():
@@ -153,3 +164,17 @@ def test_a_model_holding_it_plans_end_to_end(name, attributes, values):
     run = plan_end_to_end(model)
     assert run.costs["ours"].cycles > 0 and run.costs["popart"].cycles > 0
     assert not any(name in label for label in run.ops_without_rule), run.ops_without_rule
+
+
+@pytest.mark.parametrize(("name", "created"), [("ReplicatedAllReduce", True),
+                                               ("PrintTensor", False)])
+def test_popart_creator_search_through_the_copy(name, created):
+    """A weight read by a MatMul through the op: PopART's creator search reaches the MatMul
+    through ReplicatedAllReduce (CanUnwind) and stops at PrintTensor (Deadend)."""
+    b = Builder()
+    w = b.add_initialized_input_tensor(np.zeros((16, 8), np.float32), "w")
+    x = b.add_input_tensor("float32", (4, 16), "x")
+    passed = b.op(name, [w], {}, domain=GRAPHCORE_DOMAIN)
+    b.add_output_tensor(b.ai_onnx.matmul([x, passed]))
+    decision = popart_baseline(b.ir(), TileTarget(IpuModel(tiles_per_ipu=16))).decision("w")
+    assert ("created by" in decision.method) == created, decision.method
