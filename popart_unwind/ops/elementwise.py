@@ -10,7 +10,9 @@ only; BitShift as ONNX defines it for every shift amount. PopART's own elementwi
 its ai.graphcore opset 1 (the bitwise ones and Xnor, Atan2, Fmod, Remainder, Expm1, Log1p,
 NearbyInt, Round, Gelu, GeluErf, Swish, Scale, ScaledAdd, Detach, Nop, Square,
 IncrementMod, BinaryConstScalar, and AddLhsInplace imported as the out-of-place Add it
-updates its left operand with: the IR models no aliasing writes) are rows of the same table
+updates its left operand with: the IR models no aliasing writes; PopART's AddLhsInplaceOpx is
+an in-place elementwise binary Opx, not an AddOpx, so the creator search is not stopped
+there as at Add) are rows of the same table
 in that domain (``_GRAPHCORE`` says what each computes).
 
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
@@ -1153,7 +1155,7 @@ def _define(name: str, kernel: Kernel, kind: str, arity: int | None, broadcast: 
             domain: str = ONNX_DOMAIN) -> None:
     key = name if domain == ONNX_DOMAIN else f"{domain}.{name}"
     infer = _INFER.setdefault(key, _infer_rule(kind, arity, broadcast))
-    layout = (FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name in ("Add", "AddLhsInplace")
+    layout = (FIRST_INPUT_ELEMENTWISE if kind == "like" else ADD if name == "Add"
               else WHERE if name == "Where"
               else OPX_DEADEND if domain == GRAPHCORE_DOMAIN and name in ("ScaledAdd", "Nop")
               else ELEMENTWISE)

@@ -69,7 +69,9 @@ def test_binary_const_scalar_refuses_bad_attributes(attributes):
 def test_add_lhs_inplace_is_an_add():
     x, y = RNG.standard_normal((2, 3)).astype(np.float32), np.float32([1, 2, 3])
     np.testing.assert_allclose(fold("AddLhsInplace", [x, y])[1], x + y)
-    assert REGISTRY.layout_rule(graphcore_op("AddLhsInplace", [x, y])) is ADD
+    # PopART's AddLhsInplaceOpx is an elementwise binary Opx, not AddOpx's Deadend
+    assert REGISTRY.layout_rule(graphcore_op("AddLhsInplace", [x, y])) is ELEMENTWISE
+    assert REGISTRY.layout_rule(graphcore_op("AddLhsInplace", [x, y])) is not ADD
 
 
 # -- views ------------------------------------------------------------------------------------
