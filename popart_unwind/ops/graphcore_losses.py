@@ -11,9 +11,9 @@ NllOpx scales so), "Sum" does not, "None" keeps one loss per label.
 Both are rewritten before planning into the ONNX ops that compute them (Abs, Mul and a
 reduction; GatherElements, Log, Neg, Where and reductions), each with its layout rule, so
 neither is a barrier to the planner although the registry's entry has no rule of its own.
-L1 has a gradient rule (``lambda · sign(x) · dY``, over the element count for "Mean"), as
-PopART's L1GradOp; Nll has none here, so Autodiff refuses a loss that reaches one, naming
-it.
+Both have gradient rules, as PopART's L1GradOp and NllGradOp compute them: L1's
+``lambda · sign(x) · dY`` (over the element count for "Mean"), Nll's ``-dL / p`` at each
+label's class (``-dL`` for log-probabilities), 0 elsewhere and at ignored labels.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import DEFAULT_ONNX_OPSET, GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op, OpType
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ops.common import input_shape, small_constants
-from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, one, scalar
+from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, int64s, one, scalar
 from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
 from popart_unwind.rewrite import Rewriter, pattern
 
@@ -192,5 +192,46 @@ def _expand_nll(op: Op, rewriter: Rewriter) -> bool:
 
 register(OpDef("L1", domain=GRAPHCORE_DOMAIN, infer=_infer_l1, fold=_fold_l1,
                patterns=(_expand_l1,), reduces_input=True, gradient=_l1_gradient))
+def _nll_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]:
+    """At each label's class ``-dL / p`` (``-dL`` for log-probabilities), 0 at the other
+    classes and at ignored labels; ``dL`` is dY per label ("None"), dY ("Sum") or dY over the
+    labels not ignored ("Mean") — what PopART's NllGradOp computes."""
+    grad, probs, label = grads[0], op.input(0), op.input(1)
+    if grad is None or not gets_gradient(probs):
+        return [None, None]
+    classes = probs.shape[-1]
+    last = int64s(builder, [-1])
+    ignored = _ignored(op)
+    safe, kept = label, None
+    if ignored is not None:
+        hit = one(builder, "Equal", [label, builder.constant(
+            np.asarray(ignored, numpy_dtype(label.dtype)), label.dtype)])
+        safe = one(builder, "Where", [hit, builder.constant(
+            np.asarray(0, numpy_dtype(label.dtype)), label.dtype), label])
+        kept = one(builder, "Cast", [one(builder, "Not", [hit])],
+                   {"to": ONNX_DTYPES[probs.dtype]})
+    if safe.dtype != "int64":
+        safe = one(builder, "Cast", [safe], {"to": ONNX_DTYPES["int64"]})
+    picked = one(builder, "Cast", [one(builder, "Equal", [
+        one(builder, "Unsqueeze", [safe, last]),
+        builder.constant(np.arange(classes, dtype=np.int64), "int64")])],
+        {"to": ONNX_DTYPES[probs.dtype]})
+    per_label = grad
+    if _reduction(op) == "Mean":
+        count = (scalar(builder, max(math.prod(label.shape), 1), probs) if kept is None
+                 else one(builder, "Max", [one(builder, "ReduceSum", [
+                     kept, int64s(builder, range(len(label.shape)))], {"keepdims": 0}),
+                     scalar(builder, 1.0, probs)]))
+        per_label = one(builder, "Div", [per_label, count])
+    if kept is not None:
+        per_label = one(builder, "Mul", [kept, per_label])
+    elif _reduction(op) != "None":
+        per_label = one(builder, "Expand", [per_label, int64s(builder, label.shape)])
+    spread = one(builder, "Mul", [picked, one(builder, "Unsqueeze", [per_label, last])])
+    if _log_input(op):
+        return [one(builder, "Neg", [spread]), None]
+    return [one(builder, "Neg", [one(builder, "Div", [spread, probs])]), None]
+
+
 register(OpDef("Nll", domain=GRAPHCORE_DOMAIN, infer=_infer_nll, fold=_fold_nll,
-               patterns=(_expand_nll,), reduces_input=True))
+               patterns=(_expand_nll,), reduces_input=True, gradient=_nll_gradient))
