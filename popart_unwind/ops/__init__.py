@@ -16,6 +16,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     indexing,
     ipu_copy,
     linalg,
+    multiconv,
     norms,
     pools,
     positional,
