@@ -16,7 +16,9 @@ runs of outer rows from a source into a destination at offsets read at run time;
 NormalizeImage pads an image's three channels to four after normalising them (Poplibs'
 ``normaliseImage``: shape rule only, its values not restated); Histogram counts its input in
 ``len(levels) + 1`` bins (shape rule only); TensorRemap passes its value into a new layout;
-CopyVarUpdate writes a new value into a variable (a side effect) and gives the variable.
+CopyVarUpdate writes a new value into a variable (a side effect) and gives the variable;
+ScatterReduce reduces its src's elements into the output positions its index names along
+``axis`` (folded for a sum from zeros only; no gradient rule here).
 
 Layouts: PrintTensor copies its input (PopART's Opx clones and copies it), so layouts pass
 through as a view's would while the result is new memory and PopART's creator search stops
@@ -26,7 +28,7 @@ first), which neither the baseline's creator search nor a rule of ours states ye
 it into a Reshape and an Add would lay the bias out linearly in PopART's baseline where
 PopART itself does not, so it is left whole. ShapedDropout, Bucketize, ReduceMedian, Abort,
 Sort, SequenceSlice, NormalizeImage, Histogram, TensorRemap (PopART picks its result's
-layout from its readers) and CopyVarUpdate are barriers too.
+layout from its readers), CopyVarUpdate and ScatterReduce are barriers too.
 
 The float8 casts (CastThenPow2Scale, Pow2ScaleThenCast) are refused with the reason: the IR
 has no float8 type. Ops whose rules are not written yet are refused saying so
@@ -338,6 +340,70 @@ def _infer_histogram(op: Op) -> InferredOutputs:
     return [("uint32", (len(op.attributes.get("levels", [])) + 1,))]
 
 
+# -- ScatterReduce ----------------------------------------------------------------------------
+_SCATTER_REDUCTIONS = ("sum", "max", "min", "mul", "none")
+
+
+def _scatter_reduce(op: Op) -> tuple[int, str]:
+    """(axis, reduction) of a ScatterReduce over its data of ``rank``."""
+    rank = len(input_shape(op, 0))
+    axis = normalize_axis(op, int(op.attributes.get("axis", -1)), max(rank, 1))
+    reduction = op.attributes.get("reduction", "sum")
+    reduction = (reduction.decode() if isinstance(reduction, bytes) else reduction).lower()
+    if reduction not in _SCATTER_REDUCTIONS:
+        raise ShapeError(f"op {op.debug_name()}: reduction {reduction!r} is not one of "
+                         f"{_SCATTER_REDUCTIONS}")
+    if int(op.attributes.get("group_size", 1)) != 1:
+        raise ShapeError(f"op {op.debug_name()}: group_size "
+                         f"{op.attributes.get('group_size')} is not modelled")
+    return axis, reduction
+
+
+def _infer_scatter_reduce(op: Op) -> InferredOutputs:
+    """[src, index, optional initial values]: src's shape with ``axis_size`` along ``axis``,
+    or the initial values' type; the index of src's shape, or broadcast to it along axes
+    where it has 1 (PopART allows an [N, 1] index for [N, M] data)."""
+    data, index = input_shape(op, 0), input_shape(op, 1)
+    axis, _ = _scatter_reduce(op)
+    if len(index) != len(data) or any(i not in (d, 1) for i, d in zip(index, data,
+                                                                        strict=True)):
+        raise ShapeError(f"op {op.debug_name()}: index {index} does not broadcast to the "
+                         f"data {data}")
+    if op.has_input(2):
+        initial = input_shape(op, 2)
+        if len(initial) != len(data) or any(
+                n != d for a, (n, d) in enumerate(zip(initial, data, strict=True))
+                if a != axis):
+            raise ShapeError(f"op {op.debug_name()}: initial values {initial} do not match "
+                             f"the data {data} off axis {axis}")
+        return [(op.input(2).dtype, initial)]
+    size = int(op.attributes.get("axis_size", -1))
+    if size < 0:
+        raise ShapeError(f"op {op.debug_name()} needs a non-negative 'axis_size'")
+    out = list(data)
+    out[axis] = size
+    return [(op.input(0).dtype, tuple(out))]
+
+
+def _fold_scatter_reduce(op: Op, constants: Constants) -> FoldResult:
+    """A sum without initial values: each output element the sum of the src elements whose
+    index names it (0 where none does). The other reductions and initial values are not
+    folded: what PopART starts them from is not restated here."""
+    src, index = constants[0], constants[1]
+    axis, reduction = _scatter_reduce(op)
+    if reduction != "sum" or op.has_input(2) or not small_constants(src, index):
+        return None
+    index = np.broadcast_to(index, src.shape).astype(np.int64)
+    out_shape = op.output(0).shape
+    if np.any((index < 0) | (index >= out_shape[axis])):
+        return None
+    out = np.zeros(out_shape, src.dtype)
+    positions = list(np.indices(src.shape))
+    positions[axis] = index
+    np.add.at(out, tuple(positions), src)
+    return [out]
+
+
 # -- TensorRemap, CopyVarUpdate ---------------------------------------------------------------
 def _infer_copy_var_update(op: Op) -> InferredOutputs:
     """[variable, new value]: the variable, now holding the new value."""
@@ -368,6 +434,8 @@ register(OpDef("ReduceMedian", domain=GRAPHCORE_DOMAIN, infer=_infer_reduce_medi
                fold=_fold_reduce_median, reduces_input=True))
 register(OpDef("Abort", domain=GRAPHCORE_DOMAIN, infer=_infer_abort, side_effects=True))
 register(OpDef("Sort", domain=GRAPHCORE_DOMAIN, infer=_infer_sort, fold=_fold_sort))
+register(OpDef("ScatterReduce", domain=GRAPHCORE_DOMAIN, infer=_infer_scatter_reduce,
+               fold=_fold_scatter_reduce))
 register(OpDef("SequenceSlice", domain=GRAPHCORE_DOMAIN, infer=_infer_sequence_slice,
                fold=_fold_sequence_slice, gradient=_no_gradient))
 register(OpDef("NormalizeImage", domain=GRAPHCORE_DOMAIN, infer=_infer_normalize_image))
@@ -387,5 +455,5 @@ for _name, _reason in (
                               "which the IR does not model"),
         *((_name, "has no rules written yet") for _name in (
             "ConvFlipWeights", "Ctc", "CtcBeamSearchDecoder", "SplineBasis",
-            "SplineWeighting", "PackedDataBlock", "ScatterReduce", "GroupedGather"))):
+            "SplineWeighting", "PackedDataBlock", "GroupedGather"))):
     REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)

@@ -211,6 +211,8 @@ END_TO_END = {
     "Bucketize": (_x(), {"right": 0}, {"boundaries": np.float32([-1, 0, 1])}),
     "Sort": (_x(), {"axis": 1}, None),
     "TensorRemap": (_x(), {"remap_type": 0}, None),
+    "ScatterReduce": (_x(), {"axis": 1, "axis_size": 3, "reduction": "sum"},
+                      {"index": RNG.integers(0, 3, (4, 8, 3, 3)).astype(np.int32)}),
     "BatchNormalization": (_x(), {"epsilon": 1e-5}, {n: np.ones(8, np.float32) for n in (
         "scale", "b", "mean", "var")}),
 }
@@ -333,3 +335,39 @@ def test_graphcore_batch_normalization_infers_as_onnx_batch_normalization():
     np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
     assert REGISTRY.layout_rule(op) is REGISTRY.layout_rule(graphcore_op(
         "BatchNormalization", [x, scale, bias, mean, var])) is not BARRIER
+
+
+@pytest.mark.parametrize(("shape", "index_shape", "axis"), [((5, 3), (5, 3), 0),
+                                                            ((5, 3), (5, 1), 0),
+                                                            ((2, 6), (2, 6), 1)])
+def test_scatter_reduce_sum(shape, index_shape, axis):
+    """Against the definition, element by element: out[..., index, ...] += src."""
+    src = RNG.standard_normal(shape).astype(np.float32)
+    index = RNG.integers(0, 4, index_shape).astype(np.int32)
+    out, value = fold("ScatterReduce", [src, index], {"axis": axis, "axis_size": 4,
+                                                      "reduction": "sum"})
+    want_shape = list(shape)
+    want_shape[axis] = 4
+    want = np.zeros(want_shape, np.float64)
+    full = np.broadcast_to(index, shape)
+    for position in np.ndindex(*shape):
+        target = list(position)
+        target[axis] = full[position]
+        want[tuple(target)] += src[position]
+    assert out.shape == tuple(want_shape)
+    np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+
+
+def test_scatter_reduce_shapes_and_refusals():
+    src, index = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.int32)
+    op = graphcore_op("ScatterReduce", [src, index, np.zeros((6, 3), np.float32)],
+                      {"axis": 0, "reduction": "max"})
+    assert op.output(0).shape == (6, 3)
+    assert REGISTRY.lookup(op).fold(op, [src, index, np.zeros((6, 3), np.float32)]) is None
+    for attributes in ({"axis": 0, "axis_size": 2, "reduction": "mean"},
+                       {"axis": 0, "axis_size": 2, "group_size": 2}):
+        with pytest.raises(ShapeError):
+            graphcore_op("ScatterReduce", [src, index], attributes)
+    with pytest.raises(ShapeError):
+        graphcore_op("ScatterReduce", [src, np.zeros((2, 3), np.int32)],
+                     {"axis": 0, "axis_size": 2})

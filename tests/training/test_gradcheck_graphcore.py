@@ -89,6 +89,7 @@ def test_nll_gradient(reduction, ignore, log_input):
     ("BinaryConstScalar", [(3,)], {"value": 2.0, "op": "Mul", "scalar_in_index": 1}),
     ("ReduceMedian", [(3, 4)], {"axes": [1]}),
     ("Sort", [(3, 4)], {"axis": 1}),
+    ("ScatterReduce", [(3, 4), np.zeros((3, 4), np.int32)], {"axis": 0, "axis_size": 2}),
 ])
 def test_ops_without_a_gradient_rule_are_refused_by_name(name, inputs, attributes):
     assert REGISTRY.gradient_rule(OpType(GRAPHCORE_DOMAIN, name, 1)) is None
