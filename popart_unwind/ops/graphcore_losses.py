@@ -4,7 +4,8 @@
 L1 is ``lambda`` times |x|, summed (``reduction`` "Sum"), averaged over every element
 ("Mean") or kept per element ("None"). Nll reads probabilities ``[..., C]`` (the classes the
 last axis) and integer labels of the leading shape: the loss of an element is
-``-log p[label]`` (``-p[label]`` when ``inputIsLogProbability`` is set), 0 where the label is
+``-log(p[label] + 1e-7)`` (PopART's NllOpx adds the 1e-7; ``-p[label]`` when
+``inputIsLogProbability`` is set), 0 where the label is
 ``ignoreIndex``; "Mean" divides the sum by the number of labels not ignored (PopART's
 NllOpx scales so), "Sum" does not, "None" keeps one loss per label.
 
@@ -12,8 +13,8 @@ Both are rewritten before planning into the ONNX ops that compute them (Abs, Mul
 reduction; GatherElements, Log, Neg, Where and reductions), each with its layout rule, so
 neither is a barrier to the planner although the registry's entry has no rule of its own.
 Both have gradient rules, as PopART's L1GradOp and NllGradOp compute them: L1's
-``lambda · sign(x) · dY`` (over the element count for "Mean"), Nll's ``-dL / p`` at each
-label's class (``-dL`` for log-probabilities), 0 elsewhere and at ignored labels.
+``lambda · sign(x) · dY`` (over the element count for "Mean"), Nll's ``-dL / (p + 1e-7)``
+at each label's class (``-dL`` for log-probabilities), 0 elsewhere and at ignored labels.
 """
 
 from __future__ import annotations
@@ -104,6 +105,10 @@ def _l1_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None]
 
 
 # -- Nll --------------------------------------------------------------------------------------
+#: What PopART's NllOpx adds to a probability before its log, so that no log is of 0.
+_EPSILON = 1e-7
+
+
 def _ignored(op: Op) -> int | None:
     ignored = op.attributes.get("ignoreIndex")
     return None if ignored is None else int(ignored)
@@ -134,7 +139,8 @@ def _fold_nll(op: Op, constants: Constants) -> FoldResult:
         return None  # a label outside the classes: PopART's result is not stated
     picked = np.take_along_axis(probs.astype(np.float64), safe[..., None], axis=-1)[..., 0]
     with np.errstate(divide="ignore"):
-        losses = np.where(kept, -(picked if _log_input(op) else np.log(picked)), 0.0)
+        losses = np.where(kept, -(picked if _log_input(op) else np.log(picked + _EPSILON)),
+                          0.0)
     reduction = _reduction(op)
     if reduction == "None":
         value = losses
@@ -166,7 +172,8 @@ def _expand_nll(op: Op, rewriter: Rewriter) -> bool:
         rewriter, op, "GatherElements", [probs, _onnx(rewriter, op, "Unsqueeze", [safe, last])],
         axis=-1), last])
     if not _log_input(op):
-        picked = _onnx(rewriter, op, "Log", [picked])
+        picked = _onnx(rewriter, op, "Log", [_onnx(rewriter, op, "Add", [
+            picked, rewriter.constant(graph, np.asarray(_EPSILON, dtype))])])
     loss = _onnx(rewriter, op, "Neg", [picked])
     if hit is not None:
         loss = _onnx(rewriter, op, "Where", [hit, rewriter.constant(
@@ -230,7 +237,8 @@ def _nll_gradient(builder: GradientBuilder, op: Op, grads) -> list[Tensor | None
     spread = one(builder, "Mul", [picked, one(builder, "Unsqueeze", [per_label, last])])
     if _log_input(op):
         return [one(builder, "Neg", [spread]), None]
-    return [one(builder, "Neg", [one(builder, "Div", [spread, probs])]), None]
+    shifted = one(builder, "Add", [probs, scalar(builder, _EPSILON, probs)])
+    return [one(builder, "Neg", [one(builder, "Div", [spread, shifted])]), None]
 
 
 register(OpDef("Nll", domain=GRAPHCORE_DOMAIN, infer=_infer_nll, fold=_fold_nll,

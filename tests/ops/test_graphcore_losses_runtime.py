@@ -54,7 +54,7 @@ def _nll_oracle(probs, label, reduction, ignore=None, log_input=False):
             losses.append(0.0)
             continue
         p = float(probs[(*index, int(label[index]))])
-        losses.append(-p if log_input else -np.log(p))
+        losses.append(-p if log_input else -np.log(p + 1e-7))  # PopART's NllOpx adds 1e-7
         kept += 1
     losses = np.array(losses).reshape(label.shape)
     if reduction == "None":
