@@ -11,6 +11,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     elementwise,
     graphcore,
     graphcore_compute,
+    graphcore_ctc,
     graphcore_losses,
     graphcore_runtime,
     indexing,
