@@ -14,6 +14,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     graphcore_ctc,
     graphcore_losses,
     graphcore_runtime,
+    graphcore_spline,
     indexing,
     ipu_copy,
     linalg,

@@ -454,6 +454,5 @@ for _name, _reason in (
         ("Pow2ScaleThenCast", "casts to a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
                               "which the IR does not model"),
         *((_name, "has no rules written yet") for _name in (
-            "ConvFlipWeights", "SplineBasis",
-            "SplineWeighting", "PackedDataBlock", "GroupedGather"))):
+            "ConvFlipWeights", "PackedDataBlock", "GroupedGather"))):
     REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)
