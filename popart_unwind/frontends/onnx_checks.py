@@ -79,6 +79,7 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
     by node name; ``unbuilt`` why an op type's function body could not be used, by label
     (said with the op type)."""
     unknown: dict[str, list[str]] = defaultdict(list)
+    reasons: dict[str, str] = {}
     for node in all_nodes(proto.graph):
         domain = node.domain or ONNX_DOMAIN
         label = node.name or node.op_type
@@ -90,11 +91,14 @@ def check_op_types(proto: onnx.ModelProto, opsets: dict[str, int], source: str,
         op_type = OpType(domain, node.op_type, own.get(domain, opsets[domain]))
         if REGISTRY.lookup(op_type) is None and not _is_constant(op_type):
             unknown[type_label(op_type)].append(label)
+            refusal = REGISTRY.refusal(op_type)
+            if refusal is not None:
+                reasons[type_label(op_type)] = f"; not modelled: it {refusal}"
         elif domain == ONNX_DOMAIN:
             _check_defined_at(op_type, label, source)
     if not unknown:
         return
-    listing = "; ".join(_describe(name, nodes, (unbuilt or {}).get(name))
+    listing = "; ".join(_describe(name, nodes, (unbuilt or {}).get(name), reasons.get(name))
                         for name, nodes in sorted(unknown.items()))
     if not allow_unknown_ops:
         raise UnsupportedModelError(
@@ -134,10 +138,12 @@ def _is_constant(op_type: OpType) -> bool:
     return op_type.domain == ONNX_DOMAIN and op_type.name == "Constant"
 
 
-def _describe(name: str, nodes: list[str], unbuilt: str | None = None) -> str:
+def _describe(name: str, nodes: list[str], unbuilt: str | None = None,
+              reason: str | None = None) -> str:
     named = ", ".join(repr(n) for n in nodes[:_NAMED_NODES])
     more = f" and {len(nodes) - _NAMED_NODES} more" if len(nodes) > _NAMED_NODES else ""
     why = f"; ONNX defines it by a function body, not expanded: {unbuilt}" if unbuilt else ""
+    why += reason or ""
     return f"{name} (node{'s' if len(nodes) > 1 else ''} {named}{more}{why})"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from popart_unwind.errors import ShapeError
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ops.common import input_shape
 from popart_unwind.ops.layout_rule import known_shape
 from popart_unwind.ops.registry import Constants, FoldResult, InferredOutputs, OpDef, register
@@ -91,3 +91,7 @@ class DepthSpaceRule(ViewRule):
 
 for _name in ("DepthToSpace", "SpaceToDepth"):
     register(OpDef(_name, infer=_infer, fold=_fold, layout=DepthSpaceRule()))
+# PopART's ai.graphcore DepthToSpace (its Builder's way to ONNX's DepthToSpace-11 from older
+# opsets): the same blocksize and mode, the same rules.
+register(OpDef("DepthToSpace", domain=GRAPHCORE_DOMAIN, infer=_infer, fold=_fold,
+               layout=DepthSpaceRule()))

@@ -8,8 +8,12 @@ one way, as ONNX defines.
 The bitwise ops (BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, BitShift) fold on integers
 only; BitShift as ONNX defines it for every shift amount. PopART's own elementwise ops of
 its ai.graphcore opset 1 (the bitwise ones and Xnor, Atan2, Fmod, Remainder, Expm1, Log1p,
-NearbyInt, Round, Gelu, GeluErf, Swish, Scale, ScaledAdd, Detach, Nop) are rows of the same
-table in that domain (``_GRAPHCORE`` says what each computes).
+NearbyInt, Round, Gelu, GeluErf, Swish, Scale, ScaledAdd, Detach, Nop, Square,
+IncrementMod, BinaryConstScalar, and AddLhsInplace imported as the out-of-place Add it
+updates its left operand with: the IR models no aliasing writes; PopART's AddLhsInplaceOpx is
+an in-place elementwise binary Opx, not an AddOpx, so the creator search is not stopped
+there as at Add) are rows of the same table
+in that domain (``_GRAPHCORE`` says what each computes).
 
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
 and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
@@ -162,6 +166,44 @@ def _is_inf(op: Op, x: np.ndarray) -> np.ndarray:
     negative = bool(op.attributes.get("detect_negative", 1))
     positive = bool(op.attributes.get("detect_positive", 1))
     return np.isinf(x) & (((x < 0) & negative) | ((x > 0) & positive))
+
+
+def _increment_mod(op: Op, x: np.ndarray) -> np.ndarray | None:
+    """PopART's IncrementMod: (x + increment) modulo ``modulus``, the remainder taking the
+    dividend's sign (C's fmod, as Poplar's remainder does); for the non-negative counters
+    PopART steps with it this is Python's %."""
+    increment, modulus = float(op.attributes["increment"]), float(op.attributes["modulus"])
+    if modulus == 0:
+        return None
+    return np.fmod(x.astype(np.float64) + increment, modulus)
+
+
+#: PopART's BinaryConstScalar ``op`` attribute: the binary op it applies.
+_CONST_SCALAR_OPS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
+    "Pow": np.power}
+
+
+def binary_const_scalar(op: Op) -> tuple[str, float, int]:
+    """PopART's BinaryConstScalar: the binary op, the scalar ``value`` (a float attribute)
+    and which operand the scalar is (``scalar_in_index`` 0: value op x, 1: x op value)."""
+    name = op.attributes.get("op")
+    name = name.decode() if isinstance(name, bytes) else name
+    index = int(op.attributes.get("scalar_in_index", 1))
+    if name not in _CONST_SCALAR_OPS or index not in (0, 1) or "value" not in op.attributes:
+        raise ShapeError(f"op {op.debug_name()}: needs 'value', 'op' one of "
+                         f"{sorted(_CONST_SCALAR_OPS)} and 'scalar_in_index' 0 or 1, got "
+                         f"op={name!r}, scalar_in_index={index}")
+    return name, float(op.attributes["value"]), index
+
+
+def _binary_const_scalar(op: Op, x: np.ndarray) -> np.ndarray | None:
+    name, value, index = binary_const_scalar(op)
+    scalar = np.asarray(value).astype(x.dtype)
+    if name == "Div" and _is_int(x):
+        return None  # PopART's integer division is not restated here
+    operands = (scalar, x) if index == 0 else (x, scalar)
+    return _CONST_SCALAR_OPS[name](*operands)
 
 
 def _attribute(op: Op, name: str, default: float) -> float:
@@ -749,6 +791,10 @@ _GRAPHCORE: dict[str, tuple[Kernel, int | None]] = {
     "ScaledAdd": (lambda op, v: _scaled_add(op, v), None),
     "Detach": (_unary(lambda x: x), 1),
     "Nop": (_unary(lambda x: x), 1),
+    "Square": (_unary(np.square), 1),
+    "IncrementMod": (lambda op, v: _increment_mod(op, v[0]), 1),
+    "BinaryConstScalar": (lambda op, v: _binary_const_scalar(op, v[0]), 1),
+    "AddLhsInplace": (lambda op, v: np.add(*v), 2),
 }
 _COMPARISONS: dict[str, Kernel] = {
     "Equal": lambda op, v: np.equal(*v),
@@ -1076,6 +1122,8 @@ _DOMAIN_GRADIENTS: dict[str, Callable[[GradientBuilder, Op, Tensor], Tensor]] = 
     f"{GRAPHCORE_DOMAIN}.Scale": lambda b, op, g: _times(b, g, _c(
         b, _attribute(op, "scale", 1.0), g)),
     f"{GRAPHCORE_DOMAIN}.Nop": lambda b, op, g: g,
+    # 2 x dY (PopART's Square has no grad op of its own: it is made by its patterns)
+    f"{GRAPHCORE_DOMAIN}.Square": lambda b, op, g: _times(b, g, _x(op), _c(b, 2.0, g)),
 }
 
 #: The gradient rules of the table's ops, by name (``domain.name`` outside ai.onnx).
@@ -1096,6 +1144,7 @@ _GRADIENTS: dict[str, GradientRule] = {
     "Clip": _clip_gradient,
     "PRelu": _prelu_gradient,
     f"{GRAPHCORE_DOMAIN}.Detach": _no_gradient,
+    f"{GRAPHCORE_DOMAIN}.AddLhsInplace": _binary_gradient(_passed, _passed),
     **{name: _no_gradient for name in ("Floor", "Ceil", "Round", "Sign")},
     **{name: _unary_gradient(local) for name, local in _UNARY_GRADIENTS.items()},
     **{name: _unary_gradient(local) for name, local in _DOMAIN_GRADIENTS.items()},
@@ -1133,6 +1182,25 @@ _INFER["PRelu"] = _infer_prelu
 _define("PRelu", _prelu, "same", 2, broadcast=True)  # the slope a broadcast operand
 _INFER["Clip"] = _infer_clip
 _define("Clip", _clip, "same", None, broadcast=True)  # the bounds broadcast as scalars
+_same_unary = _infer_rule("same", 1, broadcast=False)
+
+
+def _checked_attributes(check: Callable[[Op], object]):
+    """The unary shape rule, after ``check`` has read the op's attributes."""
+    def infer(op: Op) -> InferredOutputs:
+        check(op)
+        return _same_unary(op)
+
+    return infer
+
+
+def _increment_mod_attributes(op: Op) -> None:
+    if "increment" not in op.attributes or "modulus" not in op.attributes:
+        raise ShapeError(f"op {op.debug_name()} needs 'increment' and 'modulus' attributes")
+
+
+_INFER[f"{GRAPHCORE_DOMAIN}.BinaryConstScalar"] = _checked_attributes(binary_const_scalar)
+_INFER[f"{GRAPHCORE_DOMAIN}.IncrementMod"] = _checked_attributes(_increment_mod_attributes)
 for _name, (_kernel, _arity) in _GRAPHCORE.items():
     _define(_name, _kernel, "same", _arity, broadcast=_arity != 1, domain=GRAPHCORE_DOMAIN)
 for _domain in (ONNX_DOMAIN, MICROSOFT_DOMAIN):

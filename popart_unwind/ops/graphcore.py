@@ -1,6 +1,7 @@
 """Op family: PopART's own ops of its ai.graphcore opset 1 that a model built with PopART's
 Builder may hold and that are not elementwise (those are rows of ``elementwise.py``'s
-table), with PopART's meaning.
+table), with PopART's meaning. (Its other computations are ``graphcore_compute.py``'s, its
+losses L1 and Nll ``graphcore_losses.py``'s, its runtime ops ``graphcore_runtime.py``'s.)
 
 Subsample keeps every ``strides[i]``-th element along axis i, starting at 0; Reverse
 reverses the axes ``dimensions`` lists; IdentityLoss sums or averages its input to a

@@ -35,7 +35,7 @@ import numpy as np
 
 from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import (
     broadcast_index,
@@ -1094,6 +1094,12 @@ def _batch_norm_training_gradient(builder: GradientBuilder, op: Op,
 BATCH_NORM = BatchNormRule()
 register(OpDef("BatchNormalization", infer=_infer_batch_norm, fold=_fold_batch_norm,
                norm=True, reduces_input=True, layout=BATCH_NORM,
+               gradient=_batch_norm_gradient))
+# PopART's ai.graphcore BatchNormalization: ONNX's BatchNormalization-9 (its version, 1, is
+# below 14: training when an output past Y is used) with an ``unbiased_variance`` attribute,
+# which only changes how the running variance moves in training, a value not folded here.
+register(OpDef("BatchNormalization", domain=GRAPHCORE_DOMAIN, infer=_infer_batch_norm,
+               fold=_fold_batch_norm, norm=True, reduces_input=True, layout=BATCH_NORM,
                gradient=_batch_norm_gradient))
 
 

@@ -95,13 +95,26 @@ class OpRegistry:
 
     def __init__(self) -> None:
         self._defs: dict[tuple[str, str], OpDef] = {}
+        self._refusals: dict[tuple[str, str], str] = {}
 
     def register(self, opdef: OpDef) -> OpDef:
         key = (opdef.domain, opdef.name)
-        if key in self._defs:
+        if key in self._defs or key in self._refusals:
             raise IrError(f"op type {opdef.domain}.{opdef.name} is registered twice")
         self._defs[key] = opdef
         return opdef
+
+    def refuse(self, domain: str, name: str, reason: str) -> None:
+        """Say why an op type is not registered (a family that knows the op but cannot model
+        it): the importer's refusal gives the reason."""
+        key = (domain, name)
+        if key in self._defs or key in self._refusals:
+            raise IrError(f"op type {domain}.{name} is registered or refused twice")
+        self._refusals[key] = reason
+
+    def refusal(self, op_type: OpType) -> str | None:
+        """Why ``op_type`` is refused, where its family says; None otherwise."""
+        return self._refusals.get((op_type.domain, op_type.name))
 
     def lookup(self, op: Op | OpType) -> OpDef | None:
         """The definition of ``op``'s type, or None for an op the tool treats as opaque."""

@@ -1,8 +1,9 @@
-"""Op family: views of parts of tensors — Slice (a box, every |step|-th element, reversed
-where steps are negative), Split (slabs along one axis) and Concat (slabs joined), with ONNX
-semantics and clamping. Each OpDef states its shape rule, its fold and its layout rule; the
-layout rules are element maps like the other views' (``ops/views.py``), Concat's input i
-being the slab ``input_slab(op, i)`` of its output.
+"""Op family: views of parts of tensors — Slice (a box, every |step|-th element, reversed where
+steps are negative), Split (slabs along one axis) and Concat (slabs joined), with ONNX
+semantics and clamping (and PopART's ai.graphcore Slice, its starts, ends and axes
+attributes as ONNX's Slice-1 has them). Each OpDef states its shape rule, its fold and its
+layout rule; the layout rules are element maps like the other views' (``ops/views.py``),
+Concat's input i being the slab ``input_slab(op, i)`` of its output.
 
 Operands not known before running (a graph input's values): a Split's sizes are read off
 its outputs' shapes, which is all its element map needs; a Slice's starts, ends, axes and
@@ -23,7 +24,7 @@ import numpy as np
 
 from popart_unwind.errors import PlanError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import numpy_dtype
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain, DisjointRegions, sett_bounded
@@ -435,6 +436,10 @@ class ConcatRule(LayoutRule):
 
 register(OpDef("Slice", infer=_infer_slice, fold=_fold_slice, layout=SliceRule(),
                gradient=_slice_gradient))
+# PopART's ai.graphcore Slice: starts, ends and axes as attributes, as ONNX's Slice-1 takes
+# them (its version, 1, is below 10).
+register(OpDef("Slice", domain=GRAPHCORE_DOMAIN, infer=_infer_slice, fold=_fold_slice,
+               layout=SliceRule(), gradient=_slice_gradient))
 register(OpDef("Concat", infer=_infer_concat, fold=_fold_concat, layout=ConcatRule(),
                gradient=_concat_gradient))
 register(OpDef("Split", infer=_infer_split, fold=_fold_split, layout=SplitRule(),

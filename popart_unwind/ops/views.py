@@ -1,8 +1,9 @@
 """Op family: views of one whole tensor — Reshape, Flatten, Squeeze, Unsqueeze (row-major
 reshapes), Transpose (a permutation of axes), Expand (numpy broadcasting) and Identity, with
-ONNX semantics. (Views of parts of tensors — Slice, Split, Concat — are ``ops/slicing.py``.)
-Each OpDef states its shape rule, its fold (numpy on constant inputs, or the input itself
-when the view changes nothing), its canonicalization patterns and its layout rule.
+ONNX semantics, and PopART's ai.graphcore Reshape (its target shape an attribute). (Views of
+parts of tensors — Slice, Split, Concat — are ``ops/slicing.py``.) Each OpDef states its
+shape rule, its fold (numpy on constant inputs, or the input itself when the view changes
+nothing), its canonicalization patterns and its layout rule.
 
 In Poplar these ops make views: no data moves, each output element *is* an input element.
 So a view's layout rule is an element map, written once as a list of steps (reshape,
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.errors import PlanError, ShapeError
-from popart_unwind.ir.op import Op
+from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.memory import Chain
@@ -474,6 +475,11 @@ _reshape_patterns = (_compose_reshapes,)
 register(OpDef("Reshape", infer=_infer_reshape, fold=_fold_reshape_like(_infer_reshape),
                patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
                gradient=_reshape_gradient))
+# PopART's ai.graphcore Reshape: the target shape as an attribute, read as ONNX's Reshape-1
+# reads its own (its version, 1, is below 5), -1 and 0 meaning what they mean there.
+register(OpDef("Reshape", domain=GRAPHCORE_DOMAIN, infer=_infer_reshape,
+               fold=_fold_reshape_like(_infer_reshape), keeps_input_layout=True,
+               layout=ReshapeRule(), gradient=_reshape_gradient))
 register(OpDef("Flatten", infer=_infer_flatten, fold=_fold_reshape_like(_infer_flatten),
                patterns=_reshape_patterns, keeps_input_layout=True, layout=ReshapeRule(),
                gradient=_reshape_gradient))
