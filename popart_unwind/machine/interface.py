@@ -295,9 +295,11 @@ class TileMachine(abc.ABC):
         """Elements of ``dtype`` a tile's vector unit processes per cycle."""
 
     @abc.abstractmethod
-    def elementwise_cycles(self, elements: int, dtype: str) -> int:
+    def elementwise_cycles(self, elements: int, dtype: str, operation: str | None = None
+                           ) -> int:
         """Cycles of one tile's vertex computing ``elements`` elements of ``dtype`` where
-        they lie (0 for none)."""
+        they lie (0 for none); ``operation``: popops' name of what it computes (EXPONENT,
+        DIVIDE, ...), for operations slower than one vector per cycle."""
 
     @abc.abstractmethod
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:

@@ -39,6 +39,41 @@ WORKER_CONTEXTS = 6
 ELEMENTWISE_WORKER_CYCLES_HALF = 26
 ELEMENTWISE_WORKER_CYCLES_FLOAT = 29
 ELEMENTWISE_SUPERVISOR_CYCLES = 11
+#: Inner loops of Poplibs' elementwise codelets slower than one vector per cycle, as its
+#: cycle estimators state them (``unaryOpPerfInfo`` and ``binaryOpPerfInfo`` in
+#: lib/popops/popopsCycleEstimators.hpp): popops' operation -> (cycles, elements) of one
+#: loop for float and for half operands; the elements are split over the workers and each
+#: worker runs ceil(its elements / elements) loops. An operation without an entry (ADD,
+#: SUBTRACT, MULTIPLY, a cast, a copy, every int type) runs one vector per loop cycle. Where
+#: Poplibs gives cycles for one element without unrolling, its 4 cycles of loop overhead are
+#: added.
+POPOPS_INNER_LOOPS: Mapping[str, tuple[tuple[int, int], tuple[int, int]]] = MappingProxyType({
+    "ABSOLUTE": ((5, 1), (5, 1)),
+    "COS": ((2304, 1), (26, 1)),
+    "DIVIDE": ((10, 2), (21, 4)),
+    "EQUAL": ((14, 4), (9, 4)),
+    "ERF": ((18, 1), (16, 1)),
+    "EXPONENT": ((6, 2), (4, 4)),
+    "GREATER_THAN": ((14, 4), (9, 4)),
+    "GREATER_THAN_EQUAL": ((14, 4), (9, 4)),
+    "INVERSE": ((6, 2), (15, 4)),
+    "LESS_THAN": ((14, 4), (9, 4)),
+    "LESS_THAN_EQUAL": ((14, 4), (9, 4)),
+    "LOGARITHM": ((12, 2), (4, 4)),
+    "MAXIMUM": ((4, 2), (4, 4)),
+    "MINIMUM": ((4, 2), (4, 4)),
+    "NEGATE": ((2, 2), (2, 4)),
+    "NOT_EQUAL": ((20, 4), (11, 4)),
+    "POWER": ((312, 1), (325, 1)),
+    "RELU": ((3, 2), (3, 4)),
+    "RSQRT": ((8, 2), (19, 4)),
+    "SIGMOID": ((12, 2), (6, 4)),
+    "SIN": ((2304, 1), (26, 1)),
+    "SQRT": ((10, 2), (23, 4)),
+    "SQUARE": ((2, 2), (2, 4)),
+    "TAN": ((5100, 1), (5700, 1)),
+    "TANH": ((12, 2), (4, 4)),
+})
 #: An assumed sync across IPUs before an IpuCopy (docs/ipu-model.md says why this figure).
 IPU_COPY_SYNC_CYCLES = 1000
 
@@ -136,12 +171,15 @@ class IpuModel:
             return self.macs_per_cycle_half
         return self.macs_per_cycle_float
 
-    def elementwise_cycles(self, elements: int, dtype: str) -> int:
+    def elementwise_cycles(self, elements: int, dtype: str, operation: str | None = None
+                           ) -> int:
         """One tile's elementwise vertex over ``elements`` elements of ``dtype``: with
         ``vertex_costs``, Poplibs' BinaryOp1D estimate (the elements split over the six
         workers, one vector per worker cycle after a fixed start, six worker cycles per tile
-        cycle, and the supervisor's cycles); without, one vector per cycle and nothing fixed.
-        Approximate for other ops: docs/ipu-model.md, "Cycles of a step"."""
+        cycle, and the supervisor's cycles), each worker's loop as Poplibs states it for
+        popops' ``operation`` where it is slower (``POPOPS_INNER_LOOPS``, float32 and
+        float16 operands); without, one vector per cycle and nothing fixed. Approximate for
+        other ops: docs/ipu-model.md, "Cycles of a step"."""
         if elements <= 0:
             return 0
         vector = self.grain_size(dtype)
@@ -150,8 +188,13 @@ class IpuModel:
         fixed = (ELEMENTWISE_WORKER_CYCLES_HALF if self.dtype_size(dtype) <= 2
                  else ELEMENTWISE_WORKER_CYCLES_FLOAT)
         per_worker = -(-elements // WORKER_CONTEXTS)
-        return (WORKER_CONTEXTS * (fixed + -(-per_worker // vector))
-                + ELEMENTWISE_SUPERVISOR_CYCLES)
+        loops = POPOPS_INNER_LOOPS.get(operation or "")
+        if loops is not None and dtype in ("float32", "float16"):
+            cycles, unrolled = loops[dtype == "float16"]
+            inner = -(-per_worker // unrolled) * cycles
+        else:
+            inner = -(-per_worker // vector)
+        return WORKER_CONTEXTS * (fixed + inner) + ELEMENTWISE_SUPERVISOR_CYCLES
 
     def tile_params(self, dtype: str) -> _hooks.TileParams:
         """Everything the C++ hooks need to lay out a tensor of ``dtype``, as one object."""

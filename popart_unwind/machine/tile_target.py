@@ -103,8 +103,9 @@ class TileTarget(TileMachine):
         """One 64-bit vector per cycle (the grain of the linear mapping)."""
         return self.model.grain_size(dtype)
 
-    def elementwise_cycles(self, elements: int, dtype: str) -> int:
-        return self.model.elementwise_cycles(elements, dtype)
+    def elementwise_cycles(self, elements: int, dtype: str, operation: str | None = None
+                           ) -> int:
+        return self.model.elementwise_cycles(elements, dtype, operation)
 
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """Answers are read-only, so no caller can change what the next one gets; at most

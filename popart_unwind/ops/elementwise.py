@@ -489,6 +489,19 @@ def operand_of_result(op: Op, operand: Tensor, result_tiles: np.ndarray,
     return np.asarray(target.broadcast_operand_tiles(tiles, out_shape, shape)).reshape(-1)
 
 
+#: The popops operation each op type's Opx runs, where Poplibs' estimate of its inner loop
+#: differs from one vector per cycle (``IpuModel.elementwise_cycles``; PopART's elementwise
+#: Opx classes map ONNX's ops onto popops' unary and binary operations).
+POPOPS_OPERATIONS: dict[str, str] = {
+    "Abs": "ABSOLUTE", "Cos": "COS", "Div": "DIVIDE", "Equal": "EQUAL", "Erf": "ERF",
+    "Exp": "EXPONENT", "Greater": "GREATER_THAN", "GreaterOrEqual": "GREATER_THAN_EQUAL",
+    "Less": "LESS_THAN", "LessOrEqual": "LESS_THAN_EQUAL", "Log": "LOGARITHM",
+    "Max": "MAXIMUM", "Min": "MINIMUM", "Neg": "NEGATE", "Pow": "POWER",
+    "Reciprocal": "INVERSE", "Relu": "RELU", "Sigmoid": "SIGMOID", "Sin": "SIN",
+    "Sqrt": "SQRT", "Tan": "TAN", "Tanh": "TANH",
+}
+
+
 class ElementwiseRule(LayoutRule):
     """Unary, Cast, broadcasting binary/variadic ops and Where.
 
@@ -503,6 +516,9 @@ class ElementwiseRule(LayoutRule):
                  popart_unwinds: bool = True) -> None:
         self.data_inputs = data_inputs
         self.popart_unwinds = popart_unwinds
+
+    def popops_operation(self, op: Op) -> str | None:
+        return POPOPS_OPERATIONS.get(op.type.name) if op.type.domain == ONNX_DOMAIN else None
 
     def operands(self, op: Op) -> list[tuple[int, Tensor]]:
         """(input index, tensor) of each distinct data input, in index order."""

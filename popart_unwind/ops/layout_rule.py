@@ -176,9 +176,15 @@ class LayoutRule:
             flat = np.asarray(tiles).reshape(-1)
             if flat.size:
                 counts = tile_counts(flat, target.num_tiles)
-                busiest = max(busiest, target.elementwise_cycles(int(counts.max()),
-                                                                 tensor.dtype))
+                busiest = max(busiest, target.elementwise_cycles(
+                    int(counts.max()), tensor.dtype, self.popops_operation(op)))
         return OpWork(busiest, 0)
+
+    def popops_operation(self, op: Op) -> str | None:
+        """Popops' name of the operation the op's vertex computes, where its inner loop is
+        slower than one vector per cycle (``IpuModel.elementwise_cycles``); None: the
+        default vertex."""
+        return None
 
     def persistent_outputs(self, op: Op) -> bool:
         """Whether the op's results live for the whole program, as a weight does, rather
