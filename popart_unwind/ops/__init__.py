@@ -12,6 +12,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     graphcore,
     graphcore_compute,
     graphcore_ctc,
+    graphcore_flip_weights,
     graphcore_losses,
     graphcore_runtime,
     graphcore_spline,

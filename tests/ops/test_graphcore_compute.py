@@ -215,6 +215,7 @@ END_TO_END = {
                       {"index": RNG.integers(0, 3, (4, 8, 3, 3)).astype(np.int32)}),
     "BatchNormalization": (_x(), {"epsilon": 1e-5}, {n: np.ones(8, np.float32) for n in (
         "scale", "b", "mean", "var")}),
+    "ConvFlipWeights": (_x(), {"group": 2, "groupReshape": 1}, None),
 }
 
 
