@@ -32,7 +32,7 @@ layout from its readers), CopyVarUpdate and ScatterReduce are barriers too.
 
 The float8 casts (CastThenPow2Scale, Pow2ScaleThenCast) are refused with the reason: the IR
 has no float8 type. Ops whose rules are not written yet are refused saying so
-(``OpRegistry.refuse``). ConvFlipWeights has a module of its own.
+(``OpRegistry.refuse``). ConvFlipWeights and GroupedGather have modules of their own.
 """
 
 from __future__ import annotations
@@ -454,5 +454,5 @@ for _name, _reason in (
         ("Pow2ScaleThenCast", "casts to a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
                               "which the IR does not model"),
         *((_name, "has no rules written yet") for _name in (
-            "PackedDataBlock", "GroupedGather"))):
+            "PackedDataBlock",))):
     REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)

@@ -216,6 +216,8 @@ END_TO_END = {
     "BatchNormalization": (_x(), {"epsilon": 1e-5}, {n: np.ones(8, np.float32) for n in (
         "scale", "b", "mean", "var")}),
     "ConvFlipWeights": (_x(), {"group": 2, "groupReshape": 1}, None),
+    "GroupedGather": (_x(), {"axis": 1, "group_size": 4},
+                      {"indices": RNG.integers(0, 8, (4, 5)).astype(np.int32)}),
 }
 
 
@@ -315,7 +317,7 @@ def test_normalize_image_histogram_remap_and_copy_var_update():
 
 @pytest.mark.parametrize(("name", "words"), [
     ("CastThenPow2Scale", "float8"), ("Pow2ScaleThenCast", "float8"),
-    ("PackedDataBlock", "no rules written yet"), ("GroupedGather", "no rules written yet")])
+    ("PackedDataBlock", "no rules written yet")])
 def test_refused_ops_say_why(name, words):
     model = graphcore_model(name, _x((2, 2)), {}, then=None)
     with pytest.raises(UnsupportedModelError, match=words):
