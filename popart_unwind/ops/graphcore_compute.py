@@ -31,7 +31,7 @@ Sort, SequenceSlice, NormalizeImage, Histogram, TensorRemap (PopART picks its re
 layout from its readers), CopyVarUpdate and ScatterReduce are barriers too.
 
 The float8 casts (CastThenPow2Scale, Pow2ScaleThenCast) are refused with the reason: the IR
-has no float8 type. Ops whose rules are not written yet are refused saying so
+has no float8 type. PackedDataBlock is refused saying what its rules would need
 (``OpRegistry.refuse``). ConvFlipWeights and GroupedGather have modules of their own.
 """
 
@@ -453,6 +453,13 @@ for _name, _reason in (
                               "which the IR does not model"),
         ("Pow2ScaleThenCast", "casts to a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
                               "which the IR does not model"),
-        *((_name, "has no rules written yet") for _name in (
-            "PackedDataBlock",))):
+        ("PackedDataBlock", "has no rules written yet: PopART runs its 'callback' graph "
+                            "once per 'callbackBatchSize' sequences unpacked from packed "
+                            "inputs (data, offsets, lengths per input, then the result's "
+                            "offsets and lengths) and packs its results back (a Loop of "
+                            "SequenceSlices around a call, in PopART's PackedDataBlock "
+                            "pattern); what is missing is reading that graph attribute "
+                            "into a subgraph with inputs [callbackBatchSize, "
+                            "maxSequenceLengths[i], ...] and the unpacking and packing "
+                            "around it")):
     REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)
