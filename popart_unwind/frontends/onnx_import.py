@@ -44,7 +44,11 @@ from popart_unwind.options import SessionOptions
 if TYPE_CHECKING:
     import onnx
 
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: Initializers of these types are weights (VARIABLE); the float8 ones are PopART's float8
+#: weights (PopXL makes them variables); training gives them no gradient (the IR does not
+#: differentiate float8, as PopART trains no float8 op).
+FLOAT_DTYPES = ("float8_e4m3fnuz", "float8_e5m2fnuz", "float16", "bfloat16", "float32",
+                "float64")
 #: ONNX attributes placing a node, by the OpSettings field they set.
 _PLACEMENT = {onnx_name: field for field, onnx_name in PLACEMENT_ATTRIBUTES.items()}
 

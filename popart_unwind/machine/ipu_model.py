@@ -17,7 +17,7 @@ from popart_unwind.validation import check_proportion
 
 #: Bytes per element of the IR's dtypes (numpy names, as in ``popart_unwind.ir.dtypes``).
 DTYPE_SIZES: Mapping[str, int] = MappingProxyType({
-    "bool": 1, "uint8": 1, "int8": 1,
+    "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
     "uint16": 2, "int16": 2, "float16": 2, "bfloat16": 2,
     "uint32": 4, "int32": 4, "float32": 4,
     "uint64": 8, "int64": 8, "float64": 8,

@@ -13,6 +13,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     graphcore_compute,
     graphcore_ctc,
     graphcore_flip_weights,
+    graphcore_float8,
     graphcore_grouped_gather,
     graphcore_losses,
     graphcore_runtime,

@@ -16,7 +16,8 @@ there as at Add) are rows of the same table
 in that domain (``_GRAPHCORE`` says what each computes).
 
 Shapes broadcast as NumPy/ONNX do (``popart_unwind.shapes.broadcast_shapes``). Comparisons
-and logical ops give bool; Cast gives its ``to`` type; everything else keeps the type of its
+and logical ops give bool; Cast gives its ``to`` type (to a float8 type its fold saturates
+unless ``saturate`` is 0, as ONNX defines); everything else keeps the type of its
 first data input. Folds compute with numpy on constant inputs (integer Div truncates toward
 zero as ONNX defines; an integer division by zero is left unfolded) and drop identities
 (x + 0, x - 0, x * 1, x / 1, x ** 1, Neg(Neg x), ...) only where the result has exactly
@@ -42,10 +43,11 @@ from functools import lru_cache, reduce
 from math import prod
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from popart_unwind.errors import ShapeError
-from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, ONNX_DTYPES, numpy_dtype
+from popart_unwind.ir.dtypes import DTYPE_OF_ONNX, FLOAT8_DTYPES, ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, ONNX_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor, TensorType
 from popart_unwind.machine.exchange import broadcast_read_need, read_need
@@ -285,7 +287,23 @@ def _unary(function: Callable[[np.ndarray], np.ndarray]) -> Kernel:
 
 def _cast(op: Op, values: list[np.ndarray]) -> np.ndarray | None:
     target = _cast_target(op)
-    return None if target == "bfloat16" else values[0].astype(numpy_dtype(target))
+    if target == "bfloat16":
+        return None
+    if target in FLOAT8_DTYPES:
+        return _to_float8(values[0], target, bool(op.attributes.get("saturate", 1)))
+    return values[0].astype(numpy_dtype(target))
+
+
+def _to_float8(value: np.ndarray, target: str, saturate: bool) -> np.ndarray:
+    """ONNX's Cast to a float8 type: rounded to nearest (ties to even); what lies beyond
+    the type's range (infinities too) is its largest value when ``saturate`` (the default),
+    else NaN, the type having no infinity; NaN stays NaN."""
+    kind = numpy_dtype(target)
+    wide = np.asarray(value).astype(np.float64)
+    if saturate:
+        limit = float(ml_dtypes.finfo(kind).max)
+        wide = np.clip(wide, -limit, limit)  # NaN passes through np.clip
+    return wide.astype(kind)
 
 
 def _divide(op: Op, values: list[np.ndarray]) -> np.ndarray | None:

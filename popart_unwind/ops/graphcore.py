@@ -177,8 +177,9 @@ def _infer_dynamic_write(op: Op) -> InferredOutputs:
 
 # -- Init -------------------------------------------------------------------------------------
 #: PopART's ``DataType`` numbering (``willow/include/popart/datatype.hpp``), as Init's
-#: ``data_type`` attribute holds it; its float8 types (2 and 3) are not modelled.
-_POPART_DTYPES = {0: "uint8", 1: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+#: ``data_type`` attribute holds it, its float8 types (2 and 3) among them.
+_POPART_DTYPES = {0: "uint8", 1: "int8", 2: "float8_e4m3fnuz", 3: "float8_e5m2fnuz",
+                  4: "uint16", 5: "int16", 6: "int32", 7: "int64",
                   8: "uint32", 9: "uint64", 10: "bool", 11: "float32", 12: "float16",
                   13: "bfloat16", 14: "float64"}
 

@@ -30,9 +30,9 @@ PopART itself does not, so it is left whole. ShapedDropout, Bucketize, ReduceMed
 Sort, SequenceSlice, NormalizeImage, Histogram, TensorRemap (PopART picks its result's
 layout from its readers), CopyVarUpdate and ScatterReduce are barriers too.
 
-The float8 casts (CastThenPow2Scale, Pow2ScaleThenCast) are refused with the reason: the IR
-has no float8 type. PackedDataBlock is refused saying what its rules would need
-(``OpRegistry.refuse``). ConvFlipWeights and GroupedGather have modules of their own.
+PackedDataBlock is refused saying what its rules would need (``OpRegistry.refuse``).
+ConvFlipWeights, GroupedGather and the float8 casts (CastThenPow2Scale, Pow2ScaleThenCast)
+have modules of their own.
 """
 
 from __future__ import annotations
@@ -448,18 +448,13 @@ register(OpDef("CopyVarUpdate", domain=GRAPHCORE_DOMAIN, infer=_infer_copy_var_u
                fold=_fold_copy_var_update, side_effects=True))
 
 
-for _name, _reason in (
-        ("CastThenPow2Scale", "casts from a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
-                              "which the IR does not model"),
-        ("Pow2ScaleThenCast", "casts to a float8 type (PopART's FLOAT8_143 or FLOAT8_152), "
-                              "which the IR does not model"),
-        ("PackedDataBlock", "has no rules written yet: PopART runs its 'callback' graph "
-                            "once per 'callbackBatchSize' sequences unpacked from packed "
-                            "inputs (data, offsets, lengths per input, then the result's "
-                            "offsets and lengths) and packs its results back (a Loop of "
-                            "SequenceSlices around a call, in PopART's PackedDataBlock "
-                            "pattern); what is missing is reading that graph attribute "
-                            "into a subgraph with inputs [callbackBatchSize, "
-                            "maxSequenceLengths[i], ...] and the unpacking and packing "
-                            "around it")):
-    REGISTRY.refuse(GRAPHCORE_DOMAIN, _name, _reason)
+REGISTRY.refuse(GRAPHCORE_DOMAIN, "PackedDataBlock",
+                "has no rules written yet: PopART runs its 'callback' graph "
+                "once per 'callbackBatchSize' sequences unpacked from packed "
+                "inputs (data, offsets, lengths per input, then the result's "
+                "offsets and lengths) and packs its results back (a Loop of "
+                "SequenceSlices around a call, in PopART's PackedDataBlock "
+                "pattern); what is missing is reading that graph attribute "
+                "into a subgraph with inputs [callbackBatchSize, "
+                "maxSequenceLengths[i], ...] and the unpacking and packing "
+                "around it")

@@ -316,7 +316,6 @@ def test_normalize_image_histogram_remap_and_copy_var_update():
 
 
 @pytest.mark.parametrize(("name", "words"), [
-    ("CastThenPow2Scale", "float8"), ("Pow2ScaleThenCast", "float8"),
     ("PackedDataBlock", "no rules written yet: PopART runs its 'callback' graph")])
 def test_refused_ops_say_why(name, words):
     model = graphcore_model(name, _x((2, 2)), {}, then=None)

@@ -174,8 +174,10 @@ def test_dynamic_slices_and_init():
     init = graphcore_op("Init", [], {"shape": [3, 2], "data_type": 12, "tensor_type": 0,
                                      "init_type": 1})
     assert (init.output(0).dtype, init.output(0).shape) == ("float16", (3, 2))
-    with pytest.raises(ShapeError):  # PopART's FLOAT8_143
-        graphcore_op("Init", [], {"shape": [3], "data_type": 2})
+    for code, dtype in ((2, "float8_e4m3fnuz"), (3, "float8_e5m2fnuz")):  # FLOAT8_143, _152
+        assert graphcore_op("Init", [], {"shape": [3], "data_type": code}).output(0).dtype == dtype
+    with pytest.raises(ShapeError):  # PopART's COMPLEX64
+        graphcore_op("Init", [], {"shape": [3], "data_type": 15})
 
 
 @pytest.mark.parametrize(("name", "attributes"), [
