@@ -293,6 +293,8 @@ class _CreatorSearch:
         Concat of k inputs split again into k."""
         if isinstance(op, SubgraphOp):  # PopART: CanDelegate — continue inside the callee
             nexts = []
+            if op.stacked_input(index):
+                return nexts  # the callee reads slices of it, not the tensor itself
             for graph in op.called_graphs():
                 inner = op.op_in_to_subgraph_in_index(graph, index)
                 if inner is not None and inner < len(graph.input_ids):
@@ -356,7 +358,8 @@ class _CreatorSearch:
         for inner, tensor_id in enumerate(tensor.graph.output_ids):
             if tensor_id == tensor.id:
                 index = caller.subgraph_out_to_op_out_index(tensor.graph, inner)
-                if index is not None and caller.has_output(index):
+                if index is not None and caller.has_output(index) \
+                        and not caller.stacked_output(index):  # not the tensor itself
                     return [(caller.output(index), chain, calls[:-1], (*path, "return"),
                              reach)]
         return []

@@ -16,6 +16,7 @@ from popart_unwind.ops import (  # noqa: F401  (imported to register their op de
     graphcore_float8,
     graphcore_grouped_gather,
     graphcore_losses,
+    graphcore_packed,
     graphcore_runtime,
     graphcore_spline,
     indexing,

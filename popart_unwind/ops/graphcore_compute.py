@@ -30,9 +30,8 @@ PopART itself does not, so it is left whole. ShapedDropout, Bucketize, ReduceMed
 Sort, SequenceSlice, NormalizeImage, Histogram, TensorRemap (PopART picks its result's
 layout from its readers), CopyVarUpdate and ScatterReduce are barriers too.
 
-PackedDataBlock is refused saying what its rules would need (``OpRegistry.refuse``).
-ConvFlipWeights, GroupedGather and the float8 casts (CastThenPow2Scale, Pow2ScaleThenCast)
-have modules of their own.
+PackedDataBlock (``graphcore_packed.py``), ConvFlipWeights, GroupedGather and the float8
+casts (CastThenPow2Scale, Pow2ScaleThenCast) have modules of their own.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from popart_unwind.ops.common import input_shape, ints, normalize_axis, small_co
 from popart_unwind.ops.gradient import GradientBuilder, gets_gradient, int64s, one
 from popart_unwind.ops.layout_rule import known_shape
 from popart_unwind.ops.registry import (
-    REGISTRY,
     Constants,
     FoldResult,
     InferredOutputs,
@@ -447,14 +445,3 @@ register(OpDef("TensorRemap", domain=GRAPHCORE_DOMAIN, infer=_infer_like_input,
 register(OpDef("CopyVarUpdate", domain=GRAPHCORE_DOMAIN, infer=_infer_copy_var_update,
                fold=_fold_copy_var_update, side_effects=True))
 
-
-REGISTRY.refuse(GRAPHCORE_DOMAIN, "PackedDataBlock",
-                "has no rules written yet: PopART runs its 'callback' graph "
-                "once per 'callbackBatchSize' sequences unpacked from packed "
-                "inputs (data, offsets, lengths per input, then the result's "
-                "offsets and lengths) and packs its results back (a Loop of "
-                "SequenceSlices around a call, in PopART's PackedDataBlock "
-                "pattern); what is missing is reading that graph attribute "
-                "into a subgraph with inputs [callbackBatchSize, "
-                "maxSequenceLengths[i], ...] and the unpacking and packing "
-                "around it")
