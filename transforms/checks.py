@@ -58,7 +58,8 @@ def _call_site_violations(op: SubgraphOp) -> list[str]:
                 problems.append(f"input {op_in} of {name} maps to input {g_in} of graph "
                                 f"{graph.id!r}, which has {len(graph.input_ids)} inputs")
             else:
-                problems += _disagreement(name, tensor, graph.inputs[g_in])
+                if not op.stacked_input(op_in):  # a stacked input's callee reads slices
+                    problems += _disagreement(name, tensor, graph.inputs[g_in])
                 back = op.subgraph_in_to_op_in_index(graph, g_in)
                 if back != op_in:
                     problems.append(f"{name}: input {op_in} maps to input {g_in} of "
@@ -76,7 +77,8 @@ def _call_site_violations(op: SubgraphOp) -> list[str]:
                 problems.append(f"output {op_out} ({tensor.id!r}) of {name} has no "
                                 f"counterpart among the outputs of graph {graph.id!r}")
                 continue
-            problems += _disagreement(name, tensor, graph.outputs[g_out])
+            if not op.stacked_output(op_out):  # a stacked output gathers many runs
+                problems += _disagreement(name, tensor, graph.outputs[g_out])
             back = op.subgraph_out_to_op_out_index(graph, g_out)
             if back != op_out:
                 problems.append(f"{name}: output {op_out} maps to output {g_out} of "

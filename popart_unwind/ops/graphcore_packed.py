@@ -122,7 +122,7 @@ class PackedDataBlockOp(CallSite):
         its op input goes."""
         count = self.data_inputs()
         if index >= count:
-            CallSite.drop_subgraph_input(self, self._explicit_inputs() + index - count,
+            CallSite.drop_subgraph_input(self, graph, self._explicit_inputs() + index - count,
                                          rewriter)
             rewriter.set_attribute(self, "num_implicit_inputs",
                                    int(self.attributes["num_implicit_inputs"]) - 1)
@@ -130,7 +130,7 @@ class PackedDataBlockOp(CallSite):
         if count == 1:
             raise IrError(f"cannot drop the only packed input of {self.debug_name()}")
         for _ in range(3):
-            CallSite.drop_subgraph_input(self, 3 * index, rewriter)
+            CallSite.drop_subgraph_input(self, graph, 3 * index, rewriter)
         maxima = list(self.attributes["maxSequenceLengths"])
         rewriter.set_attribute(self, "maxSequenceLengths", maxima[:index] + maxima[index + 1:])
 

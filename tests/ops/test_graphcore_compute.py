@@ -315,14 +315,6 @@ def test_normalize_image_histogram_remap_and_copy_var_update():
         graphcore_op("CopyVarUpdate", [x, y[:1]])
 
 
-@pytest.mark.parametrize(("name", "words"), [
-    ("PackedDataBlock", "no rules written yet: PopART runs its 'callback' graph")])
-def test_refused_ops_say_why(name, words):
-    model = graphcore_model(name, _x((2, 2)), {}, then=None)
-    with pytest.raises(UnsupportedModelError, match=words):
-        import_onnx(model)
-
-
 def test_graphcore_batch_normalization_infers_as_onnx_batch_normalization():
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     scale, bias, mean = (RNG.standard_normal(3).astype(np.float32) for _ in range(3))
