@@ -170,8 +170,14 @@ def _index_inputs(op: PackedDataBlockOp) -> list[int]:
     return [i for k in range(count) for i in (3 * k + 1, 3 * k + 2)] + [3 * count, 3 * count + 1]
 
 
+def _check_class(op: Op) -> None:
+    if not isinstance(op, PackedDataBlockOp):
+        raise IrError(f"op {op.debug_name()} was built as {type(op).__name__}, not as "
+                      f"PackedDataBlockOp (its class, which knows its callback)")
+
+
 def _infer_packed_data_block(op: Op) -> InferredOutputs:
-    assert isinstance(op, PackedDataBlockOp)
+    _check_class(op)
     batch, _ = _batch_and_maxima(op)
     size = _result_size(op)
     count = op.data_inputs()
@@ -221,7 +227,7 @@ def reference_values(op: Op, operands: Constants) -> list[np.ndarray] | None:
     a result run outside the result or longer than the callback's sequences, or a zero length
     before a non-zero one within one callback batch (PopART's lowering copies each batch with
     one SequenceSlice, whose copies this IR reads as ending at the first zero count)."""
-    assert isinstance(op, PackedDataBlockOp)
+    _check_class(op)
     batch, maxima = _batch_and_maxima(op)
     count, explicit = op.data_inputs(), op._explicit_inputs()
     if any(i >= len(operands) or operands[i] is None for i in range(explicit)):

@@ -20,6 +20,8 @@ from popart_unwind.frontends.onnx_import import import_onnx
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.graphcore_packed import PackedDataBlockOp, reference_values
 from popart_unwind.ops.layout_rule import BARRIER
+from popart_unwind.options import SessionOptions
+from popart_unwind.report.session import transform
 from popart_unwind.rewrite import Rewriter
 
 RNG = np.random.default_rng(11)
@@ -260,3 +262,16 @@ def test_planned_end_to_end_as_a_barrier_its_callback_planned_too():
     planned = {(t.graph_id, t.tensor_id) for t in run.plan.tensors}
     assert any(graph_id.endswith("callback") and tensor_id == "s"
                for graph_id, tensor_id in planned)
+
+
+def test_the_session_transforms_hold_their_checks_around_it():
+    """With checking on, every transform must leave call sites in step with their callees:
+    the callback's inputs and output differ in shape from the op's (stacked), which is no
+    disagreement."""
+    inputs = {"d": np.ones((12, 3), np.float32), "o": u32(0, 3, 5, 9), "l": u32(3, 2, 4, 3),
+              "ro": u32(0, 4, 8, 12), "rl": u32(3, 2, 4, 3)}
+    ir = import_onnx(packed_model(inputs, relu_callback(), [4], 16, 2, then="Relu"),
+                     SessionOptions(check_transform_conditions=True))
+    transform(ir)
+    assert [op.type.name for op in ir.main_graph.ops] == ["PackedDataBlock", "Relu"]
+    assert transforms.checks.call_site_violations(ir) == []
