@@ -20,23 +20,7 @@
     python benchmarks/ipu_measured.py [--markdown] [--json OUT] [--bert]
 
 ``--peak`` also prints the model with matmul compute at peak rate alone (the IPU Model
-before Poplibs' vertex estimates), for comparison. ``--poplibs-rules`` also prints what the
-measured matmuls would cost if the plan followed three rules of Poplibs' planner the IPU
-Model does not have (a question, not the model: the tool's plans and costs do not use them):
-
-- temporary memory counted as Poplibs counts it (``lib/poplin/ConvModel.cpp``): the largest
-  of the convolution phase (the tile's whole operand blocks and its float partials) and
-  the reduction phase, not their sum over the tile's received parts;
-- serial splits of the output channels (``Partition::outChanSplit.serial``): the plan runs
-  S times on 1/S of the rows, re-receiving the other operand each time, its cycles S times
-  a step's, chosen as the fewest steps that bring a partition within the memory bound;
-- exchange-bus sharing (``lib/poplin/ExchangeEstimator.hpp``): when the rows' parallel split
-  is even, the two tiles of a super tile receive the same input elements in the same
-  cycles, so the operand broadcast along the rows arrives at twice the rate (Poplibs
-  orders tiles so that those pairs are neighbours; the IPU Model's tile order does not).
-
-Each partition's compute and partial-sum cycles are the IPU Model's own (the C++ hook);
-only the exchange, the memory bound and the serial steps follow the rules above.
+before Poplibs' vertex estimates), for comparison.
 """
 
 from __future__ import annotations
@@ -103,55 +87,7 @@ def matmul_model(dtype: str, m: int, k: int, n: int, vertex_costs: bool) -> dict
             "compute": int(row.compute_cycles), "partials": int(row.partials_cycles)}
 
 
-#: Poplibs' serial splits considered by ``--poplibs-rules``: 1 to this many steps.
-MAX_SERIAL_STEPS = 16
-
-
-def poplibs_rules_cycles(dtype: str, m: int, k: int, n: int, tiles: int = TILES,
-                         max_steps: int = MAX_SERIAL_STEPS,
-                         shared_buses: bool = True) -> dict[str, int]:
-    """The quickest plan of one [m,k] x [k,n] matmul under the three Poplibs planner rules
-    of the module docstring (the third only with ``shared_buses``), every parallel split of
-    ``tiles`` tiles and 1 to ``max_steps`` serial steps tried; ties and the memory bound as
-    the C++ planner."""
-    from popart_unwind.target import IpuModel, MatmulPartition, TileTarget
-
-    model = IpuModel(tiles_per_ipu=tiles)
-    target = TileTarget(model)
-    size = model.dtype_size(dtype)
-    limit = int(model.available_memory_proportion * model.bytes_per_tile)
-    rate, sync = model.exchange_bytes_per_cycle, model.sync_cycles
-    partial = model.partial_bytes_per_element
-    best: tuple | None = None
-    for steps in range(1, max_steps + 1):
-        rows = -(-m // steps)
-        for g_m in range(1, min(rows, tiles) + 1):
-            for g_k in range(1, min(k, tiles // g_m) + 1):
-                for g_n in range(1, min(n, tiles // (g_m * g_k)) + 1):
-                    step = target.matmul_cost(1, rows, k, n, dtype,
-                                              MatmulPartition(1, g_m, g_k, g_n))
-                    m_b, k_b, n_b = -(-rows // g_m), -(-k // g_k), -(-n // g_n)
-                    lhs, rhs, out = m_b * k_b, k_b * n_b, m_b * n_b
-                    lhs_received = lhs - lhs // g_n
-                    rhs_received = rhs - rhs // g_m
-                    shared = 2 if shared_buses and g_m % 2 == 0 else 1
-                    exchange = -(-(lhs_received * size * shared + rhs_received * size)
-                                 // (rate * shared)) + sync
-                    convolving = (lhs + rhs) * size + out * partial
-                    reducing = out * partial + (-(-out // g_k)) * (g_k - 1) * partial \
-                        if g_k > 1 else 0
-                    temp = max(convolving, reducing)
-                    cycles = steps * (step.compute_cycles + exchange + step.reduction_cycles)
-                    key = (temp > limit, temp if temp > limit else 0, cycles,
-                           steps * g_m * g_k * g_n, steps, g_m, g_k, g_n)
-                    if best is None or key < best:
-                        best = key
-    assert best is not None
-    return {"cycles": best[2], "fits": not best[0], "serial": best[4],
-            "rows": best[5], "inner": best[6], "cols": best[7]}
-
-
-def matmul_rows(peak: bool, poplibs_rules: bool = False) -> list[dict]:
+def matmul_rows(peak: bool) -> list[dict]:
     rows = []
     for dtype, size, n, tflops in MEASURED_MATMULS:
         measured_us = 2 * size * size * n / (tflops * 1e12) * 1e6
@@ -159,10 +95,6 @@ def matmul_rows(peak: bool, poplibs_rules: bool = False) -> list[dict]:
                "measured_us": measured_us, "model": matmul_model(dtype, size, size, n, True)}
         if peak:
             row["peak_model"] = matmul_model(dtype, size, size, n, False)
-        if poplibs_rules:
-            row["poplibs_rules"] = poplibs_rules_cycles(dtype, size, size, n)
-            row["poplibs_rules_unshared"] = poplibs_rules_cycles(dtype, size, size, n,
-                                                                 shared_buses=False)
         for name, ghz in CLOCKS.items():
             row[f"error_{name}"] = row["model"]["cycles"] / (ghz * 1e3) / measured_us - 1
         rows.append(row)
@@ -203,49 +135,17 @@ def print_table(columns: list[str], rows: list[list[str]], markdown: bool) -> No
     print()
 
 
-def print_poplibs_rules(rows: list[dict], markdown: bool) -> None:
-    """The ``--poplibs-rules`` table: the quickest plan under those rules, its error."""
-    print("The same matmuls planned under three rules of Poplibs' planner the IPU Model "
-          "lacks (temporary memory as Poplibs counts it, serial splits of the rows, "
-          "exchange-bus sharing)\n")
-    def error(cycles: int, row: dict) -> float:
-        return cycles / (CLOCKS["Bow"] * 1e3) / row["measured_us"] - 1
-
-    table, errors, unshared_errors = [], [], []
-    for r in rows:
-        rules, unshared = r["poplibs_rules"], r["poplibs_rules_unshared"]
-        errors.append(abs(error(rules["cycles"], r)))
-        unshared_errors.append(abs(error(unshared["cycles"], r)))
-        plan = (f"{rules['serial']} x ({rules['rows']}, {rules['inner']}, {rules['cols']})"
-                + ("" if rules["fits"] else ", over the bound"))
-        table.append([r["dtype"], str(r["m"]), str(r["n"]), str(r["model"]["cycles"]),
-                      str(rules["cycles"]), plan, _pct(r["error_Bow"]),
-                      _pct(error(rules["cycles"], r)), _pct(error(unshared["cycles"], r))])
-    print_table(["dtype", "m = k", "n", "model cycles", "under the rules",
-                 "serial x (gM, gK, gN)", "model, Bow", "rules, Bow",
-                 "rules without shared buses, Bow"], table, markdown)
-    for name, found in (("the rules", errors), ("the rules without shared buses", unshared_errors)):
-        within = sum(e <= 0.30 for e in found)
-        print(f"Under {name}, Bow: {within} of {len(found)} points within ±30 %; "
-              f"largest error {max(found) * 100:.0f} %")
-    print()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--peak", action="store_true",
                         help="also cost each matmul at peak rate alone (the former model)")
-    parser.add_argument("--poplibs-rules", action="store_true",
-                        help="also plan each measured matmul under three rules of Poplibs' "
-                             "planner the IPU Model lacks (slow: a few minutes)")
     parser.add_argument("--bert", action="store_true",
                         help="also model BERT-Large SL128 training (slow)")
     args = parser.parse_args()
     began = time.perf_counter()
-    results: dict = {"matmuls": matmul_rows(args.peak, args.poplibs_rules),
-                     "elk": elk_rows()}
+    results: dict = {"matmuls": matmul_rows(args.peak), "elk": elk_rows()}
 
     print("Measured dense matmuls (PopSparse, Mk2-class IPU) against the IPU Model "
           "(the PopART baseline's plan on 1,472 tiles)\n")
@@ -270,8 +170,6 @@ def main() -> None:
         print(f"{clock}: {within} of {len(errors)} points within ±30 %; "
               f"largest error {max(errors) * 100:.0f} %")
     print()
-    if args.poplibs_rules:
-        print_poplibs_rules(results["matmuls"], args.markdown)
     print("One tile's FP16 matmul of a b x b x b block: ELK's fitted formula and the "
           "IPU Model's AMP estimate\n")
     print_table(["block", "ELK cycles", "model compute", "peak rate alone", "model / ELK"],

@@ -103,11 +103,13 @@ TileParams makeParams(std::size_t numTiles, std::size_t elementBytes, std::size_
                       std::size_t minElementsPerTile, std::size_t partialBytesPerElement,
                       std::size_t exchangeBytesPerCycle, std::size_t macsPerCycle,
                       std::size_t syncCycles, bool vertexCosts,
-                      std::optional<std::size_t> tempBytesLimit) {
+                      std::optional<std::size_t> tempBytesLimit,
+                      std::size_t tilesPerExchangeBus) {
   const TileParams params{numTiles,         elementBytes,          grainElements,
                           minElementsPerTile, partialBytesPerElement, exchangeBytesPerCycle,
                           macsPerCycle,     syncCycles,            vertexCosts,
-                          tempBytesLimit.value_or(static_cast<std::size_t>(-1))};
+                          tempBytesLimit.value_or(static_cast<std::size_t>(-1)),
+                          tilesPerExchangeBus};
   params.check();
   return params;
 }
@@ -123,7 +125,7 @@ PYBIND11_MODULE(_hooks, m) {
            py::arg("grain_elements"), py::arg("min_elements_per_tile"),
            py::arg("partial_bytes_per_element"), py::arg("exchange_bytes_per_cycle"),
            py::arg("macs_per_cycle"), py::arg("sync_cycles"), py::arg("vertex_costs") = true,
-           py::arg("temp_bytes_limit") = py::none())
+           py::arg("temp_bytes_limit") = py::none(), py::arg("tiles_per_exchange_bus") = 1)
       .def_readonly("num_tiles", &TileParams::numTiles)
       .def_readonly("element_bytes", &TileParams::elementBytes)
       .def_readonly("grain_elements", &TileParams::grainElements)
@@ -133,7 +135,8 @@ PYBIND11_MODULE(_hooks, m) {
       .def_readonly("macs_per_cycle", &TileParams::macsPerCycle)
       .def_readonly("sync_cycles", &TileParams::syncCycles)
       .def_readonly("vertex_costs", &TileParams::vertexCosts)
-      .def_readonly("temp_bytes_limit", &TileParams::tempBytesLimit);
+      .def_readonly("temp_bytes_limit", &TileParams::tempBytesLimit)
+      .def_readonly("tiles_per_exchange_bus", &TileParams::tilesPerExchangeBus);
 
   m.def(
       "plan_matmul",
@@ -163,17 +166,26 @@ PYBIND11_MODULE(_hooks, m) {
   m.def(
       "matmul_cost",
       [](const TileParams &params, const std::array<std::size_t, 4> &dims,
-         const std::array<std::size_t, 4> &splits) {
+         const std::array<std::size_t, 4> &splits, const std::string &shared) {
         const MatmulShape shape{dims[0], dims[1], dims[2], dims[3]};
         const MatmulSplits s{splits[0], splits[1], splits[2], splits[3]};
         params.check();
         checkMatmulSplits(shape, s, params.numTiles);
-        const MatmulCost c = partitionCost(shape, s, params);
-        return std::make_tuple(c.compute, c.exchange, c.reduction, c.tempBytes);
+        SharedOperand operand = SharedOperand::None;
+        if (shared == "lhs") {
+          operand = SharedOperand::Lhs;
+        } else if (shared == "rhs") {
+          operand = SharedOperand::Rhs;
+        } else if (shared != "none") {
+          throw std::invalid_argument("shared operand must be lhs, rhs or none, not " + shared);
+        }
+        const MatmulCost c = partitionCost(shape, s, params, operand);
+        return std::make_tuple(c.compute, c.exchange, c.reduction, c.tempBytes, c.serial);
       },
-      py::arg("params"), py::arg("dims"), py::arg("splits"),
-      "(compute, exchange, reduction, temporary bytes) of the partition splits of\n"
-      "[G,M,K]x[G,K,N] (dims): cycles of the busiest tile, and bytes on it.");
+      py::arg("params"), py::arg("dims"), py::arg("splits"), py::arg("shared"),
+      "(compute, exchange, reduction, temporary bytes, serial steps) of the partition splits\n"
+      "of [G,M,K]x[G,K,N] (dims): cycles of the busiest tile, and bytes on it; shared: the\n"
+      "operand that is its cube's RHS, read over shared exchange buses (lhs, rhs, none).");
 
   bindFills<std::int16_t>(m);
   bindFills<std::int32_t>(m);

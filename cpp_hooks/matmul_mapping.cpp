@@ -78,7 +78,7 @@ void forEachBlockChunk(const std::array<std::size_t, 3> &dims,
 
 std::size_t matmulTile(const MatmulSplits &s, std::size_t g, std::size_t m, std::size_t k,
                        std::size_t n) {
-  return ((g * s.rows + m) * s.cols + n) * s.inner + k;
+  return ((g * s.inner + k) * s.cols + n) * s.rows + m;
 }
 
 std::size_t axisSize(const MatmulShape &s, std::size_t axis) {
@@ -98,8 +98,11 @@ void checkPass(const PassAxes &axes) {
 
 } // namespace
 
-MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
-                         const TileParams &params) {
+namespace {
+
+// One serial step's cost: the partition run on `shape` (a step's rows when split serially).
+MatmulCost stepCost(const MatmulShape &shape, const MatmulSplits &splits,
+                    const TileParams &params, SharedOperand shared) {
   const std::uint64_t gB = ceilDiv(shape.groups, splits.groups);
   const std::uint64_t mB = ceilDiv(shape.rows, splits.rows);
   const std::uint64_t kB = ceilDiv(shape.inner, splits.inner);
@@ -118,27 +121,82 @@ MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
   } else {
     cost.compute = ceilDiv(gB * mB * kB * nB, params.macsPerCycle);
   }
-  // A tile already holds its own share of each operand block and receives the rest.
+  // A tile already holds its own share of each operand block and receives the rest. The
+  // cube's RHS is read by the tiles of its row split, neighbours in the tile order: with an
+  // even split, the two tiles of each super tile receive it together over their shared
+  // exchange bus, at twice the rate (Poplibs' ExchangeEstimator). In a pass, that is its RHS
+  // (read along the pass's rows) or its LHS (along its columns).
   const std::uint64_t lhsBlock = gB * mB * kB;
   const std::uint64_t rhsBlock = gB * kB * nB;
-  const std::uint64_t received =
-      (lhsBlock - lhsBlock / splits.cols) + (rhsBlock - rhsBlock / splits.rows);
-  cost.exchange =
-      ceilDiv(received * params.elementBytes, params.exchangeBytesPerCycle) + params.syncCycles;
-  // The vertex writes the tile's output block as float partials (Poplibs counts them as the
-  // convolution's temporary memory whether or not they are then reduced across tiles).
-  cost.tempBytes = received * params.elementBytes + gB * mB * nB * params.partialBytesPerElement;
+  const std::uint64_t lhsReceived = lhsBlock - lhsBlock / splits.cols;
+  const std::uint64_t rhsReceived = rhsBlock - rhsBlock / splits.rows;
+  const std::uint64_t bus = params.tilesPerExchangeBus;
+  const std::uint64_t lhsShare =
+      shared == SharedOperand::Lhs && splits.cols % bus == 0 ? bus : 1;
+  const std::uint64_t rhsShare =
+      shared == SharedOperand::Rhs && splits.rows % bus == 0 ? bus : 1;
+  const std::uint64_t both = lhsShare * rhsShare; // one of the two is 1
+  cost.exchange = ceilDiv((lhsReceived * rhsShare + rhsReceived * lhsShare) *
+                              params.elementBytes,
+                          params.exchangeBytesPerCycle * both) +
+                  params.syncCycles;
+  // Temporary bytes as Poplibs' planner counts them: the larger of the convolution phase (the
+  // tile's whole operand blocks, copied in, and its float partials) and the reduction phase
+  // (the partials, and the shares of the other tiles' partials it receives).
+  const std::uint64_t partials = gB * mB * nB * params.partialBytesPerElement;
+  const std::uint64_t convolving = (lhsBlock + rhsBlock) * params.elementBytes + partials;
+  std::uint64_t reducing = 0;
   if (splits.inner > 1) {
     // Each of the gK tiles of an output block sums one share of it: it receives that share's
-    // partials from the other gK - 1 tiles, and holds its own partial block meanwhile.
+    // partials from the other gK - 1 tiles.
     const std::uint64_t share = ceilDiv(gB * mB * nB, splits.inner);
-    const std::uint64_t partials = share * (splits.inner - 1);
-    cost.reduction =
-        ceilDiv(partials * params.partialBytesPerElement, params.exchangeBytesPerCycle) +
-        params.syncCycles;
-    cost.tempBytes += partials * params.partialBytesPerElement;
+    const std::uint64_t received = share * (splits.inner - 1) * params.partialBytesPerElement;
+    cost.reduction = ceilDiv(received, params.exchangeBytesPerCycle) + params.syncCycles;
+    reducing = partials + received;
   }
+  cost.tempBytes = std::max(convolving, reducing);
   return cost;
+}
+
+} // namespace
+
+MatmulCost partitionCost(const MatmulShape &shape, const MatmulSplits &splits,
+                         const TileParams &params, SharedOperand shared) {
+  // Poplibs splits the output channels serially (the rows here: Poplibs runs a matmul with
+  // its operands swapped) when no parallel split alone fits the temporary-memory bound: the
+  // fewest steps that do, each a partition of its share of the rows that receives the whole
+  // RHS block again. Without one that fits, the steps of least temporary memory.
+  MatmulCost best;
+  std::uint64_t bestSteps = 0;
+  const std::uint64_t most =
+      std::min<std::uint64_t>(kMaxSerialSteps, ceilDiv(shape.rows, splits.rows));
+  for (std::uint64_t steps = 1; steps <= most; ++steps) {
+    MatmulShape step = shape;
+    step.rows = ceilDiv(shape.rows, steps);
+    if (step.rows < splits.rows) {
+      break;
+    }
+    const MatmulCost cost = stepCost(step, splits, params, shared);
+    if (bestSteps == 0 || cost.tempBytes < best.tempBytes) {
+      best = cost;
+      bestSteps = steps;
+    }
+    if (cost.tempBytes <= params.tempBytesLimit) {
+      break;
+    }
+  }
+  best.compute *= bestSteps;
+  best.exchange *= bestSteps;
+  // the steps' partial sums, and each further step's syncs
+  best.reduction = best.reduction * bestSteps + (bestSteps - 1) * params.syncCycles;
+  best.serial = bestSteps;
+  return best;
+}
+
+SharedOperand sharedOperand(const PassAxes &axes) {
+  checkPass(axes);
+  return axes[0] == 0 ? SharedOperand::Rhs : axes[2] == 0 ? SharedOperand::Lhs
+                                                          : SharedOperand::None;
 }
 
 MatmulShape passShape(const MatmulShape &cube, const PassAxes &axes) {
@@ -182,7 +240,8 @@ std::vector<MatmulSplits> matmulCandidates(const MatmulShape &cube,
           std::uint64_t cycles = 0;
           std::uint64_t tempBytes = 0;
           for (std::size_t p = 0; p < passes.size(); ++p) {
-            const MatmulCost cost = partitionCost(shapes[p], passSplits(splits, passes[p]), params);
+            const MatmulCost cost = partitionCost(shapes[p], passSplits(splits, passes[p]),
+                                                  params, sharedOperand(passes[p]));
             cycles += cost.cycles();
             tempBytes = std::max(tempBytes, cost.tempBytes);
           }

@@ -22,8 +22,12 @@ struct TileParams {
   std::size_t syncCycles = 0;             // cycles of one BSP sync
   bool vertexCosts = true;                // matmul: Poplibs' vertex estimates, or peak MACs only
   // matmul plans: a tile's temporary bytes the plan may use (Poplibs'
-  // availableMemoryProportion of the tile); over it, the plan of least temporary memory
+  // availableMemoryProportion of the tile); over it, serial steps, or the plan of least
+  // temporary memory
   std::size_t tempBytesLimit = static_cast<std::size_t>(-1);
+  // tiles sharing one exchange bus (a Mk2 super tile: 2), which receive the same data
+  // together; 1: no sharing
+  std::size_t tilesPerExchangeBus = 1;
 
   // Throws std::invalid_argument (Python: ValueError) naming the first figure out of range.
   void check() const {
@@ -33,7 +37,8 @@ struct TileParams {
         {"grain_elements", grainElements},
         {"partial_bytes_per_element", partialBytesPerElement},
         {"exchange_bytes_per_cycle", exchangeBytesPerCycle},
-        {"macs_per_cycle", macsPerCycle}};
+        {"macs_per_cycle", macsPerCycle},
+        {"tiles_per_exchange_bus", tilesPerExchangeBus}};
     for (const auto &[name, value] : positive) {
       if (value == 0) {
         throw std::invalid_argument(std::string("tile parameter ") + name +

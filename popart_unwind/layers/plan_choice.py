@@ -257,8 +257,9 @@ def estimated_bytes(target: TileMachine, layer: FullyConnectedLayer,
     tensor, the update's copy of the weight gradient and Poplibs' rearrangements. Partial
     sums are left out, as the cost report leaves them out of its exchanged bytes (it
     counts them in cycles)."""
-    size = target.dtype_size(layer.fwd.input(0).dtype)
-    received = sum(broadcast_elements(plan) for plan in option.plans)
+    dtype = layer.fwd.input(0).dtype
+    size = target.dtype_size(dtype)
+    received = sum(broadcast_elements(target, plan, dtype) for plan in option.plans)
     if option.joint:
         return received * size
     updated = _updates_weights(layer, option)

@@ -66,7 +66,7 @@ class LayerPlans:
 
 def pass_cost(target: TileMachine, plan: MatmulPlan, dtype: str) -> MatmulCost:
     """What one pass costs under its plan (its own matmul cut as the plan says)."""
-    return target.matmul_cost(*plan.dims, dtype, plan.own_partition)
+    return target.matmul_cost(*plan.dims, dtype, plan.own_partition, plan.shared_operand)
 
 
 def joint_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
@@ -105,13 +105,23 @@ def rearranged_elements(cube: tuple[int, int, int, int], fc_pass: str) -> int:
     return {"TRAINING_BWD": g * m * n, "TRAINING_WU": g * k * n}.get(fc_pass, 0)
 
 
-def broadcast_elements(plan: MatmulPlan) -> int:
+def broadcast_elements(target: TileMachine, plan: MatmulPlan, dtype: str) -> int:
     """Elements the tiles of ``plan`` receive of its op's two operands when each lies in
     the plan's own layout: every element of the LHS block goes to the other tiles of its
-    column split, every element of the RHS block to the other tiles of its row split."""
+    column split, every element of the RHS block to the other tiles of its row split, once
+    per serial step. The operand its cube's row split reads in neighbouring pairs
+    (``MatmulPlan.shared_operand``), when that split is even and the plan starts on a super
+    tile, reaches each pair once: half the split's count."""
     g, m, k, n = plan.dims
     own = plan.own_partition
-    return g * m * k * (own.cols - 1) + g * k * n * (own.rows - 1)
+    lhs_readers, rhs_readers = own.cols - 1, own.rows - 1
+    pair = target.tiles_per_exchange_bus if plan.start_tile % 2 == 0 else 1
+    if pair == 2 and plan.shared_operand == "rhs" and own.rows % 2 == 0:
+        rhs_readers = own.rows // 2
+    if pair == 2 and plan.shared_operand == "lhs" and own.cols % 2 == 0:
+        lhs_readers = own.cols // 2
+    steps = target.matmul_cost(*plan.dims, dtype, own, plan.shared_operand).serial
+    return g * m * k * lhs_readers + g * k * n * rhs_readers * steps
 
 
 def poplibs_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,

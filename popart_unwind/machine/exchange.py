@@ -508,6 +508,26 @@ def reader_need(runs_per_block: np.ndarray, held_elements: np.ndarray,
     return ExchangeNeed(received, regions)
 
 
+def shared_bus_need(need: ExchangeNeed, held_elements: np.ndarray, block_sizes: np.ndarray,
+                    tile_block: np.ndarray, element_bytes: int) -> ExchangeNeed:
+    """``need`` of readers paired on super tiles (tiles 2i and 2i + 1 reading one block):
+    the elements of the block neither holds reach both together over their shared exchange
+    bus, at twice a tile's rate, so each is charged half of them (Poplibs'
+    ExchangeEstimator doubles the rate alike). What a tile receives from its partner, or
+    the partner from it, is charged in full. Regions are left as counted."""
+    readers = np.flatnonzero(tile_block >= 0)
+    partners = readers ^ 1
+    paired = (partners < tile_block.size)
+    readers, partners = readers[paired], partners[paired]
+    paired = tile_block[partners] == tile_block[readers]
+    readers, partners = readers[paired], partners[paired]
+    neither = (block_sizes[tile_block[readers]] - held_elements[readers]
+               - held_elements[partners])
+    received = np.asarray(need.received_bytes, np.int64).copy()
+    received[readers] -= np.maximum(neither, 0) * element_bytes // 2
+    return ExchangeNeed(received, np.asarray(need.regions, np.int64))
+
+
 def axis_bounds(size: int, count: int) -> np.ndarray:
     """Where an axis of ``size`` cut into ``count`` parts is cut: ``floor(p * size / count)``
     for p = 0 .. count (the matmul partition model's cut)."""
@@ -522,15 +542,15 @@ def axis_parts(size: int, count: int) -> np.ndarray:
 
 def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) -> np.ndarray:
     """For each tile, the block of matmul ``operand`` it reads under a partition ``plan``,
-    -1 for tiles the plan leaves idle. Tile ((g * gM + m) * gN + n) * gK + k reads LHS block
+    -1 for tiles the plan leaves idle. Tile ((g * gK + k) * gN + n) * gM + m reads LHS block
     (g, m, k), RHS block (g, k, n) and, in a pass that shares the partition and reads the
     output, output block (g, m, n)."""
     used = plan.tiles_used
     tile = np.arange(used)
-    k = tile % plan.inner
-    n = (tile // plan.inner) % plan.cols
-    m = (tile // (plan.inner * plan.cols)) % plan.rows
-    g = tile // (plan.inner * plan.cols * plan.rows)
+    m = tile % plan.rows
+    n = (tile // plan.rows) % plan.cols
+    k = (tile // (plan.rows * plan.cols)) % plan.inner
+    g = tile // (plan.rows * plan.cols * plan.inner)
     if operand == "lhs":
         block = (g * plan.rows + m) * plan.inner + k
     elif operand == "rhs":

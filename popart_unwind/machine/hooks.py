@@ -64,10 +64,11 @@ def matmul_candidates(params: _hooks.TileParams, cube: tuple[int, int, int, int]
 
 
 def matmul_cost(params: _hooks.TileParams, dims: tuple[int, int, int, int],
-                partition: MatmulPartition) -> MatmulCost:
-    """What the grouped matmul ``dims`` costs cut as ``partition``."""
+                partition: MatmulPartition, shared: str = "rhs") -> MatmulCost:
+    """What the grouped matmul ``dims`` costs cut as ``partition`` (``shared``: the operand
+    read over shared exchange buses, "lhs", "rhs" or "none")."""
     return MatmulCost(*_call("matmul cost", _hooks.matmul_cost, params, dims,
-                             partition.as_tuple()))
+                             partition.as_tuple(), shared))
 
 
 def matmul_tiles(params: _hooks.TileParams, dims: tuple[int, int, int, int],

@@ -45,7 +45,9 @@ class MatmulPartition:
 
     ``groups`` (gG), ``rows`` (gM, the convolution's batch), ``inner`` (gK, the reduced input
     channels) and ``cols`` (gN, the output channels). Tile (g, m, k, n) computes one part; its
-    index is ``((g * gM + m) * gN + n) * gK + k``.
+    index is ``((g * gK + k) * gN + n) * gM + m``: the row split innermost, as Poplibs orders
+    a plan's tiles, so the gM tiles reading one RHS block are neighbours (pairs of them share
+    a super tile's exchange bus).
     """
 
     groups: int
@@ -76,12 +78,15 @@ class MatmulCost:
     """What one matmul partition costs on its busiest tile (lib/poplin/ConvModel.cpp's terms,
     simplified; docs/ipu-model.md): multiply-accumulates, the exchange of the operand parts
     a tile does not hold (with a sync), the exchange of partial sums when the inner axis is
-    split (with a sync), and the temporary bytes a tile holds for both."""
+    split (with a sync), and the temporary bytes a tile holds in the larger of the two
+    phases. ``serial``: the steps Poplibs would run it in to fit its temporary-memory bound
+    (each term is their total; the reduction term also holds each further step's sync)."""
 
     compute_cycles: int
     exchange_cycles: int
     reduction_cycles: int
     temp_bytes: int
+    serial: int = 1
 
     @property
     def cycles(self) -> int:
@@ -91,7 +96,8 @@ class MatmulCost:
         return MatmulCost(self.compute_cycles + other.compute_cycles,
                           self.exchange_cycles + other.exchange_cycles,
                           self.reduction_cycles + other.reduction_cycles,
-                          max(self.temp_bytes, other.temp_bytes))
+                          max(self.temp_bytes, other.temp_bytes),
+                          max(self.serial, other.serial))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +144,14 @@ class MatmulPlan:
         """The partition as the op's own matmul sees it."""
         return MatmulPartition(self.partition.groups,
                                *(self.partition.split(axis) for axis in self.axes))
+
+    @property
+    def shared_operand(self) -> str:
+        """The op's operand that is the cube's RHS, which the tiles of the cube's row split
+        read as neighbouring pairs (over shared exchange buses when that split is even):
+        "rhs" when the op's rows are the cube's (a forward or backward pass, a matmul
+        planned alone), "lhs" when its columns are, else "none" (a weight update)."""
+        return {self.axes[0]: "rhs", self.axes[2]: "lhs"}.get("m", "none")
 
     def cube_tensor(self, operand: str) -> tuple[str, bool]:
         """Which cube tensor the op's ``operand`` is (:func:`cube_tensor`)."""
@@ -212,17 +226,28 @@ def plan_operand_tiles(target: TileMachine, plan: MatmulPlan, operand: str,
 def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dtype: str,
                          tiles: np.ndarray) -> ExchangeNeed:
     """What the tiles of ``plan`` receive of its op's ``operand`` laid out as ``tiles``
-    (flat, the op's own grouped orientation)."""
+    (flat, the op's own grouped orientation). The plan's pairs of tiles share exchange buses
+    when it starts on an even tile (a super tile's first); a plan run in serial steps
+    receives its RHS once per step (``MatmulCost.serial``)."""
     name, transposed = plan.cube_tensor(operand)
     cube_tiles = _cube_oriented(np.asarray(tiles).reshape(-1), plan, name, transposed,
                                 to_cube=True)
+    shared = plan.start_tile % 2 == 0
     if not plan.start_tile:
-        return target.matmul_readers(*plan.cube, dtype, name, cube_tiles, plan.partition)
-    # A start tile relabels the tiles: count in the plan's own labels, then move back.
-    own = rotated_tiles(cube_tiles, -plan.start_tile, target.num_tiles)
-    need = target.matmul_readers(*plan.cube, dtype, name, own, plan.partition)
-    return ExchangeNeed(*(rotated_per_tile(values, plan.start_tile)
-                          for values in need.arrays()))
+        need = target.matmul_readers(*plan.cube, dtype, name, cube_tiles, plan.partition,
+                                     shared)
+    else:
+        # A start tile relabels the tiles: count in the plan's own labels, then move back.
+        own = rotated_tiles(cube_tiles, -plan.start_tile, target.num_tiles)
+        moved = target.matmul_readers(*plan.cube, dtype, name, own, plan.partition, shared)
+        need = ExchangeNeed(*(rotated_per_tile(values, plan.start_tile)
+                              for values in moved.arrays()))
+    if operand == "rhs":
+        steps = target.matmul_cost(*plan.dims, dtype, plan.own_partition,
+                                   plan.shared_operand).serial
+        if steps > 1:
+            need = ExchangeNeed(need.received_bytes * steps, need.regions * steps)
+    return need
 
 
 def rotated_tiles(tiles: np.ndarray, start_tile: int, num_tiles: int) -> np.ndarray:
@@ -271,6 +296,12 @@ class TileMachine(abc.ABC):
     @abc.abstractmethod
     def reset(self) -> None:
         """Restart the linear mapper's rotation at tile 0."""
+
+    @property
+    def tiles_per_exchange_bus(self) -> int:
+        """Tiles that receive the same data together over one shared exchange bus (1: none
+        share)."""
+        return 1
 
     @abc.abstractmethod
     def dtype_size(self, dtype: str) -> int:
@@ -341,8 +372,10 @@ class TileMachine(abc.ABC):
 
     @abc.abstractmethod
     def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                    partition: MatmulPartition) -> MatmulCost:
-        """What [G,M,K] x [G,K,N] costs cut as ``partition``."""
+                    partition: MatmulPartition, shared: str = "rhs") -> MatmulCost:
+        """What [G,M,K] x [G,K,N] costs cut as ``partition``; ``shared``: its operand read
+        over shared exchange buses where its split is even (``MatmulPlan.shared_operand``;
+        "rhs" for a matmul planned alone)."""
 
     @abc.abstractmethod
     def rearrangement_cycles(self, elements: int, dtype: str, tiles_used: int) -> int:
@@ -359,11 +392,13 @@ class TileMachine(abc.ABC):
     @abc.abstractmethod
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                        operand: str, tiles: np.ndarray,
-                       partition: MatmulPartition | None = None) -> ExchangeNeed:
+                       partition: MatmulPartition | None = None,
+                       shared_buses: bool = True) -> ExchangeNeed:
         """What the tiles of a matmul cut as ``partition`` receive of ``operand`` laid out
         as ``tiles`` (in grouped [G,M,K] / [G,K,N] / [G,M,N] order) before they compute:
         "lhs" and "rhs" as read by the matmul itself, "output" as read by a pass sharing
-        the partition, whose tiles read output block (g, m, n) along the inner split."""
+        the partition, whose tiles read output block (g, m, n) along the inner split.
+        ``shared_buses``: the partition's tile pairs are super tiles."""
 
     @abc.abstractmethod
     def chosen_plan(self, key: tuple[str, int]) -> MatmulPlan | None:

@@ -30,6 +30,10 @@ IPU_LINK_BYTES_PER_CYCLE = 237
 #: An exchange step's syncs on one IPU: two of 118 cycles each, as measured on a Mk2 IPU by
 #: the ELK artifact's cost model (docs/ipu-model.md).
 SYNC_CYCLES = 2 * 118
+#: Tiles sharing one exchange bus on a Mk2 IPU (a super tile): Poplibs' planner doubles the
+#: rate at which a convolution's input reaches an even split of its output channels, whose
+#: tiles it orders in pairs (lib/poplin/ExchangeEstimator.hpp, ``getTilesPerSharedExchangeBus``).
+TILES_PER_EXCHANGE_BUS = 2
 #: Worker contexts of a tile: a supervisor vertex splits its elements over them, and each
 #: runs at a sixth of the tile's issue rate (Poplibs' cycle estimates count them so).
 WORKER_CONTEXTS = 6
@@ -103,6 +107,10 @@ class IpuModel:
     temporary data (Poplibs' option, 0.6 by default): its planner takes the quickest
     partition within it, or the one of least temporary memory when none is (0: always).
 
+    ``tiles_per_exchange_bus``: tiles that share one exchange bus (a Mk2 super tile: 2),
+    so that the two receive the same data together, each at the rate of one; 1 disables
+    the sharing (only pairs are modelled).
+
     ``ipus``: how many such IPUs the machine joins (an IPU-M2000 holds 4).
     ``ipu_link_bytes_per_cycle`` and ``ipu_copy_sync_cycles``: what an IpuCopy between two
     of them costs (``ipu_copy_cycles``).
@@ -122,6 +130,7 @@ class IpuModel:
     ipu_copy_sync_cycles: int = IPU_COPY_SYNC_CYCLES
     vertex_costs: bool = True
     available_memory_proportion: float = AVAILABLE_MEMORY_PROPORTION
+    tiles_per_exchange_bus: int = TILES_PER_EXCHANGE_BUS
     dtype_sizes: Mapping[str, int] = field(default_factory=lambda: DTYPE_SIZES, hash=False)
 
     def __post_init__(self) -> None:
@@ -131,6 +140,9 @@ class IpuModel:
             _check_int(name, getattr(self, name), 1)
         for name in ("sync_cycles", "min_bytes_per_tile", "ipu_copy_sync_cycles"):
             _check_int(name, getattr(self, name), 0)
+        if self.tiles_per_exchange_bus not in (1, 2):
+            raise TargetError(f"IpuModel.tiles_per_exchange_bus must be 1 or 2 (the model "
+                              f"pairs tiles), got {self.tiles_per_exchange_bus!r}")
         check_proportion(self.available_memory_proportion,
                          "IpuModel.available_memory_proportion", TargetError)
         if not isinstance(self.vertex_costs, bool):
@@ -225,4 +237,5 @@ def _tile_params(model: IpuModel, dtype: str) -> _hooks.TileParams:
         exchange_bytes_per_cycle=model.exchange_bytes_per_cycle,
         macs_per_cycle=model.macs_per_cycle(dtype), sync_cycles=model.sync_cycles,
         vertex_costs=model.vertex_costs,
-        temp_bytes_limit=int(model.available_memory_proportion * model.bytes_per_tile))
+        temp_bytes_limit=int(model.available_memory_proportion * model.bytes_per_tile),
+        tiles_per_exchange_bus=model.tiles_per_exchange_bus)

@@ -28,6 +28,7 @@ from popart_unwind.machine.exchange import (
     most_read_tiles,
     read_need,
     reader_need,
+    shared_bus_need,
 )
 from popart_unwind.machine.interface import (
     MATMUL_OPERANDS,
@@ -181,10 +182,10 @@ class TileTarget(TileMachine):
         return list(_candidates(self.model, dims, dtype, axes, count))
 
     def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                    partition: MatmulPartition) -> MatmulCost:
+                    partition: MatmulPartition, shared: str = "rhs") -> MatmulCost:
         self.dtype_size(dtype)
         return hooks.matmul_cost(self.model.tile_params(dtype),
-                                 _matmul_dims(groups, rows, inner, cols), partition)
+                                 _matmul_dims(groups, rows, inner, cols), partition, shared)
 
     def rearrangement_cycles(self, elements: int, dtype: str, tiles_used: int) -> int:
         """Poplibs' estimate of rearranging a convolution operand or result
@@ -209,15 +210,23 @@ class TileTarget(TileMachine):
             lambda: hooks.matmul_tiles(self.model.tile_params(dtype), dims, partition,
                                        operand))
 
+    @property
+    def tiles_per_exchange_bus(self) -> int:
+        return self.model.tiles_per_exchange_bus
+
     def matmul_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
                        operand: str, tiles: np.ndarray,
-                       partition: MatmulPartition | None = None) -> ExchangeNeed:
+                       partition: MatmulPartition | None = None,
+                       shared_buses: bool = True) -> ExchangeNeed:
         """Tile (g, m, k, n) reads LHS block (g, m, k), RHS block (g, k, n) and, in a pass
         sharing the partition, output block (g, m, n). An operand broadcast to more than
         ``REARRANGE_ABOVE_DESTINATIONS`` tiles is first copied into the plan's own layout
         (Poplibs' pre-convolution rearrangement), so it costs that copy — the elements not
         already where the plan wants them — plus the broadcast from the plan's layout; any
-        other operand is broadcast from where it lies. See docs/ipu-model.md."""
+        other operand is broadcast from where it lies. The RHS of an even row split reaches
+        the pairs of its readers on one super tile together (``shared_buses``: the plan's
+        tiles start on an even tile, so its pairs are super tiles). See
+        docs/ipu-model.md."""
         if operand not in MATMUL_OPERANDS:
             raise TargetError(f"matmul_readers: operand must be one of {MATMUL_OPERANDS}, got "
                               f"{operand!r}")
@@ -231,12 +240,12 @@ class TileTarget(TileMachine):
                               f"{[groups, rows, inner]} x {[groups, inner, cols]})")
         question = (*dims, dtype, operand, partition)
         if partition.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
-            return self._block_readers(*question, tiles)
+            return self._block_readers(*question, tiles, shared_buses)
         wanted = self.matmul_tiles(*dims, dtype, operand, partition)
         copied = read_need(wanted, None, tiles, self.dtype_size(dtype), self.num_tiles)
         received, regions = self.remembered(
-            ("broadcast", *dims, dtype, operand, partition.as_tuple()),
-            lambda: self._block_readers(*question, wanted).arrays())
+            ("broadcast", *dims, dtype, operand, partition.as_tuple(), shared_buses),
+            lambda: self._block_readers(*question, wanted, shared_buses).arrays())
         return copied + ExchangeNeed(received, regions)
 
     def _partition(self, dims: tuple[int, int, int, int], dtype: str,
@@ -256,18 +265,25 @@ class TileTarget(TileMachine):
         return partition
 
     def _block_readers(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                       operand: str, partition: MatmulPartition,
-                       tiles: np.ndarray) -> ExchangeNeed:
+                       operand: str, partition: MatmulPartition, tiles: np.ndarray,
+                       shared_buses: bool) -> ExchangeNeed:
         """Each reading tile receives the elements of its block it does not hold, in as
         many regions as the block has runs from one source tile, less those it holds
-        (an operand element lies in one block; ``exchange.block_need`` for any blocks)."""
+        (an operand element lies in one block; ``exchange.block_need`` for any blocks).
+        With ``shared_buses``, the RHS of an even row split reaches each super tile's pair
+        of readers together (``exchange.shared_bus_need``)."""
         *parts, splits, block_sizes, tile_block = self.remembered(
             ("readers", groups, rows, inner, cols, dtype, operand, partition.as_tuple()),
             lambda: self._reader_layout(groups, rows, inner, cols, operand, partition))
         runs_per_block, held_elements, held_runs = hooks.grid_reader_counts(
             tiles, parts, splits, tile_block, block_sizes.size)
-        return reader_need(runs_per_block, held_elements, held_runs, block_sizes,
+        need = reader_need(runs_per_block, held_elements, held_runs, block_sizes,
                            tile_block, self.dtype_size(dtype), self.num_tiles)
+        pair = self.tiles_per_exchange_bus
+        if shared_buses and operand == "rhs" and pair > 1 and partition.rows % pair == 0:
+            need = shared_bus_need(need, held_elements, block_sizes, tile_block,
+                                   self.dtype_size(dtype))
+        return need
 
     def _reader_layout(self, groups: int, rows: int, inner: int, cols: int, operand: str,
                        partition: MatmulPartition) -> tuple[np.ndarray, ...]:

@@ -330,7 +330,8 @@ class ConvRule(LayoutRule):
         if geometry is None:
             return super().work(op, input_tiles, output_tiles, target)
         plan = self.plan(op, target)
-        cost = target.matmul_cost(*plan.dims, geometry.dtype, plan.own_partition)
+        cost = target.matmul_cost(*plan.dims, geometry.dtype, plan.own_partition,
+                                  plan.shared_operand)
         return OpWork(cost.compute_cycles, cost.reduction_cycles)
 
     def data_need(self, geometry: ConvGeometry, tiles: np.ndarray, target: TileMachine,

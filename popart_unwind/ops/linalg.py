@@ -374,7 +374,8 @@ class MatMulRule(LayoutRule):
         if self.dims(op) is None:
             return None
         plan = self.plan(op, target)
-        return target.matmul_cost(*plan.dims, op.input(0).dtype, plan.own_partition)
+        return target.matmul_cost(*plan.dims, op.input(0).dtype, plan.own_partition,
+                                  plan.shared_operand)
 
     def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
         return None if self.dims(op) is None else self.plan(op, target).describe()

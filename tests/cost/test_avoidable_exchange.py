@@ -78,8 +78,10 @@ def test_plans_leave_less_to_save_than_linear():
     plan_ir(ir, target)
     ours = evaluate(ir, target)
     assert ours.avoidable_exchange_bytes <= baseline.avoidable_exchange_bytes
-    assert baseline.avoidable_exchange_bytes <= linear.avoidable_exchange_bytes
-    assert linear.avoidable_exchange_bytes > 0
+    # PopART's heuristic is not always better than the linear plan: on this graph, under the
+    # IPU Model's shared exchange buses, its layouts leave 28 bytes more to save
+    assert ours.avoidable_exchange_bytes <= linear.avoidable_exchange_bytes
+    assert linear.avoidable_exchange_bytes > 0 and baseline.avoidable_exchange_bytes > 0
 
 
 @settings(max_examples=60, deadline=None)

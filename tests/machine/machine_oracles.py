@@ -82,27 +82,55 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def cost_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel
+def step_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel, shared: str
                 ) -> tuple[int, int, int, int]:
-    """(compute, exchange, reduction, temporary bytes) of the documented cost."""
+    """(compute, exchange, reduction, temporary bytes) of one step of the documented cost."""
     b, x, s = model.dtype_size("t"), model.exchange_bytes_per_cycle, model.sync_cycles
     partial = model.partial_bytes_per_element
     gb, mb = ceil_div(G, p.groups), ceil_div(M, p.rows)
     kb, nb = ceil_div(K, p.inner), ceil_div(N, p.cols)
     lhs, rhs = gb * mb * kb, gb * kb * nb
-    received = (lhs - lhs // p.cols) + (rhs - rhs // p.rows)
+    lhs_received, rhs_received = lhs - lhs // p.cols, rhs - rhs // p.rows
+    pair = model.tiles_per_exchange_bus
+    if shared == "rhs" and p.rows % pair == 0:  # the RHS arrives at `pair` times the rate
+        exchange = ceil_div(lhs_received * b * pair + rhs_received * b, x * pair) + s
+    elif shared == "lhs" and p.cols % pair == 0:  # the LHS does
+        exchange = ceil_div(lhs_received * b + rhs_received * b * pair, x * pair) + s
+    else:
+        exchange = ceil_div((lhs_received + rhs_received) * b, x) + s
     compute = ceil_div(gb * mb * kb * nb, model.macs_per_cycle("t"))
-    exchange = ceil_div(received * b, x) + s
-    reduction, temp = 0, received * b + gb * mb * nb * partial
+    partials = gb * mb * nb * partial
+    reduction, reducing = 0, 0
     if p.inner > 1:
         share = ceil_div(gb * mb * nb, p.inner)
         reduction = ceil_div(share * (p.inner - 1) * partial, x) + s
-        temp += share * (p.inner - 1) * partial
-    return compute, exchange, reduction, temp
+        reducing = partials + share * (p.inner - 1) * partial
+    return compute, exchange, reduction, max((lhs + rhs) * b + partials, reducing)
 
 
-def cycles_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel) -> int:
-    compute, exchange, reduction, _ = cost_oracle(G, M, K, N, p, model)
+def cost_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel, shared: str = "rhs"
+                ) -> tuple[int, int, int, int, int]:
+    """(compute, exchange, reduction, temporary bytes, serial steps) of the documented cost:
+    the fewest serial steps over the rows (at most 16, each keeping every row part) whose
+    temporary bytes fit the bound, else those of least temporary bytes."""
+    limit = int(model.available_memory_proportion * model.bytes_per_tile)
+    best = None
+    for steps in range(1, 17):
+        rows = ceil_div(M, steps)
+        if rows < p.rows:
+            break
+        cost = step_oracle(G, rows, K, N, p, model, shared)
+        if best is None or cost[3] < best[0][3]:
+            best = (cost, steps)
+        if cost[3] <= limit:
+            break
+    (compute, exchange, reduction, temp), steps = best
+    return (compute * steps, exchange * steps,
+            reduction * steps + (steps - 1) * model.sync_cycles, temp, steps)
+
+
+def cycles_oracle(G, M, K, N, p: MatmulPartition, model: IpuModel, shared: str = "rhs") -> int:
+    compute, exchange, reduction, _, _ = cost_oracle(G, M, K, N, p, model, shared)
     return compute + exchange + reduction
 
 

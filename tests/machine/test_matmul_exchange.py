@@ -28,24 +28,31 @@ def block_of(shape, splits, flat: int) -> int:
 
 def broadcast_oracle(shape, splits, plan, operand, tiles, num_tiles, size):
     """Each reading tile receives its block's elements held elsewhere; a region is a maximal
-    flat-contiguous stretch of one block on one source tile, not held by the reader."""
+    flat-contiguous stretch of one block on one source tile, not held by the reader. The
+    RHS of an even row split: tiles 2i and 2i + 1 read one block, and each is charged half
+    the bytes of its elements neither holds (they arrive over the pair's shared bus)."""
     blocks = [block_of(shape, splits, e) for e in range(tiles.size)]
     received = np.zeros(num_tiles, np.int64)
     regions = np.zeros(num_tiles, np.int64)
+    shared = operand == "rhs" and plan.rows % 2 == 0
     for tile in range(plan.tiles_used):
-        k = tile % plan.inner
-        n = (tile // plan.inner) % plan.cols
-        m = (tile // (plan.inner * plan.cols)) % plan.rows
-        g = tile // (plan.inner * plan.cols * plan.rows)
+        m = tile % plan.rows
+        n = (tile // plan.rows) % plan.cols
+        k = (tile // (plan.rows * plan.cols)) % plan.inner
+        g = tile // (plan.rows * plan.cols * plan.inner)
         block = {"lhs": (g * plan.rows + m) * plan.inner + k,
                  "rhs": (g * plan.inner + k) * plan.cols + n,
                  "output": (g * plan.rows + m) * plan.cols + n}[operand]
+        neither = 0
         for e in range(tiles.size):
             if blocks[e] != block or tiles[e] == tile:
                 continue
             received[tile] += size
+            neither += tiles[e] != tile ^ 1
             if e == 0 or blocks[e - 1] != block or tiles[e - 1] != tiles[e]:
                 regions[tile] += 1
+        if shared:
+            received[tile] -= neither * size // 2
     return received, regions
 
 

@@ -20,7 +20,7 @@ OPERAND_SHAPES = {"lhs": lambda G, M, K, N: (G, M, K), "rhs": lambda G, M, K, N:
 
 def tile_of(p: MatmulPartition, g: int, m: int, k: int, n: int) -> int:
     """The documented tile of part (g, m, k, n)."""
-    return ((g * p.rows + m) * p.cols + n) * p.inner + k
+    return ((g * p.inner + k) * p.cols + n) * p.rows + m
 
 
 @st.composite
@@ -134,15 +134,16 @@ def test_a_single_tile_holds_everything():
 
 
 def test_hand_checked_partition_layouts():
-    # [1, 2, 2] x [1, 2, 2] cut (1, 2, 1, 2): tile = m * 2 + n.
+    # [1, 2, 2] x [1, 2, 2] cut (1, 2, 1, 2): tile = n * 2 + m (the row split innermost).
     p = MatmulPartition(1, 2, 1, 2)
     assert p.tiles_used == 4
     assert (p.broadcast_destinations("lhs"), p.broadcast_destinations("rhs")) == (2, 2)
-    # LHS row m is read by tiles (m, n=0) and (m, n=1): one element each.
-    assert partition_tiles(1, 2, 2, 2, p, 4, "lhs").tolist() == [0, 1, 2, 3]
-    # RHS column n (elements n and 2 + n) is read by tiles (0, n) and (1, n).
-    assert partition_tiles(1, 2, 2, 2, p, 4, "rhs").tolist() == [0, 1, 2, 3]
-    assert partition_tiles(1, 2, 2, 2, p, 4, "output").tolist() == [0, 1, 2, 3]
+    # LHS row m is read by tiles (m, n=0) = m and (m, n=1) = 2 + m: one element each.
+    assert partition_tiles(1, 2, 2, 2, p, 4, "lhs").tolist() == [0, 2, 1, 3]
+    # RHS column n (elements n and 2 + n) is read by tiles (0, n) = 2n and (1, n) = 2n + 1,
+    # a pair of neighbours.
+    assert partition_tiles(1, 2, 2, 2, p, 4, "rhs").tolist() == [0, 2, 1, 3]
+    assert partition_tiles(1, 2, 2, 2, p, 4, "output").tolist() == [0, 2, 1, 3]
     # [1, 1, 4] x [1, 4, 1] cut (1, 1, 2, 1): the inner halves go to tiles 0 and 1. The one
     # output element is cut into two chunks at floor(j / 2): chunk 0 is empty, chunk 1 (k = 1)
     # holds it.

@@ -39,10 +39,11 @@ def test_partition_cost_is_the_documented_sum(G, M, K, N, data):
     tiles = data.draw(st.integers(1, 30))
     model = data.draw(cost_models(tiles))
     partition = data.draw(st.sampled_from(list(all_partitions(G, M, K, N, tiles))))
-    cost = TileTarget(model).matmul_cost(G, M, K, N, "t", partition)
+    shared = data.draw(st.sampled_from(["lhs", "rhs", "none"]))
+    cost = TileTarget(model).matmul_cost(G, M, K, N, "t", partition, shared)
     assert (cost.compute_cycles, cost.exchange_cycles, cost.reduction_cycles,
-            cost.temp_bytes) == cost_oracle(G, M, K, N, partition, model)
-    assert cost.cycles == cycles_oracle(G, M, K, N, partition, model)
+            cost.temp_bytes, cost.serial) == cost_oracle(G, M, K, N, partition, model, shared)
+    assert cost.cycles == cycles_oracle(G, M, K, N, partition, model, shared)
 
 
 @settings(max_examples=80, deadline=None)
@@ -56,7 +57,8 @@ def test_candidates_are_the_cheapest_partitions_for_their_passes(G, M, K, N, dat
 
     def summed(partition):
         return sum(cycles_oracle(*pass_dims(cube, axes), pass_partition(partition, axes),
-                                 model) for axes in passes)
+                                 model, MatmulPlan(cube, partition, axes).shared_operand)
+                   for axes in passes)
 
     expected = sorted(all_partitions(*cube, tiles),
                       key=lambda p: (summed(p), p.tiles_used, p.as_tuple()))[:count]

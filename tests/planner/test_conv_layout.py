@@ -155,8 +155,8 @@ def block_readers_oracle(geometry, plan, tiles, size, num_tiles):
         key = (part(g, groups, plan.groups), part(m, rows, plan.rows),
                part(k, inner, plan.inner))
         blocks.setdefault(key, set()).add(e)
-    readers = {t: (t // (plan.inner * plan.cols * plan.rows),
-                   (t // (plan.inner * plan.cols)) % plan.rows, t % plan.inner)
+    readers = {t: (t // (plan.rows * plan.cols * plan.inner), t % plan.rows,
+                   (t // (plan.rows * plan.cols)) % plan.inner)
                for t in range(plan.tiles_used)}
     return blocks_received(blocks, readers, tiles, size, num_tiles)
 

@@ -102,8 +102,8 @@ def readers_oracle(reads, dims, plan, tiles, size, num_tiles):
         blocks.setdefault(key, set()).add(e)
     received, regions = np.zeros(num_tiles, np.int64), np.zeros(num_tiles, np.int64)
     for t in range(plan.tiles_used):
-        key = (t // (plan.inner * plan.cols * plan.rows),
-               (t // (plan.inner * plan.cols)) % plan.rows, t % plan.inner)
+        key = (t // (plan.rows * plan.cols * plan.inner), t % plan.rows,
+               (t // (plan.rows * plan.cols)) % plan.inner)
         elements = sorted(blocks.get(key, ()))
         received[t] = sum(tiles[e] != t for e in elements) * size
         regions[t] = sum(tiles[e] != t and (i == 0 or e != elements[i - 1] + 1

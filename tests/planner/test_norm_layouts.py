@@ -327,10 +327,11 @@ def batch_norm_ir(training: bool = False):
 
 def spread_target() -> TileTarget:
     """The small IPU under the IPU Model's former figures (compute at the peak rate alone, a
-    90-cycle sync), whose convolution plan spreads this layer's 16 channels over several
-    tiles; under Poplibs' vertex estimates it keeps them on one, leaving nothing to test."""
+    90-cycle sync, no shared exchange buses), whose convolution plan spreads this layer's 16
+    channels over several tiles; under Poplibs' vertex estimates it keeps them on one,
+    leaving nothing to test."""
     return TileTarget(IpuModel(tiles_per_ipu=16, min_bytes_per_tile=16, vertex_costs=False,
-                               sync_cycles=90))
+                               sync_cycles=90, tiles_per_exchange_bus=1))
 
 
 def test_batch_norm_operands_sit_with_their_channels_like_a_conv_bias():

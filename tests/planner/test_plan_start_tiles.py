@@ -53,12 +53,28 @@ def test_a_start_tile_moves_layouts_and_exchange_round_the_machine(cube, splits,
         at_zero = plan_operand_tiles(TARGET, plan, operand, "float32")
         assert np.array_equal(plan_operand_tiles(TARGET, later, operand, "float32"),
                               moved(at_zero, start))
+        # what the tiles receive moves with the plan by whole super tiles (an odd start
+        # splits each pair of tiles that shares an exchange bus: compare it with tile 1)
+        first = start % 2
         layout = rng.integers(0, TILES, at_zero.size)
-        need = plan_operand_readers(TARGET, plan, operand, "float32", layout)
+        need = plan_operand_readers(TARGET, plan.starting_at(first), operand, "float32",
+                                    moved(layout, first))
         need_later = plan_operand_readers(TARGET, later, operand, "float32",
                                           moved(layout, start))
         for values, values_later in zip(need.arrays(), need_later.arrays(), strict=True):
-            assert np.array_equal(values_later, np.roll(values, start))
+            assert np.array_equal(values_later, np.roll(values, start - first))
+
+
+def test_an_odd_start_tile_loses_the_shared_exchange_buses():
+    """The RHS of an even row split reaches each pair of its readers together only when
+    the pairs are super tiles: a plan started on an odd tile receives it in full."""
+    plan = MatmulPlan((1, 4, 8, 2), MatmulPartition(1, 2, 1, 1))
+    layout = np.full(16, 5)  # the whole RHS on a tile outside the plan
+    even = plan_operand_readers(TARGET, plan.starting_at(2), "rhs", "float32", layout)
+    odd = plan_operand_readers(TARGET, plan.starting_at(1), "rhs", "float32", layout)
+    assert np.array_equal(np.flatnonzero(even.received_bytes), [2, 3])
+    assert np.array_equal(np.flatnonzero(odd.received_bytes), [1, 2])
+    assert even.received_bytes.sum() * 2 == odd.received_bytes.sum() == 2 * 16 * 4
 
 
 @settings(max_examples=25, deadline=None)
@@ -119,9 +135,10 @@ def test_a_rotated_plan_is_costed_as_it_is_laid_out():
     leave its update nothing to move."""
     ir = training_step((64, 48, 32))
     ir.options = dataclasses.replace(ir.options, rotate_plan_start_tiles=True)
-    # the IPU Model's former figures (compute at the peak rate alone, a 90-cycle sync), under
-    # which the first layer is planned jointly
-    target = TileTarget(IpuModel(tiles_per_ipu=1024, vertex_costs=False, sync_cycles=90))
+    # the IPU Model's former figures (compute at the peak rate alone, a 90-cycle sync, no
+    # shared exchange buses), under which the first layer is planned jointly
+    target = TileTarget(IpuModel(tiles_per_ipu=1024, vertex_costs=False, sync_cycles=90,
+                                 tiles_per_exchange_bus=1))
     plan = plan_ir(ir, target, write=False)
     assert any(p.start_tile for p in plan.op_plans.values())
     cost = evaluate(ir, target, {(p.graph_id, p.tensor_id): p.tiles for p in plan.tensors},
