@@ -250,6 +250,19 @@ def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dt
     return need
 
 
+def layout_free_operand(target: TileMachine, plan: MatmulPlan, operand: str) -> bool:
+    """Whether the bytes ``plan``'s tiles receive of its op's ``operand`` total the same
+    wherever the operand lies: the cube's RHS broadcast from where it lies (at most
+    ``REARRANGE_ABOVE_DESTINATIONS`` readers, so no rearrangement copy) to an even row
+    split on super tiles. Each pair of readers then receives its block once between them
+    (what a tile holds its partner receives in full, what neither holds both receive at
+    half cost), so a layout only moves bytes between the two tiles of a pair."""
+    name, _ = plan.cube_tensor(operand)
+    rows = plan.partition.rows
+    return (name == "rhs" and target.tiles_per_exchange_bus == 2 and plan.start_tile % 2 == 0
+            and rows % 2 == 0 and rows <= REARRANGE_ABOVE_DESTINATIONS)
+
+
 def rotated_tiles(tiles: np.ndarray, start_tile: int, num_tiles: int) -> np.ndarray:
     """Tile ids moved ``start_tile`` tiles on, around the machine."""
     if not start_tile % num_tiles:

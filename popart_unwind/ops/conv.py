@@ -273,7 +273,8 @@ class ConvRule(LayoutRule):
             emitter.barrier(op)
             return
         graph, values = emitter.graph, emitter.valuations
-        operands = tie_created_operands(op, emitter, self.operand_tiles, ("data", "weights"))
+        operands = tie_created_operands(op, emitter, self.operand_tiles, self.plan,
+                                        ("data", "weights"))
         out = op.output(0)
         [product] = emitter.fixed_point(
             operands, [geometry.output_shape],
@@ -362,7 +363,7 @@ class ConvRule(LayoutRule):
         if geometry is None:
             return 0.0, 0.0
         score, bound = created_agreement(op, input_tiles, target, valuations.matmul,
-                                         self.operand_tiles)
+                                         self.operand_tiles, self.plan)
         if op.has_input(2):
             bound += valuations.bias * geometry.out_channels
             tiles = flat_tiles(input_tiles, 2)

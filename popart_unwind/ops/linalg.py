@@ -33,6 +33,7 @@ from popart_unwind.machine.interface import (
     MatmulCost,
     MatmulPlan,
     TileMachine,
+    layout_free_operand,
     plan_operand_readers,
     plan_operand_tiles,
 )
@@ -283,31 +284,50 @@ def matmul_groups(lhs: tuple[int, ...], rhs: tuple[int, ...]
 
 #: The layout a matmul-like op's creator gives its input ``index`` (flat tiles).
 Created = Callable[[Op, int, TileMachine], np.ndarray]
+#: The matmul plan computing a matmul-like op.
+PlanOf = Callable[[Op, TileMachine], MatmulPlan]
+
+#: The plan operand each of a matmul-like op's inputs 0 and 1 is.
+PLAN_OPERANDS = ("lhs", "rhs")
 
 
-def tie_created_operands(op: Op, emitter: UnwindEmitter, created: Created,
+def operand_value(op: Op, index: int, target: TileMachine, plan_of: PlanOf,
+                  value: float) -> float:
+    """What an element of input ``index`` laid out as its creator would put it is worth:
+    ``value``, or nothing when the plan's tiles receive the same bytes of it wherever it
+    lies (``layout_free_operand``: a weight broadcast to super-tile pairs), so the planner
+    may lay it out for its other readers at no cost to the matmul."""
+    plan = plan_of(op, target)
+    return 0.0 if layout_free_operand(target, plan, PLAN_OPERANDS[index]) else value
+
+
+def tie_created_operands(op: Op, emitter: UnwindEmitter, created: Created, plan_of: PlanOf,
                          names: tuple[str, str]) -> list[Any]:
     """Inputs 0 and 1 of a matmul-like op, each tied by a ``matmul`` pair to a Source with
-    the layout its creator makes (``created(op, index, target)``); their unwind tensors."""
+    the layout its creator makes (``created(op, index, target)``), worth what
+    ``operand_value`` says; their unwind tensors."""
     operands = [emitter.tensor(op.input(i)) for i in (0, 1)]
     for index, operand in enumerate(operands):
         source = emitter.source(
             op.input(index), lambda target, index=index: created(op, index, target),
             f"{op.debug_name()} {names[index]}")
-        emitter.graph.valued_pair(operand, source, emitter.valuations.matmul)
+        value = operand_value(op, index, emitter.target, plan_of, emitter.valuations.matmul)
+        emitter.graph.valued_pair(operand, source, value)
     return operands
 
 
 def created_agreement(op: Op, input_tiles: InputTiles, target: TileMachine, value: float,
-                      created: Created) -> tuple[float, float]:
-    """The ``matmul`` pairs of inputs 0 and 1 scored on concrete tiles: (value x elements
-    where each lies as its creator would put it, value x elements)."""
+                      created: Created, plan_of: PlanOf) -> tuple[float, float]:
+    """The ``matmul`` pairs of inputs 0 and 1 scored on concrete tiles: (what the elements
+    lying as their creator would put them are worth, what all are worth), each element
+    worth ``operand_value``."""
     score = bound = 0.0
     for index in (0, 1):
-        bound += value * op.input(index).nelms()
+        worth = operand_value(op, index, target, plan_of, value)
+        bound += worth * op.input(index).nelms()
         tiles = flat_tiles(input_tiles, index)
-        if tiles is not None:
-            score += value * count_equal(tiles, created(op, index, target))
+        if tiles is not None and worth:
+            score += worth * count_equal(tiles, created(op, index, target))
     return score, bound
 
 
@@ -445,7 +465,8 @@ class MatMulRule(LayoutRule):
             emitter.barrier(op)
             return
         graph, values = emitter.graph, emitter.valuations
-        operands = tie_created_operands(op, emitter, self.operand_tiles, ("lhs", "rhs"))
+        operands = tie_created_operands(op, emitter, self.operand_tiles, self.plan,
+                                        ("lhs", "rhs"))
         out = op.output(0)
         [product] = emitter.fixed_point(operands, [known_shape(op, out)],
                                         [lambda target: self._product_tiles(op, target)],
@@ -502,10 +523,11 @@ class MatMulRule(LayoutRule):
             return 0.0, 0.0
         score = bound = 0.0
         for index in (0, 1):  # the created_agreement of the operands, without copies
-            bound += valuations.matmul * op.input(index).nelms()
+            worth = operand_value(op, index, target, self.plan, valuations.matmul)
+            bound += worth * op.input(index).nelms()
             tiles = flat_tiles(input_tiles, index)
-            if tiles is not None:
-                score += valuations.matmul * self._agreeing(op, index, tiles, target)
+            if tiles is not None and worth:
+                score += worth * self._agreeing(op, index, tiles, target)
         bias = self.bias(op)
         if bias is not None:
             out_shape, shape = known_shape(op, op.output(0)), known_shape(op, bias)

@@ -11,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget
-from popart_unwind.machine.interface import REARRANGE_ABOVE_DESTINATIONS
+from popart_unwind.machine.interface import (
+    REARRANGE_ABOVE_DESTINATIONS,
+    MatmulPlan,
+    layout_free_operand,
+)
 
 
 def _part(index: int, size: int, parts: int) -> int:
@@ -140,3 +144,28 @@ def test_a_rearranged_operand_in_the_wanted_layout_pays_only_the_broadcast():
     misplaced = int(np.count_nonzero(moved != wanted))
     # The copy into the plan's layout is the whole difference: one copy per misplaced element.
     assert bad.received_bytes.sum() - good.received_bytes.sum() == 2 * misplaced
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2), st.integers(2, 24), st.integers(1, 6), st.integers(1, 24),
+       st.sampled_from([2, 4, 6]), st.integers(1, 3), st.integers(0, 2**16))
+def test_a_layout_free_operand_costs_the_same_total_wherever_it_lies(g, m, k, n, rows, cols,
+                                                                       seed):
+    """``layout_free_operand``: the RHS of an even row split of at most seven tiles reaches
+    each super-tile pair once, so any layout gives the plan's tiles the same bytes in total
+    as the plan's own layout (per tile they may differ: a pair's two tiles share them)."""
+    target = TileTarget(IpuModel(tiles_per_ipu=64, min_bytes_per_tile=4, grain_bytes=4))
+    partition = MatmulPartition(g, min(rows, m), 1, min(cols, n))
+    plan = MatmulPlan((g, m, k, n), partition)
+    free = layout_free_operand(target, plan, "rhs")
+    assert free == (partition.rows % 2 == 0)
+    wanted = np.asarray(target.matmul_tiles(g, m, k, n, "float32", "rhs", partition))
+    tiles = np.random.default_rng(seed).integers(0, 64, wanted.size)
+    total = int(target.matmul_readers(g, m, k, n, "float32", "rhs", tiles,
+                                      partition).received_bytes.sum())
+    own = int(target.matmul_readers(g, m, k, n, "float32", "rhs", wanted,
+                                    partition).received_bytes.sum())
+    if free:
+        assert total == own
+    assert not layout_free_operand(target, plan, "lhs")
+    assert not layout_free_operand(target, plan.starting_at(1), "rhs")

@@ -120,6 +120,7 @@ def test_gemm_operand_scores_and_bound_are_those_of_the_transposed_layouts(
     """Agreement and the exchange bound compare a transposed operand through views; they
     count what comparing with ``operand_tiles`` (the transposed copy) counts."""
     from popart_unwind.machine import IpuModel, TileTarget
+    from popart_unwind.machine.interface import layout_free_operand
     from popart_unwind.options import UnwindValuations
 
     a = (k, m) if trans_a else (m, k)
@@ -131,8 +132,11 @@ def test_gemm_operand_scores_and_bound_are_those_of_the_transposed_layouts(
     tiles = [rng.integers(0, 8, size=int(np.prod(shape))).astype(np.int16) for shape in (a, b)]
     copies = [rule.operand_tiles(op, index, target) for index in (0, 1)]
     valuations = UnwindValuations()
-    expected = valuations.matmul * sum(int(np.count_nonzero(t == c))
-                                       for t, c in zip(tiles, copies, strict=True))
+    plan = rule.plan(op, target)
+    worth = [0.0 if layout_free_operand(target, plan, operand) else valuations.matmul
+             for operand in ("lhs", "rhs")]
+    expected = sum(w * int(np.count_nonzero(t == c))
+                   for w, t, c in zip(worth, tiles, copies, strict=True))
     assert rule.agreement(op, tiles, target, valuations)[0] == expected
     outputs = rule.output_tiles(op, tiles, target)
     bound = rule.least_received(op, tiles, outputs, {0, 1}, target)

@@ -20,6 +20,7 @@ from popart_unwind.frontends.builder import Builder
 from popart_unwind.ir.tile_mapping import tile_array
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.machine.exchange import reduction_groups
+from popart_unwind.machine.interface import MatmulPlan, layout_free_operand
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.registry import REGISTRY
 from popart_unwind.options import SessionOptions
@@ -166,10 +167,12 @@ def test_layer_norm_scale_and_bias_follow_the_normalised_tensor_like_a_bias():
     assert np.array_equal(tiles_of(ir, "scale"), wanted)
     assert np.array_equal(tiles_of(ir, "bias"), wanted)
     assert plan.objective == plan.upper_bound
-    # the pairs' bound: matmul pairs of x and w, and two bias pairs of 24 elements
+    # the pairs' bound: matmul pairs of x (w is broadcast to super-tile pairs, its layout
+    # worth nothing to the matmul) and two bias pairs of 24 elements
+    mm = fresh.matmul_plan(1, 16, 32, 24, "float32")
+    assert layout_free_operand(fresh, MatmulPlan((1, 16, 32, 24), mm), "rhs")
     valuations = ir.options.unwind_valuations
-    assert plan.upper_bound == valuations.matmul * (16 * 32 + 32 * 24) + \
-        2 * valuations.bias * 24
+    assert plan.upper_bound == valuations.matmul * 16 * 32 + 2 * valuations.bias * 24
     # the cost model scores the same pairs on tiles, and nothing is left to save there
     report = evaluate(ir, small_target())
     assert report.objective == report.upper_bound == plan.upper_bound
