@@ -237,3 +237,30 @@ def test_on_is_the_default():
     a = plan_ir(stacked_layers(), target)
     b = plan_ir(stacked_layers(), target, options=ON)
     assert a.mappings() == b.mappings()
+
+
+def shared_bias(rows: int = 8, width: int = 16):
+    """One bias added to two dense layers' outputs, which the plans lay out on different
+    tiles (different matmul shapes): a broadcast operand of two ops."""
+    b = Builder()
+    x = b.add_input_tensor("float32", [rows, width], "x")
+    z = b.add_input_tensor("float32", [2 * rows, 2 * width], "z")
+    bias = weight(b, (width,), "bias")
+    y1 = b.op("Add", [b.op("MatMul", [x, weight(b, (width, width), "w1")]), bias])
+    y2 = b.op("Add", [b.op("MatMul", [z, weight(b, (2 * width, width), "w2")]), bias])
+    b.add_output_tensor(y1)
+    b.add_output_tensor(y2)
+    return b.ir()
+
+
+def test_a_bias_of_two_ops_keeps_poplibs_rule_and_each_of_one_op_is_dealt():
+    """Dealing an operand round one op's readers leaves that op's exchange unchanged, but
+    not the other op's, whose readers differ: a shared operand is laid out by Poplibs' rule
+    (as PopART lays it out), which the balance option leaves alone."""
+    from popart_unwind.transforms.unwind_layouts.realize import shared_broadcasts
+
+    target = small_target(16)
+    on, off = (plan_ir(shared_bias(), target, options=options) for options in (ON, OFF))
+    np.testing.assert_array_equal(on.tensor("", "bias").tiles, off.tensor("", "bias").tiles)
+    assert len(shared_broadcasts(on.unwind_graph)) == 2  # one root per Add
+    assert not shared_broadcasts(plan_ir(stacked_layers(), target, options=ON).unwind_graph)

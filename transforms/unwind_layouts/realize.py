@@ -9,7 +9,13 @@ only when some element takes its origin there:
 - Barrier output: the IR op's rule's ``output_tiles`` (inputs passed lazily, computed only
   if read: a reduction lays its result out from its input's tiles, an unmodelled op maps
   its outputs linearly without reading them);
-- SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles;
+- SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles. With
+  ``balance_memory`` each element is dealt to any tile reading it, the least loaded first:
+  every reader then receives it once, whichever holds it. That holds for one reading op
+  only; a tensor broadcast by several ops (a bias shared by convolutions: its readers
+  differ from op to op) keeps Poplibs' own rule instead (the tile reading most of it, ties
+  the lowest), as PopART lays it out, since a reader of one op dealt at random is seldom
+  one of the next;
 - a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order;
   a Sink no path covers at all, whose reader gave it a layout of its own (a lookup's
   indices: ``Emitter.own_layouts``), that layout, over the least loaded tiles first;
@@ -36,7 +42,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, read_only_tiles, tile_dtype
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
-from popart_unwind.unwind import Solution, TensorId
+from popart_unwind.unwind import Solution, TensorId, UnwindGraph
 from popart_unwind.unwind.solution import Path, dependency_order
 
 from .emit import Emitter
@@ -44,6 +50,20 @@ from .emit import Emitter
 #: Layout-rule kinds whose barrier outputs are statistics (reductions' results, a batch
 #: norm's running statistics), laid out as ``popops::reduce`` lays its results out.
 STATISTICS_KINDS = frozenset({"reduction", "norm"})
+
+
+def shared_broadcasts(graph: UnwindGraph) -> frozenset[TensorId]:
+    """The SumLikeReduce roots whose broadcast operand, followed back through views, is
+    also another op's broadcast operand (each op's root is tied to its view of it)."""
+    roots_by_base: dict[TensorId, list[TensorId]] = {}
+    for pair in graph.valued_pairs():
+        for root, partner in ((pair.a, pair.b), (pair.b, pair.a)):
+            if graph.kind(root) == "sum_like_reduce":
+                while graph.kind(partner) == "view":
+                    partner = graph.node(partner).inputs[0]
+                roots_by_base.setdefault(partner, []).append(root)
+    return frozenset(root for roots in roots_by_base.values() if len(roots) > 1
+                     for root in roots)
 
 
 class _LazyInputs(Sequence):
@@ -88,6 +108,7 @@ class Realizer:
         self._tiles: dict[TensorId, np.ndarray | TileIntervals] = {}
         self._own: dict[TensorId, int] = {}  # sink -> number of linearly mapped elements
         self._busy: set[TensorId] = set()
+        self._shared_broadcasts = shared_broadcasts(self.graph)
         self._barrier_outputs: dict[int, list[np.ndarray]] = {}
 
     def realize_sinks(self, progress: Callable[[int, int], None] | None = None
@@ -140,9 +161,11 @@ class Realizer:
                 tiles = self._barrier(tensor)
             elif kind == "sum_like_reduce":
                 full = self.graph.node(tensor).inputs[0]
+                dealt = self.balance_memory and tensor not in self._shared_broadcasts
                 tiles = self.target.broadcast_operand_tiles(
                     self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
-                    preference=self._least_loaded_first(), any_reader=self.balance_memory)
+                    preference=self._least_loaded_first() if dealt else None,
+                    any_reader=dealt)
             elif self._statistics_partner(tensor):
                 tiles = self._off_statistics_tiles(tensor)
             else:
