@@ -12,10 +12,10 @@ only when some element takes its origin there:
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles. With
   ``balance_memory`` each element is dealt to any tile reading it, the least loaded first:
   every reader then receives it once, whichever holds it. That holds for one reading op
-  only; a tensor broadcast by several ops (a bias shared by convolutions: its readers
-  differ from op to op) keeps Poplibs' own rule instead (the tile reading most of it, ties
-  the lowest), as PopART lays it out, since a reader of one op dealt at random is seldom
-  one of the next;
+  only: of a tensor several ops broadcast (a bias shared by convolutions, a norm's scale
+  read by the forward pass and by its gradient), whose readers differ from op to op, each
+  element is dealt among the tiles reading it in the most of those ops
+  (``shared_broadcasts``);
 - a Sink's own (uncovered) elements: the target's rotating linear mapper, in flat order;
   a Sink no path covers at all, whose reader gave it a layout of its own (a lookup's
   indices: ``Emitter.own_layouts``), that layout, over the least loaded tiles first;
@@ -40,6 +40,11 @@ import numpy as np
 
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, read_only_tiles, tile_dtype
+from popart_unwind.machine.exchange import (
+    DENSE_COUNTS_MAX,
+    broadcast_index_view,
+    most_read_tiles,
+)
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.ops.layout_rule import output_layouts
 from popart_unwind.unwind import Solution, TensorId, UnwindGraph
@@ -52,18 +57,25 @@ from .emit import Emitter
 STATISTICS_KINDS = frozenset({"reduction", "norm"})
 
 
-def shared_broadcasts(graph: UnwindGraph) -> frozenset[TensorId]:
+def shared_broadcasts(graph: UnwindGraph) -> dict[TensorId, list[tuple[TensorId, np.ndarray]]]:
     """The SumLikeReduce roots whose broadcast operand, followed back through views, is
-    also another op's broadcast operand (each op's root is tied to its view of it)."""
-    roots_by_base: dict[TensorId, list[TensorId]] = {}
+    also another op's broadcast operand (each op's root is tied to its view of it): for
+    each, every root of that operand with, per root element, the operand element it is
+    (the views' chains applied to the operand's flat indices)."""
+    groups: dict[TensorId, list[tuple[TensorId, np.ndarray]]] = {}
     for pair in graph.valued_pairs():
         for root, partner in ((pair.a, pair.b), (pair.b, pair.a)):
-            if graph.kind(root) == "sum_like_reduce":
-                while graph.kind(partner) == "view":
-                    partner = graph.node(partner).inputs[0]
-                roots_by_base.setdefault(partner, []).append(root)
-    return frozenset(root for roots in roots_by_base.values() if len(roots) > 1
-                     for root in roots)
+            if graph.kind(root) != "sum_like_reduce":
+                continue
+            views = []
+            while graph.kind(partner) == "view":
+                views.append(graph.node(partner).chain)
+                partner = graph.node(partner).inputs[0]
+            index = np.arange(graph.numel(partner)).reshape(graph.shape(partner))
+            for chain in reversed(views):
+                index = chain.apply(index)
+            groups.setdefault(partner, []).append((root, np.asarray(index).reshape(-1)))
+    return {root: group for group in groups.values() if len(group) > 1 for root, _ in group}
 
 
 class _LazyInputs(Sequence):
@@ -161,11 +173,13 @@ class Realizer:
                 tiles = self._barrier(tensor)
             elif kind == "sum_like_reduce":
                 full = self.graph.node(tensor).inputs[0]
-                dealt = self.balance_memory and tensor not in self._shared_broadcasts
-                tiles = self.target.broadcast_operand_tiles(
-                    self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
-                    preference=self._least_loaded_first() if dealt else None,
-                    any_reader=dealt)
+                tiles = None
+                if self.balance_memory and tensor in self._shared_broadcasts:
+                    tiles = self._dealt_over_shared_readers(tensor)
+                if tiles is None:
+                    tiles = self.target.broadcast_operand_tiles(
+                        self.tiles(full), self.graph.shape(full), self.graph.shape(tensor),
+                        preference=self._least_loaded_first(), any_reader=self.balance_memory)
             elif self._statistics_partner(tensor):
                 tiles = self._off_statistics_tiles(tensor)
             else:
@@ -179,6 +193,51 @@ class Realizer:
         tiles.flags.writeable = False  # shared with the plan and its mappings
         self._tiles[tensor] = tiles
         return tiles
+
+    def _readers(self, root: TensorId, full_tiles: np.ndarray) -> np.ndarray | None:
+        """Per element of SumLikeReduce ``root``, which tiles read it: [elements, tiles]
+        booleans, or None past one table of ``DENSE_COUNTS_MAX`` cells."""
+        full = self.graph.node(root).inputs[0]
+        count, num_tiles = self.graph.numel(root), self.target.num_tiles
+        if count * num_tiles > DENSE_COUNTS_MAX:
+            return None
+        index = np.asarray(broadcast_index_view(self.graph.shape(root),
+                                                self.graph.shape(full))).reshape(-1)
+        reads = np.zeros((count, num_tiles), dtype=bool)
+        reads[index, np.asarray(full_tiles).reshape(-1)] = True
+        return reads
+
+    def _dealt_over_shared_readers(self, root: TensorId) -> np.ndarray | None:
+        """``root``'s elements dealt, the least loaded first, among the tiles reading each
+        in its own op that read it in the most of the other ops broadcasting the same
+        tensor; those ops' full tensors are consulted only where their layouts are known
+        without this one (already realized, or a source's or fixed point's). None where a
+        table would be too large (the caller deals over its own op's readers)."""
+        num_tiles = self.target.num_tiles
+        group = self._shared_broadcasts[root]
+        own_index = next(index for other, index in group if other == root)
+        reads = self._readers(root, self.tiles(self.graph.node(root).inputs[0]))
+        base_count = int(max(index.max(initial=-1) for _, index in group)) + 1
+        if reads is None or base_count * num_tiles > DENSE_COUNTS_MAX:
+            return None
+        others = np.zeros((base_count, num_tiles), np.int32)
+        for other, index in group:
+            full = self.graph.node(other).inputs[0]
+            if other == root or not (full in self._tiles or self.graph.kind(full) in (
+                    "source", "fixed_point")):
+                continue
+            other_reads = self._readers(other, self.tiles(full))
+            if other_reads is None:
+                continue
+            seen = np.zeros((base_count, num_tiles), dtype=bool)
+            np.logical_or.at(seen, index, other_reads)
+            others += seen
+        score = np.where(reads, 1 + others[own_index], 0)
+        best = score == score.max(axis=1, keepdims=True)
+        element, tile = np.nonzero(best & reads)
+        return most_read_tiles(tile, element, reads.shape[0], num_tiles,
+                               tile_dtype(num_tiles), self._least_loaded_first(),
+                               any_reader=True)
 
     def _placed_by_load(self, sink: TensorId) -> bool:
         return sink in self.emitter.own_layouts or self._statistics_partner(sink) or any(
