@@ -41,6 +41,7 @@ from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
+from popart_unwind.machine.count_memo import remembered_counts
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
@@ -140,6 +141,12 @@ class CostWalk(Interpreter):
         return self.memory.found_throughout
 
     def report(self) -> CostReport:
+        """Walk the IR and say what the plan costs; each layout's tiles are counted once
+        while the walk holds it (``remembered_counts``)."""
+        with remembered_counts():
+            return self._report()
+
+    def _report(self) -> CostReport:
         for (graph_id, tensor_id), layout in self.base.items():
             tensor = self.ir.graph(graph_id).tensor(tensor_id)
             if not (self._argument(tensor) or self._filled_by_reader(tensor)):

@@ -52,6 +52,14 @@ def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
     else:
         order = np.argsort(_narrow(tile), kind="stable")
         tile, element = tile[order], element[order]
+    return _sorted_pairs_need(tile, element, held, element_bytes, num_tiles)
+
+
+def _sorted_pairs_need(tile: np.ndarray, element: np.ndarray, held: np.ndarray,
+                       element_bytes: int, num_tiles: int) -> ExchangeNeed:
+    """``read_need`` from its distinct remote (tile, element) pairs, sorted by tile then
+    element: each is received once; a region starts where the tile, the run of
+    consecutive elements or their source tile changes."""
     source = held[element]
     starts = np.ones(tile.size, dtype=bool)
     starts[1:] = ((tile[1:] != tile[:-1]) | (element[1:] != element[:-1] + 1)
@@ -83,6 +91,9 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     rows = None
     if sources * num_tiles > DENSE_PAIRS_MAX:
         rows = broadcast_rows(reader_tiles, full_shape, small_shape)
+    elif (need := _table_broadcast_need(reader_tiles, full_shape, small_shape, source_tiles,
+                                        element_bytes, num_tiles)) is not None:
+        return need
     if rows is None or rows.shape[1] > ROW_READS_MAX:
         return read_need(reader_tiles, broadcast_index(small_shape, full_shape),
                          source_tiles, element_bytes, num_tiles)
@@ -107,14 +118,87 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
         after_member = member if previous is not None else member[1:]
         first = low if previous is not None else low + 1
         same_source = held[first:low + tiles.shape[0]] == held[first - 1:low + tiles.shape[0] - 1]
-        both = (after[:, :, None] == before[:, None, :]) & after_member[:, :, None] \
-            & before_member[:, None, :]
-        going_on = both.any(axis=2) & same_source[:, None]
+        going_on = _going_on(after, after_member, before, before_member, same_source)
         regions -= np.bincount(after[going_on], minlength=num_tiles)[:num_tiles]
         previous = (tiles[-1:], member[-1:])
     if not received.any():
         return ExchangeNeed.none(num_tiles)
     return ExchangeNeed(received * element_bytes, regions)
+
+
+def _going_on(after: np.ndarray, after_member: np.ndarray, before: np.ndarray,
+              before_member: np.ndarray, same_source: np.ndarray) -> np.ndarray:
+    """For ``broadcast_read_need``'s sorted rows: whether each tile an element is received
+    by (``after_member``) also receives the element before it (``before`` and
+    ``before_member``, the row before) from the same tile (``same_source``). A row equal
+    to the one before it, from the same tile, goes on wherever it is received (its
+    members are the row before's); only the other rows are compared pairwise."""
+    going_on = after_member & same_source[:, None]
+    other = np.flatnonzero(same_source & (after != before).any(axis=1))
+    if other.size:
+        both = (after[other][:, :, None] == before[other][:, None, :]) \
+            & after_member[other][:, :, None] & before_member[other][:, None, :]
+        going_on[other] = both.any(axis=2)
+    return going_on
+
+
+def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
+                          small_shape: tuple[int, ...], source_tiles: np.ndarray,
+                          element_bytes: int, num_tiles: int) -> ExchangeNeed | None:
+    """``broadcast_read_need`` from one table of (source element, tile) marks, made block
+    by block from the broadcast index view (no sort of the pairs, no index array as long
+    as the readers): tile t receives element e when it reads e and e is not held there;
+    e starts a region on t unless t also receives e - 1 from the tile holding e. None
+    (ask ``read_need``) when the table would be large beside the reads, or a tile id lies
+    outside ``[0, num_tiles)``."""
+    sources, reads = prod(small_shape), prod(full_shape)
+    held = _ids(source_tiles)
+    readers = _ids(reader_tiles)
+    if not sources or not reads or held.size != sources or readers.size != reads \
+            or sources * num_tiles > 16 * reads + (1 << 20):
+        return None
+    if not (int(readers.min()) >= 0 and int(readers.max()) < num_tiles
+            and int(held.min()) >= 0 and int(held.max()) < num_tiles):
+        return None
+    rows = broadcast_rows(readers, full_shape, small_shape)
+    if rows is not None:
+        table = _read_by_rows(rows, num_tiles)
+    else:
+        index = broadcast_index_view(small_shape, full_shape)
+        tiles = readers.reshape(index.shape)
+        table = np.zeros(sources * num_tiles, dtype=bool)
+        for block in _blocks(index.shape, COUNT_BLOCK):
+            table[_pair_keys(index, tiles, block, num_tiles)] = True
+        table = table.reshape(sources, num_tiles)
+    table[np.arange(sources), held] = False  # an element is not received where it lies
+    received = np.count_nonzero(table, axis=0).astype(np.int64)
+    if not received.any():
+        return ExchangeNeed.none(num_tiles)
+    starts = table.copy()
+    starts[1:] &= ~(table[:-1] & (held[1:] == held[:-1])[:, None])
+    regions = np.count_nonzero(starts, axis=0).astype(np.int64)
+    return ExchangeNeed(received * element_bytes, regions)
+
+
+def _read_by_rows(rows: np.ndarray, num_tiles: int) -> np.ndarray:
+    """[sources, tiles]: whether tile t holds one of row s's reads, for tile ids ``rows``
+    [sources, reads] in range. A row's reads come in runs of one tile where the broadcast
+    axes are the layout's innermost (a row statistic, a scalar): only each run's first
+    read is marked, ``COUNT_BLOCK`` reads at a time."""
+    sources, reads = rows.shape
+    table = np.zeros(sources * num_tiles, dtype=bool)
+    step = max(1, COUNT_BLOCK // max(reads, 1))
+    for low in range(0, sources, step):
+        block = rows[low:low + step]
+        first = np.ones(block.shape, dtype=bool)
+        np.not_equal(block[:, 1:], block[:, :-1], out=first[:, 1:])
+        keys = np.flatnonzero(first)
+        keys //= reads
+        keys += low
+        keys *= num_tiles
+        keys += block[first]
+        table[keys] = True
+    return table.reshape(sources, num_tiles)
 
 
 def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
@@ -159,7 +243,10 @@ def _ids(tiles: np.ndarray) -> np.ndarray:
 def _distinct_pairs(tile: np.ndarray, element: np.ndarray, num_elements: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct (tile, element) pairs, sorted by tile then element (``np.unique`` of
-    ``tile * num_elements + element``, the same order)."""
+    ``tile * num_elements + element``, the same order). A pair equal to the one before it
+    is dropped first (``_without_repeats``): a reduction's inputs or a row statistic's
+    readers come in long runs of one (tile, element), which then are not sorted."""
+    tile, element = _without_repeats(tile, element)
     stride = max(num_elements, 1)
     keys = tile.astype(np.int64) * stride + element
     space = (int(tile.max()) + 1) * stride
@@ -172,6 +259,21 @@ def _distinct_pairs(tile: np.ndarray, element: np.ndarray, num_elements: int
         keys = np.sort(keys)
         keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
     return keys // stride, keys % stride
+
+
+def _without_repeats(tile: np.ndarray, element: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs less each one equal to the pair just before it (the same distinct set)."""
+    if tile.size < 2:
+        return tile, element
+    repeat = element[1:] == element[:-1]
+    repeat &= tile[1:] == tile[:-1]
+    if not repeat.any():
+        return tile, element
+    keep = np.empty(tile.size, dtype=bool)
+    keep[0] = True
+    np.logical_not(repeat, out=keep[1:])
+    return tile[keep], element[keep]
 
 
 def _narrow(tiles: np.ndarray) -> np.ndarray:
@@ -376,7 +478,38 @@ def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
         keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
     element, tile = keys // num_tiles, keys % num_tiles
     order = np.lexsort((tile if rank is None else rank[tile], element))
-    element, tile = element[order], tile[order]
+    return _dealt(element[order], tile[order], num_sources, num_tiles, dtype, preference)
+
+
+def dealt_by_rows(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type,
+                  preference: np.ndarray | None = None) -> np.ndarray:
+    """``most_read_tiles`` with ``any_reader`` when source element r is read by the tiles
+    of row r of ``rows`` [sources, reads] (a numpy-broadcast operand, its broadcast axes
+    last, as ``most_read_by_rows`` takes it): each row's distinct tiles found by sorting
+    the row, ``ROWS_BLOCK`` reads at a time, instead of sorting every (element, tile)
+    pair of the tensor (an attention mask read by 12 heads: seconds)."""
+    sources, reads = rows.shape
+    order = None if preference is None else np.asarray(preference).reshape(-1)
+    rank = None if order is None else _ranks(order, num_tiles)
+    elements, keys = [], []
+    step = max(1, ROWS_BLOCK // max(reads, 1))
+    for low in range(0, sources, step):
+        block = rows[low:low + step]
+        sorted_keys = np.sort(block if rank is None else rank[block], axis=1)
+        first = np.ones(sorted_keys.shape, dtype=bool)
+        np.not_equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=first[:, 1:])
+        elements.append(np.flatnonzero(first) // reads + low)
+        keys.append(sorted_keys[first])
+    element = np.concatenate(elements) if elements else np.zeros(0, np.int64)
+    key = np.concatenate(keys).astype(np.int64) if keys else np.zeros(0, np.int64)
+    tile = key if order is None else order[key]
+    return _dealt(element, tile, sources, num_tiles, dtype, preference)
+
+
+def _dealt(element: np.ndarray, tile: np.ndarray, num_sources: int, num_tiles: int,
+           dtype: np.dtype | type, preference: np.ndarray | None) -> np.ndarray:
+    """``_dealt_to_readers`` from the distinct (element, tile) reads, by element, then
+    the tiles in preference order (or by id)."""
     readers = np.bincount(element, minlength=num_sources)
     starts = np.concatenate(([0], np.cumsum(readers)[:-1]))
     result = np.full(num_sources, 0 if preference is None else preference[0], dtype=dtype)
@@ -385,9 +518,10 @@ def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
     # sum of fixed random keys, one per tile); each group is cut into as many runs of
     # consecutive elements as it has readers, one run per reader in preference order
     keys_of_tiles = np.random.default_rng(READER_SET_SEED).integers(1, 2**60, num_tiles)
-    fingerprint = np.zeros(num_sources, np.int64)
-    np.add.at(fingerprint, element, keys_of_tiles[tile])
-    _, group = np.unique(fingerprint[read], return_inverse=True)
+    fingerprint = np.zeros(read.size, np.int64)  # of the read elements; by element,
+    if read.size:  # their reads are consecutive: summed run by run (wrapping, exact)
+        fingerprint = np.add.reduceat(keys_of_tiles[tile], starts[read])
+    _, group = np.unique(fingerprint, return_inverse=True)
     order = np.argsort(group, kind="stable")
     sizes = np.bincount(group)
     first = np.concatenate(([0], np.cumsum(sizes)[:-1]))
@@ -563,6 +697,44 @@ def matmul_reader_blocks(plan: MatmulPartition, operand: str, num_tiles: int) ->
 
 
 # -- reductions (Poplibs' popops::reduce, approximated; docs/ipu-model.md) --------------------
+def reduced_rows(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.ndarray
+                 ) -> np.ndarray | None:
+    """A layout as [results, inputs of each] when ``axes`` are the innermost axes of
+    ``shape`` (a softmax's or a layer norm's statistics: result g reduces row g), else
+    None (then ``reduction_groups`` says which result each element goes to)."""
+    rank = len(shape)
+    if not axes or tuple(axes) != tuple(range(rank - len(axes), rank)) or not prod(shape):
+        return None
+    return _ids(tiles).reshape(prod(shape[:rank - len(axes)]), -1)
+
+
+def row_partials(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reduction_partials`` when result g reduces row g of ``rows``: found from the
+    first element of each run of one tile in a row, without a per-element group array."""
+    length = rows.shape[1]
+    first = np.ones(rows.shape, dtype=bool)
+    np.not_equal(rows[:, 1:], rows[:, :-1], out=first[:, 1:])
+    where = np.flatnonzero(first)
+    return _distinct_pairs(rows.reshape(-1)[where], where // length, max(rows.shape[0], 1))
+
+
+def row_read_need(rows: np.ndarray, source_tiles: np.ndarray, element_bytes: int,
+                  num_tiles: int) -> ExchangeNeed:
+    """``read_need`` when element (g, j) of a layout ``rows`` reads source element g (a
+    row statistic broadcast back): only the first of each run of remote reads of one
+    tile in a row is kept before the pairs are sorted (the same distinct pairs)."""
+    held = _ids(source_tiles)
+    remote = rows != held[:, None]
+    if not remote.any():
+        return ExchangeNeed.none(num_tiles)
+    first = remote.copy()
+    first[:, 1:] &= ~(remote[:, :-1] & (rows[:, 1:] == rows[:, :-1]))
+    where = np.flatnonzero(first)
+    tile, element = _distinct_pairs(rows.reshape(-1)[where], where // rows.shape[1],
+                                    held.size)
+    return _sorted_pairs_need(tile, element, held, element_bytes, num_tiles)
+
+
 def reduction_groups(shape: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray:
     """For each element of a tensor of ``shape`` (row-major), the flat index of the result
     element it is reduced into when ``axes`` are reduced (results in row-major order of the
@@ -576,19 +748,22 @@ def reduction_partials(groups: np.ndarray, tiles: np.ndarray, num_groups: int
     """The partial results a reduction's first stage leaves: one per (result element, tile
     holding some of its inputs), each tile reducing what it holds without exchange. Returns
     (tile, result element) of each partial, sorted by tile then result element."""
-    source = _ids(tiles).astype(np.int64, copy=False)
+    source = _ids(tiles)  # narrow: ``_distinct_pairs`` widens only the pairs it keeps
     group = np.asarray(groups, np.int64).reshape(-1)
     if not group.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return _distinct_pairs(source, group, max(num_groups, 1))
 
 
-def single_partial_tiles(groups: np.ndarray, tiles: np.ndarray,
-                         num_groups: int) -> np.ndarray | None:
+def single_partial_tiles(groups: np.ndarray | None, tiles: np.ndarray, num_groups: int,
+                         partials: tuple[np.ndarray, np.ndarray] | None = None
+                         ) -> np.ndarray | None:
     """Each result element's tile when every result element has all its inputs on one tile
     (the reduction then needs no exchange and Poplibs computes each result there), else
-    None."""
-    tile, group = reduction_partials(groups, tiles, num_groups)
+    None. ``partials``: ``reduction_partials``' answer, when already known (``groups`` is
+    then not read)."""
+    tile, group = partials if partials is not None else \
+        reduction_partials(groups, tiles, num_groups)
     if group.size != num_groups:
         return None  # some result has partials on several tiles, or no inputs at all
     result = np.empty(num_groups, dtype=np.asarray(tiles).dtype)
@@ -596,13 +771,16 @@ def single_partial_tiles(groups: np.ndarray, tiles: np.ndarray,
     return result
 
 
-def reduction_need(groups: np.ndarray, tiles: np.ndarray, result_tiles: np.ndarray,
-                   element_bytes: int, num_tiles: int) -> ExchangeNeed:
-    """What tiles receive when a reduction's partials (``reduction_partials``) travel to the
-    tiles of their result elements, ``result_tiles``: each partial not already there is
-    received once by its result's tile; a region is a run of consecutive result elements
-    whose partials come from one tile."""
-    tile, group = reduction_partials(groups, tiles, np.size(result_tiles))
+def reduction_need(groups: np.ndarray | None, tiles: np.ndarray, result_tiles: np.ndarray,
+                   element_bytes: int, num_tiles: int,
+                   partials: tuple[np.ndarray, np.ndarray] | None = None) -> ExchangeNeed:
+    """What tiles receive when a reduction's partials (``reduction_partials``, or
+    ``partials`` when already known: ``groups`` is then not read) travel to the tiles of
+    their result elements, ``result_tiles``: each partial not already there is received
+    once by its result's tile; a region is a run of consecutive result elements whose
+    partials come from one tile."""
+    tile, group = partials if partials is not None else \
+        reduction_partials(groups, tiles, np.size(result_tiles))
     if not tile.size:
         return ExchangeNeed.none(num_tiles)
     # Partials in (tile, result) order: consecutive ids from one tile are consecutive results.

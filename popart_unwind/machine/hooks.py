@@ -18,6 +18,7 @@ import numpy as np
 from popart_unwind import _hooks
 from popart_unwind.errors import TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
+from popart_unwind.machine import count_memo
 from popart_unwind.machine.interface import MATMUL_OPERANDS, MatmulCost, MatmulPartition
 
 _T = TypeVar("_T")
@@ -101,8 +102,18 @@ BINCOUNT_IDS_MAX = 1 << 22
 def tile_counts(tiles: np.ndarray, num_tiles: int) -> np.ndarray:
     """How many elements of a tile-id array lie on each tile: ``np.bincount`` with
     ``minlength=num_tiles``; a large array counted in C++ without widening 16-bit ids to
-    64 bits first. TargetError if an id is outside ``[0, num_tiles)``."""
+    64 bits first. TargetError if an id is outside ``[0, num_tiles)``. Inside
+    ``count_memo.remembered_counts()`` (a cost walk) the same ids are counted once, and
+    the counts are read-only."""
     ids = _tile_ids(tiles, num_tiles)
+    memo = count_memo.active()
+    if memo is not None:
+        return memo.counts(ids, num_tiles, _counted)
+    return _counted(ids, num_tiles)
+
+
+def _counted(ids: np.ndarray, num_tiles: int) -> np.ndarray:
+    """``tile_counts`` of flat contiguous ids, counted."""
     if ids.size <= BINCOUNT_IDS_MAX and (
             not ids.size or (int(ids.min()) >= 0 and int(ids.max()) < num_tiles)):
         return np.bincount(ids, minlength=num_tiles).astype(np.int64, copy=False)

@@ -67,6 +67,7 @@ class TileTarget(TileMachine):
         self.tile_dtype = tile_dtype(self.num_tiles)
         self._next_start_tile = 0
         self._answers = _Answers()
+        self._last_broadcast = _LastBroadcast()
         self._plans: dict[tuple[str, int], MatmulPlan] = {}
 
     def with_plans(self, plans: Mapping[tuple[str, int], MatmulPlan]) -> TileTarget:
@@ -310,8 +311,21 @@ class TileTarget(TileMachine):
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
         the same bytes to exchange: a preference among equals (or, ``any_reader``, runs of
-        elements dealt over all the readers) moves memory, not exchange."""
-        full_shape, small_shape = tuple(full_shape), tuple(small_shape)
+        elements dealt over all the readers) moves memory, not exchange. The last answer
+        is kept (``_LastBroadcast``): an elementwise op's agreement and its least exchange
+        ask it of one layout, its first operand's and its result's copy of it."""
+        question = (tuple(full_shape), tuple(small_shape), any_reader)
+        answer = self._last_broadcast.answer(question, full_tiles, preference)
+        if answer is None:
+            answer = self._broadcast_operand_tiles(full_tiles, question[0], question[1],
+                                                   preference, any_reader)
+            self._last_broadcast.keep(question, full_tiles, preference, answer)
+        return answer.copy()
+
+    def _broadcast_operand_tiles(self, full_tiles: np.ndarray, full_shape: tuple[int, ...],
+                                 small_shape: tuple[int, ...], preference: np.ndarray | None,
+                                 any_reader: bool) -> np.ndarray:
+        """``broadcast_operand_tiles``, computed."""
         if np.size(full_tiles) != prod(full_shape):
             raise TargetError(f"broadcast_operand_tiles: {np.size(full_tiles)} tiles given for "
                               f"a full tensor of shape {full_shape}")
@@ -321,12 +335,15 @@ class TileTarget(TileMachine):
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
                               f"{error}") from None
         rows = None  # many elements: counted row by row, not in several tables of pairs
-        if not any_reader and prod(small_shape) * self.num_tiles > exchange.DENSE_COUNTS_MAX:
+        if prod(small_shape) * self.num_tiles > exchange.DENSE_COUNTS_MAX:
             rows = broadcast_rows(full_tiles, full_shape, small_shape)
         if rows is not None:
             if rows.size and not 0 <= int(rows.min()) <= int(rows.max()) < self.num_tiles:
                 raise TargetError(f"broadcast_operand_tiles: tile ids must lie in "
                                   f"[0, {self.num_tiles})")
+            if any_reader:
+                return exchange.dealt_by_rows(rows, self.num_tiles, self.tile_dtype,
+                                              preference)
             return most_read_by_rows(rows, self.num_tiles, self.tile_dtype, preference)
         return most_read_tiles(full_tiles, index, prod(small_shape), self.num_tiles,
                                self.tile_dtype, preference, any_reader)
@@ -377,6 +394,49 @@ def _pass_axes(axes: str) -> tuple[int, int, int]:
     if not isinstance(axes, str) or sorted(axes) != ["k", "m", "n"]:
         raise TargetError(f"a pass names the cube axes m, k and n once each, got {axes!r}")
     return tuple("mkn".index(axis) for axis in axes)  # type: ignore[return-value]
+
+
+class _LastBroadcast:
+    """The last ``broadcast_operand_tiles`` question and answer: its shapes and flags, and
+    copies of the full tensor's tiles and the preference (a later change to the caller's
+    arrays cannot make a different question look the same). Layouts of
+    ``KEPT_TILES_MAX`` elements or more are not kept."""
+
+    KEPT_TILES_MAX = 1 << 24
+
+    def __init__(self) -> None:
+        self._question: tuple | None = None
+        self._tiles = self._preference = self._answer = None
+
+    def answer(self, question: tuple, full_tiles: np.ndarray,
+               preference: np.ndarray | None) -> np.ndarray | None:
+        """The kept answer when ``question`` is the kept one, else None."""
+        if question != self._question or not _same_values(full_tiles, self._tiles):
+            return None
+        if (preference is None) != (self._preference is None) or (
+                preference is not None and not _same_values(preference, self._preference)):
+            return None
+        return self._answer
+
+    def keep(self, question: tuple, full_tiles: np.ndarray, preference: np.ndarray | None,
+             answer: np.ndarray) -> None:
+        if np.size(full_tiles) >= self.KEPT_TILES_MAX:
+            self._question = None
+            return
+        self._question = question
+        self._tiles = np.array(full_tiles).reshape(-1)
+        self._preference = None if preference is None else np.array(preference).reshape(-1)
+        self._answer = np.array(answer)
+
+
+def _same_values(given: np.ndarray, kept: np.ndarray | None) -> bool:
+    """Whether ``given`` (any shape) holds ``kept``'s values in row-major order (the
+    leading ones compared first: different layouts mostly differ early)."""
+    if kept is None:
+        return False
+    flat = np.asarray(given).reshape(-1)
+    return flat.size == kept.size and np.array_equal(flat[:256], kept[:256]) \
+        and np.array_equal(flat, kept)
 
 
 class _Answers:

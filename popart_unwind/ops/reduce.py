@@ -40,8 +40,12 @@ from popart_unwind.ir.tensor import Tensor
 from popart_unwind.machine.exchange import (
     broadcast_index,
     read_need,
+    reduced_rows,
     reduction_groups,
     reduction_need,
+    reduction_partials,
+    row_partials,
+    row_read_need,
     single_partial_tiles,
 )
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
@@ -249,12 +253,15 @@ def _fold_arg(op: Op, constants) -> list | None:
 
 
 # -- layouts -------------------------------------------------------------------------------
-def statistic_tiles(groups: np.ndarray, tiles: np.ndarray, num_groups: int, dtype: str,
-                    target: TileMachine) -> np.ndarray:
+def statistic_tiles(groups: np.ndarray | None, tiles: np.ndarray, num_groups: int, dtype: str,
+                    target: TileMachine,
+                    partials: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Where ``popops::reduce`` puts a result it creates: each result element on the tile
     holding all its inputs when every result has them on one tile (no exchange; Poplibs'
-    ``inputToOutputNoExchange``), else linearly from tile 0 (``intermediateToOutput``)."""
-    single = single_partial_tiles(groups, tiles, num_groups)
+    ``inputToOutputNoExchange``), else linearly from tile 0 (``intermediateToOutput``).
+    ``partials``: ``reduction_partials``' answer, when already known (``groups`` is then
+    not read and may be None)."""
+    single = single_partial_tiles(groups, tiles, num_groups, partials)
     if single is not None:
         return single
     return np.asarray(target.reduction_result_tiles(num_groups, dtype)).reshape(-1)
@@ -266,12 +273,17 @@ def statistics_need(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.nda
     ``tiles`` and broadcast back to it (a softmax's max and sum, a norm's mean and inverse
     standard deviation): per statistic, the partials sent to the statistic's tiles, then
     each tile receiving the statistics of its elements' rows that it does not hold."""
-    groups = reduction_groups(shape, axes)
     num_groups = math.prod(1 if a in axes else d for a, d in enumerate(shape))
-    stats = statistic_tiles(groups, tiles, num_groups, dtype, target)
     size = target.dtype_size(dtype)
-    one = (reduction_need(groups, tiles, stats, size, target.num_tiles)
-           + read_need(tiles, groups, stats, size, target.num_tiles))
+    rows = reduced_rows(shape, axes, tiles)  # the statistics of rows: no group array
+    groups = reduction_groups(shape, axes) if rows is None else None
+    # the partials, found once for both questions that ask for them
+    partials = reduction_partials(groups, tiles, num_groups) if rows is None \
+        else row_partials(rows)
+    stats = statistic_tiles(groups, tiles, num_groups, dtype, target, partials)
+    read_back = read_need(tiles, groups, stats, size, target.num_tiles) if rows is None \
+        else row_read_need(rows, stats, size, target.num_tiles)
+    one = reduction_need(groups, tiles, stats, size, target.num_tiles, partials) + read_back
     need = ExchangeNeed.none(target.num_tiles)
     for _ in range(count):
         need = need + one

@@ -95,3 +95,72 @@ def test_rows_receive_what_the_pairs_receive(case, block, few_tiles):
     expected = read_need(tiles, broadcast_index(small, full), held, 2, num_tiles)
     np.testing.assert_array_equal(found.received_bytes, expected.received_bytes)
     np.testing.assert_array_equal(found.regions, expected.regions)
+
+
+@st.composite
+def runs_of_tiles(draw):
+    """(full shape, small shape, tiles, each element's tile in runs of one tile: as
+    layouts are, so that rows repeat the row before them and regions continue)."""
+    full = tuple(draw(st.lists(st.integers(1, 6), min_size=0, max_size=4)))
+    kept = len(full) - draw(st.integers(0, len(full)))
+    small = tuple(size if draw(st.booleans()) else 1 for size in full[len(full) - kept:])
+    num_tiles = draw(st.integers(1, 6))
+    run = draw(st.integers(1, 7))
+    values = draw(st.lists(st.integers(0, num_tiles - 1), min_size=prod(full) // run + 1,
+                           max_size=prod(full) // run + 1))
+    tiles = np.repeat(np.array(values, dtype=np.int16), run)[:prod(full)]
+    return full, small, num_tiles, tiles
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs_of_tiles(), st.sampled_from(["table", "rows"]), st.integers(1, 3))
+def test_runs_of_reads_receive_what_the_pairs_receive(case, way, held_run):
+    full, small, num_tiles, tiles = case
+    held = (np.arange(prod(small)) // held_run % num_tiles).astype(np.int16)
+    saved = exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK, exchange.COUNT_BLOCK
+    # the table of (element, tile) marks by default; rows for any size, a few at a time;
+    # the table's blocks a few reads long, so that runs cross them
+    exchange.COUNT_BLOCK = 5
+    if way == "rows":
+        exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK = -1, 50
+    try:
+        found = broadcast_read_need(tiles, full, small, held, 2, num_tiles)
+    finally:
+        exchange.DENSE_PAIRS_MAX, exchange.ROW_PAIRS_BLOCK, exchange.COUNT_BLOCK = saved
+    expected = read_need(tiles, broadcast_index(small, full), held, 2, num_tiles)
+    np.testing.assert_array_equal(found.received_bytes, expected.received_bytes)
+    np.testing.assert_array_equal(found.regions, expected.regions)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs_of_tiles(), st.booleans(), st.integers(1, 3))
+def test_rows_dealt_to_any_reader_are_the_pairs_dealt(case, preferred, block):
+    full, small, num_tiles, tiles = case
+    preference = np.arange(num_tiles)[::-1].copy() if preferred else None
+    expected = most_read_tiles(tiles, broadcast_index_view(small, full), prod(small),
+                               num_tiles, np.int16, preference, any_reader=True)
+    saved = exchange.DENSE_COUNTS_MAX, exchange.ROWS_BLOCK
+    exchange.DENSE_COUNTS_MAX, exchange.ROWS_BLOCK = 0, block * 4  # rows, a few at a time
+    try:
+        target = TileTarget(IpuModel(tiles_per_ipu=num_tiles))
+        found = target.broadcast_operand_tiles(tiles, full, small, preference,
+                                               any_reader=True)
+    finally:
+        exchange.DENSE_COUNTS_MAX, exchange.ROWS_BLOCK = saved
+    np.testing.assert_array_equal(found, expected)
+    assert found.dtype == expected.dtype
+
+
+def test_the_last_broadcast_answer_is_kept_for_the_same_tiles_only():
+    target = TileTarget(IpuModel(tiles_per_ipu=4))
+    tiles = np.array([0, 1, 1, 2, 3, 3], dtype=np.int16)
+    first = target.broadcast_operand_tiles(tiles, (2, 3), (3,))
+    first[:] = 0  # the caller's copy: not the kept answer
+    np.testing.assert_array_equal(target.broadcast_operand_tiles(tiles.copy(), (2, 3), (3,)),
+                                  [0, 1, 1])
+    tiles[0] = 2  # the same array, changed: asked again, not answered from the last
+    np.testing.assert_array_equal(target.broadcast_operand_tiles(tiles, (2, 3), (3,)),
+                                  [2, 1, 1])
+    np.testing.assert_array_equal(
+        target.broadcast_operand_tiles(tiles, (2, 3), (3,), np.array([3, 2, 1, 0])),
+        [2, 3, 3])

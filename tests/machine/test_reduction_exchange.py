@@ -11,9 +11,13 @@ from hypothesis import strategies as st
 
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.machine.exchange import (
+    read_need,
+    reduced_rows,
     reduction_groups,
     reduction_need,
     reduction_partials,
+    row_partials,
+    row_read_need,
     single_partial_tiles,
 )
 
@@ -73,7 +77,13 @@ def test_partials_and_their_exchange_against_brute_force(case, result_layout):
     assert np.array_equal(need.received_bytes, received)
     remote = [(int(result_tiles[g]), t) for t, g in pairs if result_tiles[g] != t]
     assert len(set(remote)) <= int(need.regions.sum()) <= len(remote)
+    known = reduction_need(groups, tiles, result_tiles, 4, 6, partials=(tile, group))
+    assert np.array_equal(known.received_bytes, need.received_bytes)
+    assert np.array_equal(known.regions, need.regions)
     single = single_partial_tiles(groups, tiles, num_groups)
+    known_single = single_partial_tiles(groups, tiles, num_groups, (tile, group))
+    assert (single is None) == (known_single is None)
+    assert single is None or np.array_equal(single, known_single)
     holders = {}
     for t, g in pairs:
         holders.setdefault(g, set()).add(t)
@@ -108,3 +118,44 @@ def test_results_spread_over_tiles_are_mapped_from_tile_zero():
     tiles = target.reduction_result_tiles(20, "float32")
     assert tiles.tolist() == [0] * 10 + [1] * 10
     assert target.reduction_result_tiles(3, "float16").tolist() == [0, 0, 0]
+
+
+@st.composite
+def row_reductions(draw):
+    """(shape, its innermost axes reduced, a layout in runs of one tile, result tiles)."""
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+    reduced = draw(st.integers(1, len(shape)))
+    run = draw(st.integers(1, 5))
+    values = draw(st.lists(st.integers(0, 3), min_size=prod(shape) // run + 1,
+                           max_size=prod(shape) // run + 1))
+    tiles = np.repeat(np.array(values, np.int16), run)[:prod(shape)]
+    results = prod(shape[:len(shape) - reduced])
+    result_tiles = np.array(draw(st.lists(st.integers(0, 3), min_size=results,
+                                          max_size=results)), np.int16)
+    return shape, tuple(range(len(shape) - reduced, len(shape))), tiles, result_tiles
+
+
+@settings(max_examples=200, deadline=None)
+@given(row_reductions())
+def test_row_statistics_are_the_grouped_ones(case):
+    """A reduction over the innermost axes, taken row by row, has the partials and the
+    read-back exchange of the per-element groups (the oracle)."""
+    shape, axes, tiles, result_tiles = case
+    rows = reduced_rows(shape, axes, tiles)
+    groups = oracle_groups(shape, axes)
+    for found, expected in zip(row_partials(rows),
+                               reduction_partials(groups, tiles, result_tiles.size),
+                               strict=True):
+        np.testing.assert_array_equal(found, expected)
+    found = row_read_need(rows, result_tiles, 2, 4)
+    expected = read_need(tiles, groups, result_tiles, 2, 4)
+    np.testing.assert_array_equal(found.received_bytes, expected.received_bytes)
+    np.testing.assert_array_equal(found.regions, expected.regions)
+
+
+def test_only_innermost_axes_reduce_by_rows():
+    tiles = np.zeros(6, np.int16)
+    assert reduced_rows((2, 3), (1,), tiles).shape == (2, 3)
+    assert reduced_rows((2, 3), (0, 1), tiles).shape == (1, 6)
+    assert reduced_rows((2, 3), (0,), tiles) is None
+    assert reduced_rows((2, 3), (), tiles) is None
