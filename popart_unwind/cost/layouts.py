@@ -13,6 +13,7 @@ from popart_unwind.errors import PlanError
 from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals, held_layout, tile_array
+from popart_unwind.machine import count_memo
 from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops.layout_rule import planned_shape
@@ -37,8 +38,20 @@ def expanded(layout: np.ndarray | TileIntervals, size: int, num_tiles: int,
              what: str = "tensor") -> np.ndarray:
     """A layout as each element's tile."""
     if isinstance(layout, TileIntervals):
-        return tile_array(layout, size, num_tiles, what)
+        return _from_intervals(layout, size, num_tiles, what)
     return layout
+
+
+def _from_intervals(layout: TileIntervals, size: int, num_tiles: int,
+                    what: str) -> np.ndarray:
+    """``tile_array`` of intervals; inside a cost walk its tile counts, summed over the
+    runs, are given to the walk's ``count_memo`` (each expansion is a new array, which
+    would be counted again element by element)."""
+    tiles = tile_array(layout, size, num_tiles, what)
+    memo = count_memo.active()
+    if memo is not None and (counts := layout.elements_per_tile(num_tiles)) is not None:
+        memo.know(tiles, num_tiles, counts)
+    return tiles
 
 
 #: A layout of at least this many elements is held as intervals between the ops that read
@@ -83,7 +96,8 @@ class ReadOnDemand(Sequence):
             return [self[i] for i in range(*index.indices(len(self)))]
         value = self._values[index]
         if isinstance(value, TileIntervals):
-            tiles = tile_array(value, self._sizes[index], self._num_tiles, self._names[index])
+            tiles = _from_intervals(value, self._sizes[index], self._num_tiles,
+                                    self._names[index])
             tiles.flags.writeable = False
             return tiles
         return value

@@ -244,6 +244,17 @@ class TileIntervals(Sequence):
             low, high = int(bounds[tile]), int(bounds[tile + 1])
             yield tile, list(zip(begins[low:high], ends[low:high], strict=True))
 
+    def elements_per_tile(self, num_tiles: int) -> np.ndarray | None:
+        """How many elements each of ``num_tiles`` tiles holds (int64), summed over the
+        runs, or None when a tile array is kept instead of runs (count that)."""
+        if self._bounds_ is None:
+            return None
+        covered = np.zeros(self._begins_.size + 1, np.int64)
+        np.cumsum(self._ends_.astype(np.int64) - self._begins_, out=covered[1:])
+        counts = np.zeros(max(num_tiles, len(self)), np.int64)
+        counts[:len(self)] = covered[self._bounds_[1:]] - covered[self._bounds_[:-1]]
+        return counts
+
     def owners(self) -> tuple[np.ndarray, np.ndarray]:
         """((begin, end) rows, the tile of each row), without building tuples."""
         owners = np.repeat(np.arange(len(self)), np.diff(self._bounds))

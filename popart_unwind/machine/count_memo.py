@@ -1,6 +1,7 @@
 """Tile counts remembered while a cost walk runs: one layout's elements per tile are
 asked for several times (an op's work, each result's memory, the elementwise output
-choice, each later reader's work), and each count is a pass over the whole layout.
+choice, each later reader's work), and each count is a pass over the whole layout. A
+few other answers about a layout are kept the same way (``CountMemo.answer``).
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
@@ -27,6 +28,8 @@ RECENT_KEPT = 4
 KEPT_IDS_MAX = 1 << 24
 #: Leading ids compared before a whole array is (most different layouts differ early).
 PROBE = 256
+#: Other answers about a layout kept (``CountMemo.answer``).
+ANSWERS_KEPT = 4
 
 _Key = tuple[int, int, str, int]
 
@@ -38,11 +41,15 @@ class CountMemo:
     def __init__(self) -> None:
         self._by_memory: dict[_Key, tuple[weakref.ref, np.ndarray]] = {}
         self._recent: deque[tuple[np.ndarray, int, np.ndarray]] = deque(maxlen=RECENT_KEPT)
+        self._answers: deque[tuple[tuple, weakref.ref, np.ndarray]] = deque(
+            maxlen=ANSWERS_KEPT)
 
     def counts(self, ids: np.ndarray, num_tiles: int,
                count: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
         """``count(ids, num_tiles)``, or what it gave for the same ids before. ``ids`` is
-        flat and contiguous."""
+        flat and contiguous (others are counted, not remembered)."""
+        if ids.ndim != 1 or not ids.flags.c_contiguous:
+            return count(ids, num_tiles)
         key = (ids.__array_interface__["data"][0], ids.size, ids.dtype.str, num_tiles)
         found = self._by_memory.get(key)
         if found is not None and found[0]() is not None:
@@ -55,6 +62,36 @@ class CountMemo:
                 self._recent.append((ids, num_tiles, counts))
         self._remember(key, ids, counts)
         return counts
+
+    def answer(self, ids: np.ndarray, question: tuple,
+               make: Callable[[], np.ndarray]) -> np.ndarray:
+        """``make()``, an answer about the layout ``ids`` (flat, contiguous) and
+        ``question`` (hashable), or what it gave before while ``ids``' memory lives: the
+        last ``ANSWERS_KEPT`` answers are kept, read-only (an op's exchange and its least
+        exchange read one result's layout with the same broadcast operand)."""
+        if ids.ndim != 1 or not ids.flags.c_contiguous:
+            return make()  # the memory alone does not say which elements it holds
+        key = (ids.__array_interface__["data"][0], ids.size, ids.dtype.str, question)
+        for kept_key, owner, answer in self._answers:
+            if kept_key == key and owner() is not None:
+                return answer
+        answer = make()
+        answer.flags.writeable = False
+        owner = _owner(ids)
+        if owner is not None:
+            self._answers.append((key, weakref.ref(owner), answer))
+        return answer
+
+    def know(self, ids: np.ndarray, num_tiles: int, counts: np.ndarray) -> None:
+        """Take ``counts`` as the tile counts of ``ids`` (found another way: a layout's
+        runs, when it is expanded from them)."""
+        flat = np.asarray(ids).reshape(-1)
+        if not flat.flags.c_contiguous:
+            return
+        counts = np.array(counts, dtype=np.int64)
+        counts.flags.writeable = False
+        self._remember((flat.__array_interface__["data"][0], flat.size, flat.dtype.str,
+                        num_tiles), flat, counts)
 
     def _recent_counts(self, ids: np.ndarray, num_tiles: int) -> np.ndarray | None:
         """The counts of a recently counted array holding the same ids, if any."""

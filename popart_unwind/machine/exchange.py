@@ -15,7 +15,7 @@ from math import prod
 import numpy as np
 
 from popart_unwind.errors import TargetError
-from popart_unwind.machine import hooks
+from popart_unwind.machine import count_memo, hooks
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPartition
 from popart_unwind.shapes import broadcast_projections
 
@@ -104,7 +104,7 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     step = max(2, ROW_PAIRS_BLOCK // (reads * reads))
     previous = None  # the sorted row before the block, and its members
     for low in range(0, sources, step):
-        tiles = np.sort(rows[low:low + step], axis=1)
+        tiles = _sorted_rows(rows[low:low + step])
         member = np.ones(tiles.shape, dtype=bool)  # each distinct tile of a row, once
         member[:, 1:] = tiles[:, 1:] != tiles[:, :-1]
         member &= tiles != held[low:low + step, None]
@@ -161,7 +161,11 @@ def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
             and int(held.min()) >= 0 and int(held.max()) < num_tiles):
         return None
     rows = broadcast_rows(readers, full_shape, small_shape)
-    if rows is not None:
+    memo = count_memo.active()
+    if rows is not None and memo is not None:
+        table = memo.answer(readers, ("reads", full_shape, small_shape, num_tiles),
+                            lambda: _read_by_rows(rows, num_tiles)).copy()
+    elif rows is not None:
         table = _read_by_rows(rows, num_tiles)
     else:
         index = broadcast_index_view(small_shape, full_shape)
@@ -432,7 +436,9 @@ def most_read_by_rows(reader_tiles: np.ndarray, num_tiles: int,
     equals (or the earliest in ``preference``). Each row is sorted and its longest run
     taken, ``ROWS_BLOCK`` elements at a time: no (element, tile) pair is counted or sorted
     over the whole tensor, which for many sources (a [1024, 1024] attention mask read by 12
-    heads) took seconds a read; for few, ``most_read_tiles``' one table is faster."""
+    heads) took seconds a read; for few, ``most_read_by_table``'s one table is faster. A
+    row equal to the row before it has its answer (``_new_rows``): only the others are
+    sorted."""
     rows = np.asarray(reader_tiles)
     count, reads = rows.shape
     order = None if preference is None else np.asarray(preference).reshape(-1)
@@ -445,7 +451,7 @@ def most_read_by_rows(reader_tiles: np.ndarray, num_tiles: int,
     step = max(1, ROWS_BLOCK // reads)
     position = np.arange(reads)
     for low in range(0, count, step):
-        block = rows[low:low + step]
+        block, fill = _new_rows(rows[low:low + step])  # a row's answer is its row's
         keys = np.sort(block if rank is None else rank[block], axis=1)
         starts = np.ones(keys.shape, dtype=bool)
         starts[:, 1:] = keys[:, 1:] != keys[:, :-1]
@@ -453,9 +459,57 @@ def most_read_by_rows(reader_tiles: np.ndarray, num_tiles: int,
         # the end of its earliest longest run, the lowest key among equals
         first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
         best = np.argmax(position - first, axis=1)
-        chosen = keys[np.arange(keys.shape[0]), best]
+        chosen = keys[np.arange(keys.shape[0]), best][fill]
         result[low:low + step] = chosen if order is None else order[chosen]
     return result
+
+
+def most_read_by_table(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type = np.int64,
+                       preference: np.ndarray | None = None) -> np.ndarray:
+    """``most_read_by_rows`` for few elements (``DENSE_COUNTS_MAX`` (element, tile)
+    pairs): each row's reads counted per tile in a table, a block of rows at a time
+    (``COUNT_BLOCK`` reads), keys made from the rows themselves (``most_read_tiles``
+    makes them from a copy of the broadcast index): the most counted tile, the lowest
+    among equals (or the earliest in ``preference``)."""
+    count, reads = rows.shape
+    order = None if preference is None else np.asarray(preference).reshape(-1)
+    if order is not None:
+        _ranks(order, num_tiles)  # checked as ``most_read_tiles`` checks it
+    result = np.zeros(count, dtype=dtype)
+    if count == 0 or reads == 0:
+        if order is not None:
+            result[:] = order[0]
+        return result
+    step = max(1, COUNT_BLOCK // reads)
+    for low in range(0, count, step):
+        block = rows[low:low + step]
+        offsets = np.arange(block.shape[0], dtype=np.int64)[:, None] * num_tiles
+        table = np.zeros(block.shape[0] * num_tiles, dtype=np.int64)
+        for column in range(0, reads, COUNT_BLOCK):
+            keys = offsets + block[:, column:column + COUNT_BLOCK]
+            table += np.bincount(keys.reshape(-1), minlength=table.size)
+        table = table.reshape(block.shape[0], num_tiles)
+        result[low:low + step] = table.argmax(axis=1) if order is None else \
+            order[table[:, order].argmax(axis=1)]
+    return result
+
+
+def _new_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``block`` that differ from the row before them (the first included),
+    and for each row of ``block`` the index among those of the one it equals: a layout's
+    runs of one tile make most rows of a broadcast operand repeat the row before (an
+    attention mask's element and the next are read by the same heads' tiles), and each
+    row's sort then is done once per run of equal rows."""
+    new = np.ones(block.shape[0], dtype=bool)
+    if block.shape[0] > 1:
+        np.any(block[1:] != block[:-1], axis=1, out=new[1:])
+    return block[new], np.cumsum(new) - 1
+
+
+def _sorted_rows(block: np.ndarray) -> np.ndarray:
+    """``np.sort(block, axis=1)``, each run of equal rows sorted once (``_new_rows``)."""
+    distinct, fill = _new_rows(block)
+    return np.sort(distinct, axis=1)[fill]
 
 
 #: Seeds the fixed random keys that fingerprint a set of reading tiles.
@@ -495,7 +549,7 @@ def dealt_by_rows(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type,
     step = max(1, ROWS_BLOCK // max(reads, 1))
     for low in range(0, sources, step):
         block = rows[low:low + step]
-        sorted_keys = np.sort(block if rank is None else rank[block], axis=1)
+        sorted_keys = _sorted_rows(block if rank is None else rank[block])
         first = np.ones(sorted_keys.shape, dtype=bool)
         np.not_equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=first[:, 1:])
         elements.append(np.flatnonzero(first) // reads + low)

@@ -311,9 +311,9 @@ class TileTarget(TileMachine):
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
         the same bytes to exchange: a preference among equals (or, ``any_reader``, runs of
-        elements dealt over all the readers) moves memory, not exchange. The last answer
-        is kept (``_LastBroadcast``): an elementwise op's agreement and its least exchange
-        ask it of one layout, its first operand's and its result's copy of it."""
+        elements dealt over all the readers) moves memory, not exchange. The last few
+        answers are kept (``_LastBroadcast``): an elementwise op's agreement and its least
+        exchange ask them of one layout, its first operand's and its result's copy of it."""
         question = (tuple(full_shape), tuple(small_shape), any_reader)
         answer = self._last_broadcast.answer(question, full_tiles, preference)
         if answer is None:
@@ -334,9 +334,12 @@ class TileTarget(TileMachine):
         except ShapeError as error:
             raise TargetError(f"shape {small_shape} does not broadcast to {full_shape}: "
                               f"{error}") from None
-        rows = None  # many elements: counted row by row, not in several tables of pairs
-        if prod(small_shape) * self.num_tiles > exchange.DENSE_COUNTS_MAX:
-            rows = broadcast_rows(full_tiles, full_shape, small_shape)
+        # from the rows of reads (``broadcast_rows``): many elements sorted row by row, few
+        # counted in one table made from the rows (no index array as long as the readers);
+        # few dealt to any reader keep ``most_read_tiles``' one table of pairs
+        table = prod(small_shape) * self.num_tiles <= exchange.DENSE_COUNTS_MAX
+        rows = None if table and any_reader else \
+            broadcast_rows(full_tiles, full_shape, small_shape)
         if rows is not None:
             if rows.size and not 0 <= int(rows.min()) <= int(rows.max()) < self.num_tiles:
                 raise TargetError(f"broadcast_operand_tiles: tile ids must lie in "
@@ -344,6 +347,9 @@ class TileTarget(TileMachine):
             if any_reader:
                 return exchange.dealt_by_rows(rows, self.num_tiles, self.tile_dtype,
                                               preference)
+            if table:
+                return exchange.most_read_by_table(rows, self.num_tiles, self.tile_dtype,
+                                                   preference)
             return most_read_by_rows(rows, self.num_tiles, self.tile_dtype, preference)
         return most_read_tiles(full_tiles, index, prod(small_shape), self.num_tiles,
                                self.tile_dtype, preference, any_reader)
@@ -397,36 +403,40 @@ def _pass_axes(axes: str) -> tuple[int, int, int]:
 
 
 class _LastBroadcast:
-    """The last ``broadcast_operand_tiles`` question and answer: its shapes and flags, and
-    copies of the full tensor's tiles and the preference (a later change to the caller's
-    arrays cannot make a different question look the same). Layouts of
+    """The last few ``broadcast_operand_tiles`` questions and answers: each its shapes
+    and flags, and copies of the full tensor's tiles and the preference (a later change
+    to the caller's arrays cannot make a different question look the same). Layouts of
     ``KEPT_TILES_MAX`` elements or more are not kept."""
 
     KEPT_TILES_MAX = 1 << 24
+    #: Questions kept: an op's broadcast operands (a mask and a fill, say), each asked
+    #: by its agreement and its least exchange.
+    KEPT = 4
 
     def __init__(self) -> None:
-        self._question: tuple | None = None
-        self._tiles = self._preference = self._answer = None
+        self._kept: list[tuple[tuple, np.ndarray, np.ndarray | None, np.ndarray]] = []
 
     def answer(self, question: tuple, full_tiles: np.ndarray,
                preference: np.ndarray | None) -> np.ndarray | None:
-        """The kept answer when ``question`` is the kept one, else None."""
-        if question != self._question or not _same_values(full_tiles, self._tiles):
-            return None
-        if (preference is None) != (self._preference is None) or (
-                preference is not None and not _same_values(preference, self._preference)):
-            return None
-        return self._answer
+        """The kept answer to ``question`` about these tiles and preference, else None."""
+        for kept_question, tiles, kept_preference, answer in self._kept:
+            if question != kept_question or not _same_values(full_tiles, tiles):
+                continue
+            if (preference is None) != (kept_preference is None):
+                continue
+            if preference is None or _same_values(preference, kept_preference):
+                return answer
+        return None
 
     def keep(self, question: tuple, full_tiles: np.ndarray, preference: np.ndarray | None,
              answer: np.ndarray) -> None:
+        """Keep an answer (the oldest kept one is dropped)."""
         if np.size(full_tiles) >= self.KEPT_TILES_MAX:
-            self._question = None
             return
-        self._question = question
-        self._tiles = np.array(full_tiles).reshape(-1)
-        self._preference = None if preference is None else np.array(preference).reshape(-1)
-        self._answer = np.array(answer)
+        self._kept = [*self._kept[-(self.KEPT - 1):], (
+            question, np.array(full_tiles).reshape(-1),
+            None if preference is None else np.array(preference).reshape(-1),
+            np.array(answer))]
 
 
 def _same_values(given: np.ndarray, kept: np.ndarray | None) -> bool:

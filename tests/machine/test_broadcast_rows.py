@@ -61,6 +61,13 @@ def _check_rows(full, small, num_tiles, tiles, preference):
                                num_tiles, np.int64, preference)
     np.testing.assert_array_equal(most_read_by_rows(rows, num_tiles, np.int64, preference),
                                   expected)
+    block = exchange.COUNT_BLOCK
+    exchange.COUNT_BLOCK = 3  # blocks of rows, and rows cut into blocks of reads
+    try:
+        np.testing.assert_array_equal(
+            exchange.most_read_by_table(rows, num_tiles, np.int64, preference), expected)
+    finally:
+        exchange.COUNT_BLOCK = block
     target = TileTarget(IpuModel(tiles_per_ipu=num_tiles))
     np.testing.assert_array_equal(
         target.broadcast_operand_tiles(tiles, full, small, preference), expected)

@@ -59,3 +59,37 @@ def test_a_slice_of_remembered_memory_is_its_own_question():
 def test_ids_out_of_range_still_raise():
     with count_memo.remembered_counts(), pytest.raises(TargetError):
         tile_counts(np.array([0, 9], dtype=np.int16), 4)
+
+
+def test_counts_of_a_layout_expanded_from_its_runs_are_its_bincount():
+    from popart_unwind.cost.layouts import expanded
+    from popart_unwind.ir.tile_mapping import TileIntervals
+
+    tiles = np.repeat(np.array([3, 0, 3, 1], np.int16), [40, 25, 7, 60])
+    runs = TileIntervals.from_tiles(tiles, 6)
+    assert runs.tiles is None  # kept as runs
+    np.testing.assert_array_equal(runs.elements_per_tile(6), _oracle(tiles, 6))
+    with count_memo.remembered_counts() as memo:
+        laid_out = expanded(runs, tiles.size, 6)
+        np.testing.assert_array_equal(laid_out, tiles)
+        asked = []
+        found = memo.counts(laid_out, 6, lambda *a: asked.append(1) or _oracle(*a))
+        np.testing.assert_array_equal(found, _oracle(tiles, 6))
+        assert asked == []  # known from the runs, not counted
+
+
+def test_answers_are_kept_for_the_same_memory_and_question_only():
+    tiles = np.arange(8, dtype=np.int16)
+    made = []
+
+    def make(value):
+        return lambda: made.append(value) or np.full(2, value)
+
+    with count_memo.remembered_counts() as memo:
+        assert memo.answer(tiles, ("a",), make(1)).tolist() == [1, 1]
+        assert memo.answer(tiles, ("a",), make(2)).tolist() == [1, 1]  # kept
+        assert memo.answer(tiles, ("b",), make(3)).tolist() == [3, 3]  # another question
+        assert memo.answer(tiles[:4], ("a",), make(4)).tolist() == [4, 4]  # other elements
+        assert memo.answer(tiles[::2], ("a",), make(5)).tolist() == [5, 5]  # strided: asked
+        assert not memo.answer(tiles, ("a",), make(6)).flags.writeable
+    assert made == [1, 3, 4, 5]
