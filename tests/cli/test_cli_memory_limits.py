@@ -71,8 +71,12 @@ FREED_ARRAYS = """
 import ctypes, sys
 import numpy as np
 from popart_unwind.report.planning_memory import return_freed_memory
-# what glibc does after freeing a large mapping: arrays up to its size come from the heap
+# what glibc does after freeing a large mapping: arrays up to its size come from the heap,
+# and its trim threshold, twice that, keeps freed heap memory that reaches the heap's top
+# (without it, whether the pins below find room lower down, leaving the arrays at the top
+# to be trimmed, depends on what the imports left in the heap)
 ctypes.CDLL(None).mallopt(-3, 64 * 2**20)
+ctypes.CDLL(None).mallopt(-1, 128 * 2**20)
 if sys.argv[1] == "set":
     return_freed_memory()
 def rss():
