@@ -142,6 +142,10 @@ def _going_on(after: np.ndarray, after_member: np.ndarray, before: np.ndarray,
     return going_on
 
 
+#: Most (element, tile) marks of a reads table a cost walk keeps for the next question.
+KEPT_TABLE_MAX = 1 << 24
+
+
 def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
                           small_shape: tuple[int, ...], source_tiles: np.ndarray,
                           element_bytes: int, num_tiles: int) -> ExchangeNeed | None:
@@ -150,7 +154,9 @@ def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     as the readers): tile t receives element e when it reads e and e is not held there;
     e starts a region on t unless t also receives e - 1 from the tile holding e. None
     (ask ``read_need``) when the table would be large beside the reads, or a tile id lies
-    outside ``[0, num_tiles)``."""
+    outside ``[0, num_tiles)``. Inside a cost walk the marks of the reads (before the held
+    elements are taken out) are kept for the next question about the same layout and
+    shapes (``count_memo``), up to ``KEPT_TABLE_MAX`` of them."""
     sources, reads = prod(small_shape), prod(full_shape)
     held = _ids(source_tiles)
     readers = _ids(reader_tiles)
@@ -161,7 +167,7 @@ def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
             and int(held.min()) >= 0 and int(held.max()) < num_tiles):
         return None
     rows = broadcast_rows(readers, full_shape, small_shape)
-    memo = count_memo.active()
+    memo = count_memo.active() if sources * num_tiles <= KEPT_TABLE_MAX else None
     if rows is not None and memo is not None:
         table = memo.answer(readers, ("reads", full_shape, small_shape, num_tiles),
                             lambda: _read_by_rows(rows, num_tiles)).copy()
