@@ -23,6 +23,7 @@ from popart_unwind.machine.interface import (
     MatmulPartition,
     MatmulPlan,
     TileMachine,
+    on_shared_buses,
     pass_dims,
 )
 
@@ -115,11 +116,11 @@ def broadcast_elements(target: TileMachine, plan: MatmulPlan, dtype: str) -> int
     g, m, k, n = plan.dims
     own = plan.own_partition
     lhs_readers, rhs_readers = own.cols - 1, own.rows - 1
-    pair = target.tiles_per_exchange_bus if plan.start_tile % 2 == 0 else 1
-    if pair == 2 and plan.shared_operand == "rhs" and own.rows % 2 == 0:
-        rhs_readers = own.rows // 2
-    if pair == 2 and plan.shared_operand == "lhs" and own.cols % 2 == 0:
-        lhs_readers = own.cols // 2
+    if on_shared_buses(target, plan):  # the shared operand's split is the cube's rows
+        if plan.shared_operand == "rhs":
+            rhs_readers = own.rows // 2
+        elif plan.shared_operand == "lhs":
+            lhs_readers = own.cols // 2
     steps = target.matmul_cost(*plan.dims, dtype, own, plan.shared_operand).serial
     return g * m * k * lhs_readers + g * k * n * rhs_readers * steps
 

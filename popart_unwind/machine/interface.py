@@ -250,17 +250,24 @@ def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dt
     return need
 
 
+def on_shared_buses(target: TileMachine, plan: MatmulPlan) -> bool:
+    """Whether ``plan``'s cube RHS reaches its readers in super-tile pairs over shared
+    exchange buses: an even row split (its readers neighbours, the row split innermost)
+    starting on a super tile's first tile, on a machine whose buses are shared by two."""
+    return (target.tiles_per_exchange_bus == 2 and plan.start_tile % 2 == 0
+            and plan.partition.rows % 2 == 0)
+
+
 def layout_free_operand(target: TileMachine, plan: MatmulPlan, operand: str) -> bool:
     """Whether the bytes ``plan``'s tiles receive of its op's ``operand`` total the same
     wherever the operand lies: the cube's RHS broadcast from where it lies (at most
-    ``REARRANGE_ABOVE_DESTINATIONS`` readers, so no rearrangement copy) to an even row
-    split on super tiles. Each pair of readers then receives its block once between them
-    (what a tile holds its partner receives in full, what neither holds both receive at
-    half cost), so a layout only moves bytes between the two tiles of a pair."""
+    ``REARRANGE_ABOVE_DESTINATIONS`` readers, so no rearrangement copy) to pairs on shared
+    buses (``on_shared_buses``). Each pair of readers then receives its block once between
+    them (what a tile holds its partner receives in full, what neither holds both receive
+    at half cost), so a layout only moves bytes between the two tiles of a pair."""
     name, _ = plan.cube_tensor(operand)
-    rows = plan.partition.rows
-    return (name == "rhs" and target.tiles_per_exchange_bus == 2 and plan.start_tile % 2 == 0
-            and rows % 2 == 0 and rows <= REARRANGE_ABOVE_DESTINATIONS)
+    return (name == "rhs" and on_shared_buses(target, plan)
+            and plan.partition.rows <= REARRANGE_ABOVE_DESTINATIONS)
 
 
 def rotated_tiles(tiles: np.ndarray, start_tile: int, num_tiles: int) -> np.ndarray:
