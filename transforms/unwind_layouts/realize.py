@@ -62,20 +62,29 @@ def shared_broadcasts(graph: UnwindGraph) -> dict[TensorId, list[tuple[TensorId,
     also another op's broadcast operand (each op's root is tied to its view of it): for
     each, every root of that operand with, per root element, the operand element it is
     (the views' chains applied to the operand's flat indices)."""
-    groups: dict[TensorId, list[tuple[TensorId, np.ndarray]]] = {}
+    views: dict[TensorId, list[tuple[TensorId, list]]] = {}  # operand -> (root, chains)
     for pair in graph.valued_pairs():
         for root, partner in ((pair.a, pair.b), (pair.b, pair.a)):
             if graph.kind(root) != "sum_like_reduce":
                 continue
-            views = []
+            chains = []
             while graph.kind(partner) == "view":
-                views.append(graph.node(partner).chain)
+                chains.append(graph.node(partner).chain)
                 partner = graph.node(partner).inputs[0]
-            index = np.arange(graph.numel(partner)).reshape(graph.shape(partner))
-            for chain in reversed(views):
+            views.setdefault(partner, []).append((root, chains))
+    shared: dict[TensorId, list[tuple[TensorId, np.ndarray]]] = {}
+    for operand, roots in views.items():
+        if len(roots) < 2:
+            continue  # one reading op: no indices made (most operands)
+        group = []
+        for root, chains in roots:
+            index = np.arange(graph.numel(operand)).reshape(graph.shape(operand))
+            for chain in reversed(chains):
                 index = chain.apply(index)
-            groups.setdefault(partner, []).append((root, np.asarray(index).reshape(-1)))
-    return {root: group for group in groups.values() if len(group) > 1 for root, _ in group}
+            group.append((root, np.asarray(index).reshape(-1)))
+        for root, _ in group:
+            shared[root] = group
+    return shared
 
 
 class _LazyInputs(Sequence):
