@@ -449,10 +449,8 @@ def most_read_by_rows(reader_tiles: np.ndarray, num_tiles: int,
     count, reads = rows.shape
     order = None if preference is None else np.asarray(preference).reshape(-1)
     rank = None if order is None else _ranks(order, num_tiles)
-    result = np.zeros(count, dtype=dtype)
+    result = _unread_answer(count, dtype, order)
     if count == 0 or reads == 0:
-        if order is not None:
-            result[:] = order[0]
         return result
     step = max(1, ROWS_BLOCK // reads)
     position = np.arange(reads)
@@ -481,10 +479,8 @@ def most_read_by_table(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type 
     order = None if preference is None else np.asarray(preference).reshape(-1)
     if order is not None:
         _ranks(order, num_tiles)  # checked as ``most_read_tiles`` checks it
-    result = np.zeros(count, dtype=dtype)
+    result = _unread_answer(count, dtype, order)
     if count == 0 or reads == 0:
-        if order is not None:
-            result[:] = order[0]
         return result
     step = max(1, COUNT_BLOCK // reads)
     for low in range(0, count, step):
@@ -498,6 +494,13 @@ def most_read_by_table(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type 
         result[low:low + step] = table.argmax(axis=1) if order is None else \
             order[table[:, order].argmax(axis=1)]
     return result
+
+
+def _unread_answer(count: int, dtype: np.dtype | type, order: np.ndarray | None
+                   ) -> np.ndarray:
+    """The answer for ``count`` elements no tile reads: tile 0, or the first tile of
+    ``order`` (every element read is overwritten)."""
+    return np.full(count, 0 if order is None else order[0], dtype=dtype)
 
 
 def _new_rows(block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
