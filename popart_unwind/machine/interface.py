@@ -318,6 +318,16 @@ class TileMachine(abc.ABC):
         """Restart the linear mapper's rotation at tile 0."""
 
     @property
+    @abc.abstractmethod
+    def next_start_tile(self) -> int:
+        """The tile the next linear mapping starts on."""
+
+    @abc.abstractmethod
+    def rotated_to(self, start_tile: int) -> TileMachine:
+        """A copy answering as this machine does, whose linear mapper starts on
+        ``start_tile`` (its own rotation from there on)."""
+
+    @property
     def tiles_per_exchange_bus(self) -> int:
         """Tiles that receive the same data together over one shared exchange bus (1: none
         share)."""

@@ -73,9 +73,13 @@ class TileTarget(TileMachine):
     def with_plans(self, plans: Mapping[tuple[str, int], MatmulPlan]) -> TileTarget:
         """A copy answering ``chosen_plan`` from ``plans``; it shares the answers remembered
         (they depend on the question alone) and starts its own linear rotation at 0."""
-        view = copy.copy(self)
+        view = self.rotated_to(0)
         view._plans = dict(plans)
-        view._next_start_tile = 0
+        return view
+
+    def rotated_to(self, start_tile: int) -> TileTarget:
+        view = copy.copy(self)
+        view._next_start_tile = int(start_tile) % self.num_tiles
         return view
 
     def chosen_plan(self, key: tuple[str, int]) -> MatmulPlan | None:
@@ -86,7 +90,6 @@ class TileTarget(TileMachine):
 
     @property
     def next_start_tile(self) -> int:
-        """The tile the next linear mapping starts on."""
         return self._next_start_tile
 
     def dtype_size(self, dtype: str) -> int:

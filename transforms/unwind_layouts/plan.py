@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from popart_unwind.cost import computed_layouts
+from popart_unwind.cost.rotation import linear_rotation_starts
 from popart_unwind.errors import PlanError
 from popart_unwind.ir import Ir
 from popart_unwind.ir.tensor import Tensor, qualified_id
@@ -159,7 +160,8 @@ def _plan_ir(ir: Ir, target: TileMachine, options: SessionOptions | None,
 
     realizer = Realizer(emitter, solution, options.balance_tile_memory,
                         tensor_ipus(ir) if target.num_ipus > 1 else None,
-                        spread_statistics=options.spread_statistics_partners)
+                        spread_statistics=options.spread_statistics_partners,
+                        rotation_starts=linear_rotation_starts(ir, target, registry))
     sink_tiles = realizer.realize_sinks(
         None if progress is None else lambda done, total: progress("realize", done, total))
     planned = []

@@ -8,7 +8,10 @@ only when some element takes its origin there:
 - FixedPoint output: likewise (the matmul plan's output layout);
 - Barrier output: the IR op's rule's ``output_tiles`` (inputs passed lazily, computed only
   if read: a reduction lays its result out from its input's tiles, an unmodelled op maps
-  its outputs linearly without reading them);
+  its outputs linearly without reading them). A linear mapping starts where the cost walk's
+  rotating mapper will stand at that op (``cost.rotation``), not where the sinks' own
+  elements left this planner's rotation: what is tied to the result then lies where the
+  walk puts the result;
 - SumLikeReduce: the target's broadcast-operand layout over its full tensor's tiles. With
   ``balance_memory`` each element is dealt to any tile reading it, the least loaded first:
   every reader then receives it once, whichever holds it. That holds for one reading op
@@ -113,7 +116,8 @@ class Realizer:
 
     def __init__(self, emitter: Emitter, solution: Solution, balance_memory: bool = False,
                  ipus: Mapping[tuple[str, str], int] | None = None,
-                 spread_statistics: bool = False) -> None:
+                 spread_statistics: bool = False,
+                 rotation_starts: Mapping[tuple[str, int], int] | None = None) -> None:
         self.emitter = emitter
         self.balance_memory = balance_memory
         #: move what statistics alone lay out onto the least loaded tiles (module docstring)
@@ -131,6 +135,8 @@ class Realizer:
         self._busy: set[TensorId] = set()
         self._shared_broadcasts = shared_broadcasts(self.graph)
         self._barrier_outputs: dict[int, list[np.ndarray]] = {}
+        #: (graph id, op id) -> where the cost walk's linear mapper stands at the op
+        self._rotation_starts = rotation_starts or {}
 
     def realize_sinks(self, progress: Callable[[int, int], None] | None = None
                       ) -> dict[TensorId, np.ndarray]:
@@ -316,8 +322,10 @@ class Realizer:
         op = record.op
         outputs = self._barrier_outputs.get(op.id)
         if outputs is None:
+            start = self._rotation_starts.get((op.graph.id, op.id))
+            target = self.target if start is None else self.target.rotated_to(start)
             outputs = output_layouts(self.emitter.registry.layout_rule(op), op,
-                                     _LazyInputs(self, record.inputs), self.target)
+                                     _LazyInputs(self, record.inputs), target)
             self._barrier_outputs[op.id] = outputs
         return outputs[record.position]
 
