@@ -359,8 +359,16 @@ class TileMachine(abc.ABC):
     def elementwise_cycles(self, elements: int, dtype: str, operation: str | None = None
                            ) -> int:
         """Cycles of one tile's vertex computing ``elements`` elements of ``dtype`` where
-        they lie (0 for none); ``operation``: popops' name of what it computes (EXPONENT,
-        DIVIDE, ...), for operations slower than one vector per cycle."""
+        they lie (0 for none); ``operation``: Poplibs' name of what it computes (popops'
+        EXPONENT, DIVIDE, ..., popnn's GELU), for operations slower than one vector per
+        cycle."""
+
+    def compound_cycles(self, elements: int, dtype: str,
+                        operations: tuple[str | None, ...]) -> int:
+        """Cycles of one tile's vertices run one after another over the same elements, one
+        per operation (a softmax, a norm: ``LayoutRule.vertex_passes``)."""
+        return sum(self.elementwise_cycles(elements, dtype, operation)
+                   for operation in operations)
 
     @abc.abstractmethod
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:

@@ -78,6 +78,19 @@ POPOPS_INNER_LOOPS: Mapping[str, tuple[tuple[int, int], tuple[int, int]]] = Mapp
     "TAN": ((5100, 1), (5700, 1)),
     "TANH": ((12, 2), (4, 4)),
 })
+#: popnn's non-linearity vertices (``NonLinearity1D``) for the ops popops has no operation
+#: for: the cycles Poplibs estimates for the first element and for each further vector, in
+#: float and in half (``getNonLinearityOpCycles``, lib/popnn/PerformanceEstimation.hpp, which
+#: marks the GELU figures as not verified and the GELU_ERF ones as placeholders).
+POPNN_NONLINEARITIES: Mapping[str, tuple[tuple[int, int], tuple[int, int]]] = MappingProxyType({
+    "GELU": ((10, 10), (5, 5)),
+    "GELU_ERF": ((30, 30), (15, 15)),
+    "SWISH": ((6, 11), (3, 5)),
+})
+#: The fixed cycles of ``NonLinearity1D``'s estimate (``nonLinearity1DCycleEstimator``,
+#: lib/popnn/popnnCycleEstimators.cpp): the supervisor's, and each worker's before its loop.
+NONLINEARITY_SUPERVISOR_CYCLES = 9
+NONLINEARITY_WORKER_CYCLES = 20
 #: An assumed sync across IPUs before an IpuCopy (docs/ipu-model.md says why this figure).
 IPU_COPY_SYNC_CYCLES = 1000
 
@@ -197,6 +210,8 @@ class IpuModel:
         vector = self.grain_size(dtype)
         if not self.vertex_costs:
             return -(-elements // vector)
+        if operation in POPNN_NONLINEARITIES:
+            return self._nonlinearity_cycles(elements, dtype, operation)
         fixed = (ELEMENTWISE_WORKER_CYCLES_HALF if self.dtype_size(dtype) <= 2
                  else ELEMENTWISE_WORKER_CYCLES_FLOAT)
         per_worker = -(-elements // WORKER_CONTEXTS)
@@ -207,6 +222,36 @@ class IpuModel:
         else:
             inner = -(-per_worker // vector)
         return WORKER_CONTEXTS * (fixed + inner) + ELEMENTWISE_SUPERVISOR_CYCLES
+
+    def compound_cycles(self, elements: int, dtype: str,
+                        operations: tuple[str | None, ...]) -> int:
+        """One tile's vertices run one after another over the same ``elements`` elements,
+        one per operation (an op Poplibs builds from several: a softmax, a norm); without
+        ``vertex_costs``, one vector per cycle once, as for any op."""
+        if not self.vertex_costs:
+            return self.elementwise_cycles(elements, dtype)
+        return sum(self.elementwise_cycles(elements, dtype, operation)
+                   for operation in operations)
+
+    def _nonlinearity_cycles(self, elements: int, dtype: str, operation: str) -> int:
+        """Poplibs' estimate of popnn's ``NonLinearity1D`` vertex on the aligned path: the
+        vectors split over the workers, each worker's pipeline warm-up, its loop and its
+        remainder elements (float: one odd element; half: a pair and an odd one). The cost
+        of unpacking a vertex's pointers is left out (0 for the layouts Poplar usually
+        picks)."""
+        is_float = self.dtype_size(dtype) > 2
+        first, loop = POPNN_NONLINEARITIES[operation][not is_float]
+        width = self.grain_size(dtype)
+        vectors, remainder = divmod(elements, width)
+        per_worker = -(-vectors // WORKER_CONTEXTS)
+        worker = NONLINEARITY_WORKER_CYCLES
+        if per_worker:
+            worker += 2 + first + (per_worker - 1) * loop + 1 + first
+        if is_float:
+            worker += 3 + (2 + first) * (remainder & 1)
+        else:
+            worker += 4 + (2 + first) * bool(remainder & 2) + (3 + first) * (remainder & 1)
+        return NONLINEARITY_SUPERVISOR_CYCLES + WORKER_CONTEXTS * worker
 
     def tile_params(self, dtype: str) -> _hooks.TileParams:
         """Everything the C++ hooks need to lay out a tensor of ``dtype``, as one object."""

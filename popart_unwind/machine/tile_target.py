@@ -112,6 +112,10 @@ class TileTarget(TileMachine):
                            ) -> int:
         return self.model.elementwise_cycles(elements, dtype, operation)
 
+    def compound_cycles(self, elements: int, dtype: str,
+                        operations: tuple[str | None, ...]) -> int:
+        return self.model.compound_cycles(elements, dtype, operations)
+
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """Answers are read-only, so no caller can change what the next one gets; at most
         ``ANSWER_BYTES_KEPT`` bytes of them are kept."""

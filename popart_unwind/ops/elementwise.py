@@ -519,6 +519,14 @@ POPOPS_OPERATIONS: dict[str, str] = {
     "Sqrt": "SQRT", "Tan": "TAN", "Tanh": "TANH",
 }
 
+#: Ops PopART lowers to one of popnn's non-linearity vertices (``popnn::nonLinearity``:
+#: ``GeluOpx``, ``GeluErfOpx``, ``SwishOpx``), by (domain, name) -> popnn's name
+#: (``IpuModel.elementwise_cycles``); ONNX's Gelu takes GELU or GELU_ERF by ``approximate``.
+POPNN_NONLINEARITIES: dict[tuple[str, str], str] = {
+    (GRAPHCORE_DOMAIN, "Gelu"): "GELU", (GRAPHCORE_DOMAIN, "GeluErf"): "GELU_ERF",
+    (GRAPHCORE_DOMAIN, "Swish"): "SWISH", (MICROSOFT_DOMAIN, "Gelu"): "GELU_ERF",
+}
+
 
 class ElementwiseRule(LayoutRule):
     """Unary, Cast, broadcasting binary/variadic ops and Where.
@@ -536,7 +544,12 @@ class ElementwiseRule(LayoutRule):
         self.popart_unwinds = popart_unwinds
 
     def popops_operation(self, op: Op) -> str | None:
-        return POPOPS_OPERATIONS.get(op.type.name) if op.type.domain == ONNX_DOMAIN else None
+        name, domain = op.type.name, op.type.domain
+        if name == "Gelu" and domain == ONNX_DOMAIN:
+            return "GELU" if op.attributes.get("approximate", "none") == "tanh" else "GELU_ERF"
+        if domain != ONNX_DOMAIN:
+            return POPNN_NONLINEARITIES.get((domain, name))
+        return POPOPS_OPERATIONS.get(name)
 
     def operands(self, op: Op) -> list[tuple[int, Tensor]]:
         """(input index, tensor) of each distinct data input, in index order."""

@@ -164,9 +164,10 @@ class LayoutRule:
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
         """What the op's tiles spend beyond receiving their inputs. The default is an op that
-        computes each element where it lies: an elementwise vertex over its busiest tile's
-        elements (of its largest input or output there); views compute nothing. An
-        approximation for every op but the matmuls and convolutions (docs/ipu-model.md)."""
+        computes each element where it lies: its vertices (``vertex_passes``) over its
+        busiest tile's elements (of its largest input or output there); views compute
+        nothing. An approximation for every op but the matmuls and convolutions
+        (docs/ipu-model.md)."""
         if self.aliases_outputs(op):
             return OpWork(0, 0)
         busiest = 0
@@ -176,15 +177,21 @@ class LayoutRule:
             flat = np.asarray(tiles).reshape(-1)
             if flat.size:
                 counts = tile_counts(flat, target.num_tiles)
-                busiest = max(busiest, target.elementwise_cycles(
-                    int(counts.max()), tensor.dtype, self.popops_operation(op)))
+                busiest = max(busiest, target.compound_cycles(
+                    int(counts.max()), tensor.dtype, self.vertex_passes(op)))
         return OpWork(busiest, 0)
 
     def popops_operation(self, op: Op) -> str | None:
-        """Popops' name of the operation the op's vertex computes, where its inner loop is
-        slower than one vector per cycle (``IpuModel.elementwise_cycles``); None: the
-        default vertex."""
+        """Poplibs' name of the operation the op's vertex computes (popops', or popnn's
+        non-linearity), where its inner loop is slower than one vector per cycle
+        (``IpuModel.elementwise_cycles``); None: the default vertex."""
         return None
+
+    def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
+        """The vertices the op runs one after another over each tile's elements, each named
+        as ``popops_operation`` names one: a single vertex, unless Poplibs builds the op
+        from several (a softmax, a norm)."""
+        return (self.popops_operation(op),)
 
     def persistent_outputs(self, op: Op) -> bool:
         """Whether the op's results live for the whole program, as a weight does, rather

@@ -665,6 +665,23 @@ def _with_statistics(need: ExchangeNeed, shape: tuple[int, ...], axes: tuple[int
                                   2, target)
 
 
+#: The vertices popnn's stable softmax runs over every element (``softmaxImpl``,
+#: lib/popnn/NonLinearity.cpp): the maximum along the axis (a reduction), x - max, exp, the
+#: sum (a reduction), times 1 / sum; LogSoftmax (lib/popnn/LogSoftmax.cpp) ends with
+#: x - log(sum) instead, a vertex of the same cost. The inverse and the log of the sums run
+#: over the statistics only, and are left out. A reduction's vertex is counted as an
+#: elementwise one of its operation (Poplibs' reduce vertices are not modelled,
+#: docs/ipu-model.md).
+SOFTMAX_PASSES = ("MAXIMUM", None, "EXPONENT", None, None)
+#: The vertices Poplibs' norms run over every activation (``poplin::normStatistics``,
+#: ``normWhiten`` and ``normalise``, lib/poplin/Norms.cpp, the passes its flop estimate
+#: ``getNormFwdFlops`` counts, lib/popnn/Norms.cpp): the sum and the sum of squares (two
+#: reductions), x - mean, times 1 / std, times gamma, plus beta; without statistics (a
+#: batch norm in inference, ``batchNormalise`` with a combined scale) the last two only.
+NORM_PASSES = (None, "SQUARE", None, None, None, None)
+NORM_PASSES_WITHOUT_STATISTICS = (None, None)
+
+
 class SoftmaxRule(ElementwiseRule):
     """Softmax, LogSoftmax: elementwise on the input (PopART's ``SoftmaxOpx`` is an
     ``ElementWiseUnaryOutplaceOpx``: the result is a clone of the input, and the creator
@@ -680,6 +697,11 @@ class SoftmaxRule(ElementwiseRule):
         shape = known_shape(op, op.input(0))
         return _with_statistics(need, shape, _softmax_axes(op, len(shape)), output_tiles[0],
                                 op.input(0).dtype, target)
+
+    def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
+        if op.type.name in ("Softmax", "LogSoftmax"):
+            return SOFTMAX_PASSES
+        return super().vertex_passes(op)  # Hardmax: one vertex
 
 
 def _norm_axes(op: Op, rank: int) -> tuple[int, ...]:
@@ -742,6 +764,9 @@ class LayerNormRule(ElementwiseRule):
         shape = known_shape(op, op.input(0))
         return _with_statistics(need, shape, _norm_axes(op, len(shape)), output_tiles[0],
                                 stash_dtype(op), target)
+
+    def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
+        return NORM_PASSES
 
 
 SOFTMAX = SoftmaxRule()
@@ -886,6 +911,9 @@ class BatchNormRule(LayoutRule):
     def _axes(op: Op) -> tuple[int, ...]:
         rank = len(known_shape(op, op.input(0)))
         return (0, *range(2, rank))
+
+    def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
+        return NORM_PASSES if self.training(op) else NORM_PASSES_WITHOUT_STATISTICS
 
     def _params(self, op: Op) -> list[int]:
         """The input indices of the per-channel operands, each tensor once and not X."""
