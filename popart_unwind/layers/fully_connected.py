@@ -33,7 +33,7 @@ from popart_unwind.layers.operand_views import (
 from popart_unwind.layers.plan_options import PassOp
 from popart_unwind.machine.interface import cube_tensor, pass_dims
 from popart_unwind.memory import Chain
-from popart_unwind.ops.linalg import MatMulRule
+from popart_unwind.ops.linalg import MatMulRule, op_memory_proportion
 from popart_unwind.ops.registry import REGISTRY, OpRegistry
 
 #: The forward pass's axes: the cube is the forward op's own product.
@@ -76,6 +76,14 @@ class FullyConnectedLayer:
     def ops(self) -> list[Op]:
         """The ops present: fwd, bwd, wu, in that order."""
         return [op for op in (self.fwd, self.bwd, self.wu) if op is not None]
+
+    @property
+    def memory_proportion(self) -> float | None:
+        """The layer's own bound on its plans' temporary memory: the smallest its ops set
+        (PopART's per-op availableMemoryProportion, which its MatMul grad ops take from
+        the forward op), or None when none sets one."""
+        return min((found for op in self.ops()
+                    if (found := op_memory_proportion(op)) is not None), default=None)
 
     def passes(self) -> tuple[list[Op], list[PassOp]]:
         """The ops present and the pass each computes (its Poplibs name and cube axes)."""

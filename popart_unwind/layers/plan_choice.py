@@ -147,7 +147,8 @@ def _choose_layer_plans(ir: Ir, target: TileMachine, registry: OpRegistry, how: 
         ops, passes = layer.passes()
         dtype = layer.fwd.input(0).dtype
         if how == "poplibs":
-            chosen = poplibs_plans(target, layer.cube, dtype, passes)
+            chosen = poplibs_plans(target, layer.cube, dtype, passes,
+                                   layer.memory_proportion)
         else:
             choices.append(_choose(target, layer, passes, dtype))
             chosen = choices[-1].taken
@@ -178,10 +179,13 @@ def _choose(target: TileMachine, layer: FullyConnectedLayer, passes: list,
     """The fastest option within Poplibs' exchange, and the fastest within its exchange
     and the fullest tile its plans leave of the layer's weights and states."""
     over = None if layer.poplibs_joint else [p.axes for p in passes]
-    options = [*joint_plans(target, layer.cube, dtype, passes, over=over),
+    proportion = layer.memory_proportion
+    options = [*joint_plans(target, layer.cube, dtype, passes, over=over,
+                            memory_proportion=proportion),
                separate_plans(target, layer.cube, dtype, passes,
-                              charged=layer.poplibs_joint)]
-    own = (poplibs_plans(target, layer.cube, dtype, passes) if layer.poplibs_joint
+                              charged=layer.poplibs_joint, memory_proportion=proportion)]
+    own = (poplibs_plans(target, layer.cube, dtype, passes, proportion)
+           if layer.poplibs_joint
            else options[-1])  # Poplibs plans a convolution's passes each alone
     states = (0 if layer.weights is None else state_bytes_per_element(
         layer.fwd.graph, layer.weights, target.dtype_size))

@@ -67,28 +67,34 @@ class LayerPlans:
 
 def pass_cost(target: TileMachine, plan: MatmulPlan, dtype: str) -> MatmulCost:
     """What one pass costs under its plan (its own matmul cut as the plan says)."""
-    return target.matmul_cost(*plan.dims, dtype, plan.own_partition, plan.shared_operand)
+    return target.matmul_cost(*plan.dims, dtype, plan.own_partition, plan.shared_operand,
+                              plan.memory_proportion)
 
 
 def joint_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
                 ops: Sequence[PassOp], count: int = 1,
-                over: Sequence[str] | None = None) -> list[LayerPlans]:
+                over: Sequence[str] | None = None,
+                memory_proportion: float | None = None) -> list[LayerPlans]:
     """The ``count`` best partitions of ``cube`` shared by every pass op, best first, each
     costed as the sum of the passes ``over`` (cube axes). By default, as in Poplibs, all
     three passes, whichever the ops compute (a pass a step computes may be one the
-    recognition did not find)."""
+    recognition did not find). ``memory_proportion`` (here and below): the layer's own
+    bound on its plans' temporary memory, if it sets one (``MatmulPlan``)."""
     passes = list(CANONICAL_AXES.values()) if over is None else list(over)
-    return [_sharing(target, cube, dtype, ops, partition)
-            for partition in target.matmul_candidates(cube, dtype, passes, count)]
+    return [_sharing(target, cube, dtype, ops, partition, memory_proportion)
+            for partition in target.matmul_candidates(cube, dtype, passes, count,
+                                                      memory_proportion)]
 
 
 def separate_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
-                   ops: Sequence[PassOp], charged: bool = True) -> LayerPlans:
+                   ops: Sequence[PassOp], charged: bool = True,
+                   memory_proportion: float | None = None) -> LayerPlans:
     """Each pass op planned alone, as its own cube, with Poplibs' rearrangements charged
     unless ``charged`` is false: the backward pass's input (dY, [G, M, N]) and the weight
     update's output (dW, [G, K, N]) each copied over the tiles of its pass."""
     plans_tuple = tuple(
-        MatmulPlan(own, target.matmul_plan(*own, dtype), "mkn", op.fc_pass)
+        MatmulPlan(own, target.matmul_plan(*own, dtype, memory_proportion), "mkn",
+                   op.fc_pass, memory_proportion=memory_proportion)
         for op in ops for own in [pass_dims(cube, op.axes)])
     if not charged:
         return LayerPlans(plans_tuple, _summed(target, plans_tuple, dtype))
@@ -121,27 +127,33 @@ def broadcast_elements(target: TileMachine, plan: MatmulPlan, dtype: str) -> int
             rhs_readers = own.rows // 2
         elif plan.shared_operand == "lhs":
             lhs_readers = own.cols // 2
-    steps = target.matmul_cost(*plan.dims, dtype, own, plan.shared_operand).serial
+    steps = target.matmul_cost(*plan.dims, dtype, own, plan.shared_operand,
+                               plan.memory_proportion).serial
     return g * m * k * lhs_readers + g * k * n * rhs_readers * steps
 
 
 def poplibs_plans(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
-                  ops: Sequence[PassOp]) -> LayerPlans:
+                  ops: Sequence[PassOp], memory_proportion: float | None = None
+                  ) -> LayerPlans:
     """What Poplibs chooses for a layer whose forward pass is planned with
     ``fullyConnectedPass`` TRAINING_FWD: the joint plan, its partition costed over all three
     passes whichever are computed, unless the three passes planned separately, with their
     rearrangements, take strictly fewer cycles (``separatePlanHasLowerCost`` without a
     memory bound)."""
     every_pass = [PassOp(name, axes) for name, axes in CANONICAL_AXES.items()]
-    [joint] = joint_plans(target, cube, dtype, every_pass)
-    if separate_plans(target, cube, dtype, every_pass).cycles < joint.cycles:
-        return separate_plans(target, cube, dtype, ops)
-    return _sharing(target, cube, dtype, ops, joint.plans[0].partition)
+    proportion = memory_proportion
+    [joint] = joint_plans(target, cube, dtype, every_pass, memory_proportion=proportion)
+    if separate_plans(target, cube, dtype, every_pass,
+                      memory_proportion=proportion).cycles < joint.cycles:
+        return separate_plans(target, cube, dtype, ops, memory_proportion=proportion)
+    return _sharing(target, cube, dtype, ops, joint.plans[0].partition, proportion)
 
 
 def _sharing(target: TileMachine, cube: tuple[int, int, int, int], dtype: str,
-             ops: Sequence[PassOp], partition: MatmulPartition) -> LayerPlans:
-    plans = tuple(MatmulPlan(cube, partition, op.axes, op.fc_pass, joint=True) for op in ops)
+             ops: Sequence[PassOp], partition: MatmulPartition,
+             memory_proportion: float | None = None) -> LayerPlans:
+    plans = tuple(MatmulPlan(cube, partition, op.axes, op.fc_pass, joint=True,
+                             memory_proportion=memory_proportion) for op in ops)
     return LayerPlans(plans, _summed(target, plans, dtype))
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from popart_unwind.errors import TargetError
+from popart_unwind.validation import check_proportion
 
 #: The tensors of a grouped matmul [G, M, K] x [G, K, N] -> [G, M, N].
 MATMUL_OPERANDS = ("lhs", "rhs", "output")
@@ -116,6 +117,9 @@ class MatmulPlan:
     ``start_tile`` is where the partition's tiles begin: tile ``t`` of the partition is
     machine tile ``(t + start_tile) mod num_tiles`` (Poplibs' dithering moves a plan's
     start tile the same way; without it every plan starts at tile 0).
+    ``memory_proportion`` is the share of a tile's memory the plan's temporary data may
+    take when its op sets one of its own (PopART's per-op availableMemoryProportion);
+    None: the machine's (the session's).
     """
 
     cube: tuple[int, int, int, int]
@@ -124,6 +128,7 @@ class MatmulPlan:
     fc_pass: str = "NONE"
     joint: bool = False
     start_tile: int = 0
+    memory_proportion: float | None = None
 
     def __post_init__(self) -> None:
         if sorted(self.axes) != ["k", "m", "n"]:
@@ -133,6 +138,8 @@ class MatmulPlan:
             raise TargetError(f"fc_pass must be one of {FC_PASSES}, got {self.fc_pass!r}")
         if self.start_tile < 0:
             raise TargetError(f"a plan's start tile is a tile id, got {self.start_tile}")
+        if self.memory_proportion is not None:
+            check_proportion(self.memory_proportion, "a plan's memory proportion", TargetError)
 
     @property
     def dims(self) -> tuple[int, int, int, int]:
@@ -163,7 +170,9 @@ class MatmulPlan:
         return {"partition": {"groups": g, "rows": m, "inner": k, "cols": n},
                 "cube": list(self.cube), "axes": self.axes,
                 "fully_connected_pass": self.fc_pass, "joint": self.joint,
-                "start_tile": self.start_tile}
+                "start_tile": self.start_tile,
+                **({} if self.memory_proportion is None
+                   else {"available_memory_proportion": self.memory_proportion})}
 
     def starting_at(self, start_tile: int) -> MatmulPlan:
         """This plan with its tiles beginning at ``start_tile``."""
@@ -244,7 +253,7 @@ def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dt
                               for values in moved.arrays()))
     if operand == "rhs":
         steps = target.matmul_cost(*plan.dims, dtype, plan.own_partition,
-                                   plan.shared_operand).serial
+                                   plan.shared_operand, plan.memory_proportion).serial
         if steps > 1:
             need = ExchangeNeed(need.received_bytes * steps, need.regions * steps)
     return need
@@ -397,20 +406,23 @@ class TileMachine(abc.ABC):
 
     @abc.abstractmethod
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
-                    dtype: str) -> MatmulPartition:
+                    dtype: str, memory_proportion: float | None = None) -> MatmulPartition:
         """How [G,M,K] x [G,K,N] is cut over the tiles when planned alone (the cheapest
-        partition)."""
+        partition). ``memory_proportion`` (here and below): the share of a tile's memory
+        its temporary data may take, when not the machine's (an op's own)."""
 
     @abc.abstractmethod
     def matmul_candidates(self, cube: Sequence[int], dtype: str,
                           passes: Sequence[str] = ("mkn",),
-                          count: int = 1) -> list[MatmulPartition]:
+                          count: int = 1,
+                          memory_proportion: float | None = None) -> list[MatmulPartition]:
         """The ``count`` partitions of the cube [G,M,K,N] with the fewest cycles summed
         over ``passes`` (each a ``MatmulPlan.axes``), best first."""
 
     @abc.abstractmethod
     def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                    partition: MatmulPartition, shared: str = "rhs") -> MatmulCost:
+                    partition: MatmulPartition, shared: str = "rhs",
+                    memory_proportion: float | None = None) -> MatmulCost:
         """What [G,M,K] x [G,K,N] costs cut as ``partition``; ``shared``: its operand read
         over shared exchange buses where its split is even (``MatmulPlan.shared_operand``;
         "rhs" for a matmul planned alone)."""

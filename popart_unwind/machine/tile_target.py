@@ -6,6 +6,7 @@ broadcast operand goes, and what a matmul's tiles must receive given an operand'
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -170,14 +171,16 @@ class TileTarget(TileMachine):
         return tiles
 
     def matmul_plan(self, groups: int, rows: int, inner: int, cols: int,
-                    dtype: str) -> MatmulPartition:
+                    dtype: str, memory_proportion: float | None = None) -> MatmulPartition:
         """The partition of [G,M,K] x [G,K,N] the model's planner picks (cached)."""
         self.dtype_size(dtype)  # an unknown (or unhashable) dtype is a TargetError
-        return _plan(self.model, _matmul_dims(groups, rows, inner, cols), dtype)
+        return _plan(self._model_for(memory_proportion),
+                     _matmul_dims(groups, rows, inner, cols), dtype)
 
     def matmul_candidates(self, cube: Sequence[int], dtype: str,
                           passes: Sequence[str] = ("mkn",),
-                          count: int = 1) -> list[MatmulPartition]:
+                          count: int = 1,
+                          memory_proportion: float | None = None) -> list[MatmulPartition]:
         """The partitions of the cube with the fewest cycles summed over ``passes`` (each
         pass costed as the matmul it computes; docs/ipu-model.md, "Plans as decisions"), best
         first."""
@@ -187,13 +190,21 @@ class TileTarget(TileMachine):
         if not axes or isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise TargetError(f"matmul candidates need at least one pass and a positive count, "
                               f"got {list(passes)} and {count!r}")
-        return list(_candidates(self.model, dims, dtype, axes, count))
+        return list(_candidates(self._model_for(memory_proportion), dims, dtype, axes, count))
 
     def matmul_cost(self, groups: int, rows: int, inner: int, cols: int, dtype: str,
-                    partition: MatmulPartition, shared: str = "rhs") -> MatmulCost:
+                    partition: MatmulPartition, shared: str = "rhs",
+                    memory_proportion: float | None = None) -> MatmulCost:
         self.dtype_size(dtype)
-        return hooks.matmul_cost(self.model.tile_params(dtype),
+        return hooks.matmul_cost(self._model_for(memory_proportion).tile_params(dtype),
                                  _matmul_dims(groups, rows, inner, cols), partition, shared)
+
+    def _model_for(self, memory_proportion: float | None) -> IpuModel:
+        """The model, its matmuls' temporary memory bounded at ``memory_proportion`` of a
+        tile when given (an op's own proportion), else at the model's."""
+        if memory_proportion in (None, self.model.available_memory_proportion):
+            return self.model
+        return _with_proportion(self.model, memory_proportion)
 
     def rearrangement_cycles(self, elements: int, dtype: str, tiles_used: int) -> int:
         """Poplibs' estimate of rearranging a convolution operand or result
@@ -389,6 +400,11 @@ class TileTarget(TileMachine):
             if best_key is None or key < best_key:
                 best_key, best = key, index
         return best
+
+
+@lru_cache(maxsize=64)
+def _with_proportion(model: IpuModel, memory_proportion: float) -> IpuModel:
+    return dataclasses.replace(model, available_memory_proportion=memory_proportion)
 
 
 @lru_cache(maxsize=256)

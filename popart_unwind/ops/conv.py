@@ -332,7 +332,7 @@ class ConvRule(LayoutRule):
             return super().work(op, input_tiles, output_tiles, target)
         plan = self.plan(op, target)
         cost = target.matmul_cost(*plan.dims, geometry.dtype, plan.own_partition,
-                                  plan.shared_operand)
+                                  plan.shared_operand, plan.memory_proportion)
         return OpWork(cost.compute_cycles, cost.reduction_cycles)
 
     def data_need(self, geometry: ConvGeometry, tiles: np.ndarray, target: TileMachine,

@@ -59,6 +59,7 @@ from popart_unwind.ops.layout_rule import (
 )
 from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE, OpDef, register
 from popart_unwind.shapes import Shape, broadcast_shapes, einsum_shape, matmul_shape
+from popart_unwind.validation import check_proportion
 
 #: Folding stays cheap: at most this many multiply-adds.
 FOLD_MAX_FLOPS = 1 << 24
@@ -347,13 +348,33 @@ def op_key(op: Op) -> tuple[str, int]:
     return (op.graph.id, op.id)
 
 
+#: PopART's per-op availableMemoryProportion, as its Builder writes it on an op
+#: (``Builder::setAvailableMemoryProportion``).
+MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
+
+
+def op_memory_proportion(op: Op) -> float | None:
+    """The share of a tile's memory ``op``'s matmul or convolution plan may take for its
+    temporary data, when the op sets one (PopART's per-op availableMemoryProportion,
+    which overrides the session's for that op); None when it does not."""
+    value = op.attributes.get(MEMORY_PROPORTION_ATTRIBUTE)
+    if value is None:
+        return None
+    check_proportion(value, f"op {op.debug_name()}'s {MEMORY_PROPORTION_ATTRIBUTE}",
+                     ShapeError)
+    return float(value)
+
+
 def chosen_or_alone(op: Op, dims: tuple[int, int, int, int], dtype: str,
                     target: TileMachine) -> MatmulPlan:
     """The plan ``target`` was given for ``op`` (``chosen_plan``), which must compute the
-    grouped matmul ``dims``, or ``dims`` planned alone (its cheapest partition)."""
+    grouped matmul ``dims``, or ``dims`` planned alone (its cheapest partition, within the
+    op's own memory proportion if it sets one)."""
     chosen = target.chosen_plan(op_key(op))
     if chosen is None:
-        return MatmulPlan(dims, target.matmul_plan(*dims, dtype))
+        proportion = op_memory_proportion(op)
+        return MatmulPlan(dims, target.matmul_plan(*dims, dtype, proportion),
+                          memory_proportion=proportion)
     if chosen.dims != dims:
         raise PlanError(f"op {op.debug_name()}: its plan computes {list(chosen.dims)}, the "
                         f"op is the grouped matmul {list(dims)}")
@@ -395,7 +416,7 @@ class MatMulRule(LayoutRule):
             return None
         plan = self.plan(op, target)
         return target.matmul_cost(*plan.dims, op.input(0).dtype, plan.own_partition,
-                                  plan.shared_operand)
+                                  plan.shared_operand, plan.memory_proportion)
 
     def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
         return None if self.dims(op) is None else self.plan(op, target).describe()
@@ -596,6 +617,14 @@ class GemmRule(MatMulRule):
 
 
 # -- gradients ------------------------------------------------------------------------------
+def inherited_options(op: Op) -> dict[str, Any]:
+    """The attributes a gradient's matmuls take from the forward op: its per-op memory
+    proportion, as PopART's MatMul grad ops take the forward op's."""
+    if MEMORY_PROPORTION_ATTRIBUTE in op.attributes:
+        return {MEMORY_PROPORTION_ATTRIBUTE: op.attributes[MEMORY_PROPORTION_ATTRIBUTE]}
+    return {}
+
+
 def _matmul_gradient(builder: GradientBuilder, op: Op,
                      grads: Sequence[Tensor | None]) -> list[Tensor | None]:
     """``Y = A @ B``: ``dA = dY @ Bᵀ`` and ``dB = Aᵀ @ dY``, each summed over the batch
@@ -613,16 +642,17 @@ def _matmul_gradient(builder: GradientBuilder, op: Op,
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     g2 = reshape(builder, grad, (*batch, a2.shape[-2], b2.shape[-1]))
     grad_a = grad_b = None
+    options = inherited_options(op)
     if is_differentiable(a):
-        product = one(builder, "MatMul", [g2, swap_last_two(builder, b2)])
+        product = one(builder, "MatMul", [g2, swap_last_two(builder, b2)], options)
         grad_a = reshape(builder, sum_to_shape(builder, product, a2.shape), a.shape)
     if is_differentiable(b):
         if len(b2.shape) == 2 and len(a2.shape) > 2:
             rows = reshape(builder, a2, (-1, a2.shape[-1]))
             outs = reshape(builder, g2, (-1, g2.shape[-1]))
-            product = one(builder, "MatMul", [swap_last_two(builder, rows), outs])
+            product = one(builder, "MatMul", [swap_last_two(builder, rows), outs], options)
         else:
-            product = one(builder, "MatMul", [swap_last_two(builder, a2), g2])
+            product = one(builder, "MatMul", [swap_last_two(builder, a2), g2], options)
         grad_b = reshape(builder, sum_to_shape(builder, product, b2.shape), b.shape)
     return [grad_a, grad_b]
 
@@ -646,12 +676,14 @@ def _gemm_gradient(builder: GradientBuilder, op: Op,
         inputs = [b, grad] if trans_a else [grad, b]
         flags = {"transA": int(trans_b), "transB": 1} if trans_a else \
             {"transA": 0, "transB": int(not trans_b)}
-        result[0] = one(builder, "Gemm", inputs, {"alpha": alpha, **flags})
+        result[0] = one(builder, "Gemm", inputs,
+                        {"alpha": alpha, **flags, **inherited_options(op)})
     if is_differentiable(b):
         inputs = [grad, a] if trans_b else [a, grad]
         flags = {"transA": 1, "transB": int(trans_a)} if trans_b else \
             {"transA": int(not trans_a), "transB": 0}
-        result[1] = one(builder, "Gemm", inputs, {"alpha": alpha, **flags})
+        result[1] = one(builder, "Gemm", inputs,
+                        {"alpha": alpha, **flags, **inherited_options(op)})
     if op.has_input(2) and is_differentiable(op.input(2)):
         scaled = grad if beta == 1.0 else one(builder, "Mul", [grad, scalar(builder, beta,
                                                                              grad)])

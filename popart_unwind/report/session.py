@@ -33,6 +33,7 @@ from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.ipu_copy import tensor_ipus
+from popart_unwind.ops.linalg import MEMORY_PROPORTION_ATTRIBUTE
 from popart_unwind.options import SessionOptions
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
@@ -189,7 +190,7 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
 
     options = ir.options
     model = machine_for(ir, model)
-    _warn_unread_memory_proportions(ir, model)
+    _warn_unread_memory_proportions(ir)
     if algorithm is not None:
         options = dataclasses.replace(options, unwind_algorithm=algorithm)
     with progress.stage("plan"):
@@ -276,20 +277,22 @@ def step_kind(ir: Ir) -> str:
     return "inference"
 
 
-#: PopART's per-op availableMemoryProportion (``Builder::setAvailableMemoryProportion``).
-MEMORY_PROPORTION_ATTRIBUTE = "__available_memory_proportion"
+#: The layout-rule kinds whose plans read an op's own memory proportion.
+PLANNED_KINDS = frozenset({"matmul", "conv"})
 
 
-def _warn_unread_memory_proportions(ir: Ir, model: IpuModel) -> None:
-    """Per-op proportions are not read (every plan takes the session's): say so once."""
+def _warn_unread_memory_proportions(ir: Ir) -> None:
+    """A matmul's or a convolution's own proportion bounds its plan; on any other op (a
+    lookup, whose slice plan PopART also bounds with it) it is not read: say so once."""
     carriers = sorted(op.debug_name() for op in ir.all_ops()
-                      if MEMORY_PROPORTION_ATTRIBUTE in op.attributes)
+                      if MEMORY_PROPORTION_ATTRIBUTE in op.attributes
+                      and REGISTRY.layout_rule(op).kind not in PLANNED_KINDS)
     if carriers:
-        warnings.warn(f"{len(carriers)} op(s) carry PopART's per-op "
-                      f"{MEMORY_PROPORTION_ATTRIBUTE} (first: {carriers[0]}), which is not "
-                      f"read: every matmul and convolution plan takes the session's "
-                      f"available_memory_proportion ({model.available_memory_proportion})",
-                      IgnoredAttributeWarning, stacklevel=2)
+        warnings.warn(f"{len(carriers)} op(s) that are no matmul or convolution carry "
+                      f"PopART's per-op {MEMORY_PROPORTION_ATTRIBUTE} (first: "
+                      f"{carriers[0]}), which is not read for them: the planner models no "
+                      f"plan of theirs that it would bound", IgnoredAttributeWarning,
+                      stacklevel=2)
 
 
 def machine_for(ir: Ir, model: IpuModel) -> IpuModel:

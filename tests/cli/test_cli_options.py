@@ -116,24 +116,44 @@ def test_the_available_memory_proportion_reaches_the_machine(model_path, out_dir
     assert json.loads(plan.read_text())["target"]["available_memory_proportion"] == 0.25
 
 
-def test_a_per_op_memory_proportion_is_said_to_be_unread(tmp_path, out_dir):
-    """PopART's Builder writes ``__available_memory_proportion`` on an op; the planner does
-    not read it and says so, naming the op and what applies instead."""
+def _one_op_model(tmp_path, node, out_shape=(8, 8)):
     import onnx
     from onnx import TensorProto, helper
 
-    node = helper.make_node("MatMul", ["a", "b"], ["c"], name="mm",
-                            __available_memory_proportion=0.3)
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [8, 16]),
                       helper.make_tensor_value_info("b", TensorProto.FLOAT, [16, 8])],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [8, 8])])
-    path = tmp_path / "mm.onnx"
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, list(out_shape))])
+    path = tmp_path / "one.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
-    status, _, err = run("plan", str(path), "--out", str(out_dir / "plan.json"), "--tiles", "8",
-                         "--quiet")
+    return path
+
+
+def test_a_per_op_memory_proportion_bounds_its_matmul(tmp_path, out_dir):
+    """PopART's Builder writes ``__available_memory_proportion`` on an op; a matmul's is
+    read (its plan records it), without a warning."""
+    from onnx import helper
+
+    node = helper.make_node("MatMul", ["a", "b"], ["c"], name="mm",
+                            __available_memory_proportion=0.3)
+    plan = out_dir / "plan.json"
+    status, _, err = run("plan", str(_one_op_model(tmp_path, node)), "--out", str(plan),
+                         "--tiles", "8", "--quiet")
+    assert status == 0 and "__available_memory_proportion" not in err
+    [entry] = json.loads(plan.read_text())["ops"].values()  # ours, and PopART's beside it
+    records = [entry["plan"], entry["popart"]["plan"]]
+    assert all(r["available_memory_proportion"] == pytest.approx(0.3) for r in records)
+
+
+def test_a_per_op_memory_proportion_elsewhere_is_said_to_be_unread(tmp_path, out_dir):
+    from onnx import helper
+
+    node = helper.make_node("Add", ["a", "a"], ["c"], name="add",
+                            __available_memory_proportion=0.3)
+    status, _, err = run("plan", str(_one_op_model(tmp_path, node, (8, 16))), "--out",
+                         str(out_dir / "plan.json"), "--tiles", "8", "--quiet")
     assert status == 0
-    assert "__available_memory_proportion" in err and "'mm'" in err and "(0.6)" in err
+    assert "__available_memory_proportion" in err and "'add'" in err
 
 
 def test_algo_overrides_the_option(model_path, out_dir):
