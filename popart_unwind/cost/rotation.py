@@ -27,6 +27,7 @@ from popart_unwind.ir.ir import Ir
 from popart_unwind.ir.op import Op
 from popart_unwind.machine.interface import TileMachine
 from popart_unwind.ops import REGISTRY
+from popart_unwind.ops.layout_rule import LazyInputTiles
 
 #: (graph id, op id) -> the tile the op's first linear mapping starts on in the cost walk.
 RotationStarts = dict[tuple[str, int], int]
@@ -50,31 +51,21 @@ def linear_rotation_starts(ir: Ir, target: TileMachine, registry: Any = REGISTRY
             if rule.runs_subgraphs:
                 continue
             with contextlib.suppress(_ReadsLayouts):
-                rule.output_tiles(op, _Unreadable(op), only_linear)
+                rule.output_tiles(op, _unreadable(op), only_linear)
     return starts
 
 
-class _Unreadable(Sequence):
+def _unreadable(op: Op) -> LazyInputTiles:
     """An op's input layouts by index as the walk passes them: None where an optional
     input is absent; reading a present one stops the replay of the op."""
+    present = set(op.input_map())
 
-    def __init__(self, op: Op) -> None:
-        self._present = set(op.input_map())
-        self._length = max(self._present, default=-1) + 1
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._length))]
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(index)
-        if index in self._present:
+    def layout(index: int) -> None:
+        if index in present:
             raise _ReadsLayouts
         return None
+
+    return LazyInputTiles(max(present, default=-1) + 1, layout)
 
 
 class _OnlyLinear:

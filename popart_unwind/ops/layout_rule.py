@@ -45,6 +45,27 @@ if TYPE_CHECKING:
 
 #: Input layouts by input index (flat, row-major), None where an input is absent or unknown.
 InputTiles = Sequence[np.ndarray | None]
+
+
+class LazyInputTiles(Sequence):
+    """An op's input layouts by input index, each asked of ``layout`` only when a rule
+    reads it (a rule that maps its results linearly reads none): ``length`` indices,
+    ``layout(index)`` the layout or None where the input is absent."""
+
+    def __init__(self, length: int, layout: Callable[[int], np.ndarray | None]) -> None:
+        self._length, self._layout = length, layout
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._layout(index)
 #: A layout a root of the unwinding problem carries: flat tiles, or a function of the machine
 #: giving them (called only if the planner needs that root's tiles).
 RootTiles = np.ndarray | Callable[[TileMachine], np.ndarray]

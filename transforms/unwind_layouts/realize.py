@@ -37,7 +37,7 @@ root's tiles.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from popart_unwind.machine.exchange import (
     most_read_tiles,
 )
 from popart_unwind.machine.hooks import tile_counts
-from popart_unwind.ops.layout_rule import output_layouts
+from popart_unwind.ops.layout_rule import LazyInputTiles, output_layouts
 from popart_unwind.unwind import Solution, TensorId, UnwindGraph
 from popart_unwind.unwind.solution import Path, dependency_order
 
@@ -88,27 +88,6 @@ def shared_broadcasts(graph: UnwindGraph) -> dict[TensorId, list[tuple[TensorId,
         for root, _ in group:
             shared[root] = group
     return shared
-
-
-class _LazyInputs(Sequence):
-    """A barrier op's input layouts, indexed by input index, computed on first access."""
-
-    def __init__(self, realizer: Realizer, inputs: dict[int, TensorId]) -> None:
-        self._realizer, self._inputs = realizer, inputs
-        self._length = max(inputs, default=-1) + 1
-
-    def __len__(self) -> int:
-        return self._length
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._length))]
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(index)
-        tensor = self._inputs.get(index)
-        return None if tensor is None else self._realizer.tiles(tensor)
 
 
 class Realizer:
@@ -324,8 +303,10 @@ class Realizer:
         if outputs is None:
             start = self._rotation_starts.get((op.graph.id, op.id))
             target = self.target if start is None else self.target.rotated_to(start)
-            outputs = output_layouts(self.emitter.registry.layout_rule(op), op,
-                                     _LazyInputs(self, record.inputs), target)
+            inputs = record.inputs  # input index -> unwind tensor, realized when read
+            lazy = LazyInputTiles(max(inputs, default=-1) + 1,
+                                  lambda i: self.tiles(inputs[i]) if i in inputs else None)
+            outputs = output_layouts(self.emitter.registry.layout_rule(op), op, lazy, target)
             self._barrier_outputs[op.id] = outputs
         return outputs[record.position]
 
