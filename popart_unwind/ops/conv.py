@@ -49,6 +49,7 @@ from popart_unwind.ops.layout_rule import (
 from popart_unwind.ops.linalg import (
     chosen_or_alone,
     created_agreement,
+    inherited_options,
     tie_created_operands,
 )
 from popart_unwind.ops.registry import HIGH_OUTLINE_VALUE, OpDef, register
@@ -411,23 +412,25 @@ def transpose_padding(field: Sequence[int], out_field: Sequence[int], kernel: Se
 
 def conv_data_gradient(builder: GradientBuilder, grad_out: Tensor, weight: Tensor,
                        field: Sequence[int], strides: Sequence[int], pads: Sequence[int],
-                       dilations: Sequence[int], group: int) -> Tensor:
+                       dilations: Sequence[int], group: int,
+                       options: dict[str, Any] | None = None) -> Tensor:
     """dX of ``Y = Conv(X, W)`` (PopART's ConvDataGradOp): the gradient convolved with the
     flipped, transposed weights at input dilation the stride, i.e. ONNX's
     ``ConvTranspose(dY, W)`` with the forward's window and groups, ``output_padding`` the
-    positions the forward's last window left unread, so that its shape is X's."""
+    positions the forward's last window left unread, so that its shape is X's. ``options``:
+    what it takes from the forward op (``linalg.inherited_options``)."""
     kernel = list(weight.shape[2:])
     pads, extra = transpose_padding(field, grad_out.shape[2:], kernel, strides, pads,
                                     dilations)
     return one(builder, "ConvTranspose", [grad_out, weight], {
         "strides": list(strides), "pads": pads, "dilations": list(dilations),
-        "group": group, "kernel_shape": kernel, "output_padding": extra})
+        "group": group, "kernel_shape": kernel, "output_padding": extra, **(options or {})})
 
 
 def conv_weight_gradient(builder: GradientBuilder, grad_out: Tensor, x: Tensor,
                          w_shape: Sequence[int], strides: Sequence[int],
                          lower_pads: Sequence[int], dilations: Sequence[int],
-                         group: int) -> Tensor:
+                         group: int, options: dict[str, Any] | None = None) -> Tensor:
     """dW of ``Y = Conv(X, W)`` (PopART's ConvWeightsGradOp, Poplibs' weight-delta
     convolution): ``dW[g·N + n, c, kk] = Σ_b,o X[b, g·C/g + c, o·stride − pad +
     kk·dilation] · dY[b, g·N + n, o]``, a Conv whose batch is X's channels per group, whose
@@ -462,7 +465,8 @@ def conv_weight_gradient(builder: GradientBuilder, grad_out: Tensor, x: Tensor,
                                                                *g_shape[2:]])])
     delta = one(builder, "Conv", [data, kernel], {
         "strides": list(dilations), "pads": list(lower_pads) + [max(u, 0) for u in upper],
-        "dilations": list(strides), "group": group, "kernel_shape": list(g_shape[2:])})
+        "dilations": list(strides), "group": group, "kernel_shape": list(g_shape[2:]),
+        **(options or {})})
     return one(builder, "Transpose", [delta], {"perm": [1, 0, *range(2, n + 2)]})
 
 
@@ -505,10 +509,10 @@ def _conv_gradient(builder: GradientBuilder, op: Op,
     found: list[Tensor | None] = [None, None, None]
     if is_differentiable(x):
         found[0] = conv_data_gradient(builder, grad, w, x.shape[2:], strides, pads,
-                                      dilations, group)
+                                      dilations, group, inherited_options(op))
     if is_differentiable(w):
         found[1] = conv_weight_gradient(builder, grad, x, w.shape, strides, pads[:n],
-                                        dilations, group)
+                                        dilations, group, inherited_options(op))
     if op.has_input(2) and is_differentiable(op.input(2)):
         found[2] = conv_bias_gradient(builder, grad)
     return found
@@ -669,10 +673,11 @@ def _conv_transpose_gradient(builder: GradientBuilder, op: Op,
         upper = [reached[a] - read.shape[2 + a] for a in range(n)]
         found[0] = one(builder, "Conv", [read, w], {
             "strides": list(strides), "pads": list(pads[:n]) + upper,
-            "dilations": list(dilations), "group": group, "kernel_shape": list(kernel)})
+            "dilations": list(dilations), "group": group, "kernel_shape": list(kernel),
+            **inherited_options(op)})
     if is_differentiable(w):
         found[1] = conv_weight_gradient(builder, x, grad, w.shape, strides, pads[:n],
-                                        dilations, group)
+                                        dilations, group, inherited_options(op))
     if op.has_input(2) and is_differentiable(op.input(2)):
         found[2] = conv_bias_gradient(builder, grad)
     return found

@@ -618,8 +618,8 @@ class GemmRule(MatMulRule):
 
 # -- gradients ------------------------------------------------------------------------------
 def inherited_options(op: Op) -> dict[str, Any]:
-    """The attributes a gradient's matmuls take from the forward op: its per-op memory
-    proportion, as PopART's MatMul grad ops take the forward op's."""
+    """The attributes a gradient's matmuls and convolutions take from the forward op: its
+    per-op memory proportion, as PopART's MatMul and Conv grad ops take the forward op's."""
     if MEMORY_PROPORTION_ATTRIBUTE in op.attributes:
         return {MEMORY_PROPORTION_ATTRIBUTE: op.attributes[MEMORY_PROPORTION_ATTRIBUTE]}
     return {}

@@ -124,3 +124,28 @@ def test_conv_transpose_forms_without_a_rule_are_refused_naming_the_op(attribute
         check_gradients(lambda b, ids: b.ai_onnx.convtranspose(
             [ids["x"], ids["w"]], **attributes, name="up"),
             {"x": RNG.standard_normal((1, 2, 4)), "w": RNG.standard_normal((2, 1, 3))})
+
+
+@pytest.mark.parametrize("op_type", ["Conv", "ConvTranspose"])
+def test_the_gradients_convolutions_take_the_forward_ops_memory_proportion(op_type):
+    # PopART's Conv grad ops take the forward op's availableMemoryProportion
+    from gradcheck import _step
+
+    from popart_unwind.ops import REGISTRY
+    from popart_unwind.ops.linalg import MEMORY_PROPORTION_ATTRIBUTE
+    from popart_unwind.rewrite import Rewriter
+    from popart_unwind.training.autodiff import build_backward
+
+    def forward(b, ids):
+        return b.op(op_type, [ids["x"], ids["w"]], {MEMORY_PROPORTION_ATTRIBUTE: 0.25})
+
+    rng = np.random.default_rng(3)
+    ir, loss, _ = _step(forward, {"x": rng.standard_normal((1, 2, 5, 5)),
+                                  "w": rng.standard_normal((2, 2, 3, 3))}, {}, 0)
+    graph = ir.main_graph
+    before = {op.id for op in graph.ops}
+    build_backward(graph, graph.tensor(loss), Rewriter(REGISTRY))
+    made = [op for op in graph.ops
+            if op.id not in before and op.type.name in ("Conv", "ConvTranspose")]
+    assert len(made) == 2
+    assert all(op.attributes[MEMORY_PROPORTION_ATTRIBUTE] == 0.25 for op in made)
