@@ -522,7 +522,7 @@ POPOPS_OPERATIONS: dict[str, str] = {
 #: Ops PopART lowers to one of popnn's non-linearity vertices (``popnn::nonLinearity``:
 #: ``GeluOpx``, ``GeluErfOpx``, ``SwishOpx``), by (domain, name) -> popnn's name
 #: (``IpuModel.elementwise_cycles``); ONNX's Gelu takes GELU or GELU_ERF by ``approximate``.
-POPNN_NONLINEARITIES: dict[tuple[str, str], str] = {
+POPNN_OPERATIONS: dict[tuple[str, str], str] = {
     (GRAPHCORE_DOMAIN, "Gelu"): "GELU", (GRAPHCORE_DOMAIN, "GeluErf"): "GELU_ERF",
     (GRAPHCORE_DOMAIN, "Swish"): "SWISH", (MICROSOFT_DOMAIN, "Gelu"): "GELU_ERF",
 }
@@ -548,7 +548,7 @@ class ElementwiseRule(LayoutRule):
         if name == "Gelu" and domain == ONNX_DOMAIN:
             return "GELU" if op.attributes.get("approximate", "none") == "tanh" else "GELU_ERF"
         if domain != ONNX_DOMAIN:
-            return POPNN_NONLINEARITIES.get((domain, name))
+            return POPNN_OPERATIONS.get((domain, name))
         return POPOPS_OPERATIONS.get(name)
 
     def operands(self, op: Op) -> list[tuple[int, Tensor]]:

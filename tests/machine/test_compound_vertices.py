@@ -14,6 +14,7 @@ from popart_unwind.cost import evaluate
 from popart_unwind.ir import Builder
 from popart_unwind.ir.op import ONNX_DOMAIN
 from popart_unwind.machine.ipu_model import POPNN_NONLINEARITIES, WORKER_CONTEXTS
+from popart_unwind.ops.elementwise import POPNN_OPERATIONS
 from popart_unwind.ops.reduce import NORM_PASSES, NORM_PASSES_WITHOUT_STATISTICS, SOFTMAX_PASSES
 from popart_unwind.target import IpuModel, TileTarget
 
@@ -109,3 +110,8 @@ def test_a_batch_norm_runs_the_statistics_vertices_only_in_training():
         [row] = [r for r in evaluate(ir, target, mappings).ops
                  if r.type == "BatchNormalization"]
         assert row.compute_cycles == target.compound_cycles(2 * 8 * 16, "float32", passes)
+
+
+def test_every_op_named_for_popnn_has_its_figures():
+    assert set(POPNN_OPERATIONS.values()) <= set(POPNN_NONLINEARITIES)
+    assert {"GELU", "GELU_ERF"} <= set(POPNN_OPERATIONS.values())
