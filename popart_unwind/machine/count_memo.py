@@ -1,7 +1,13 @@
 """Tile counts remembered while a cost walk runs: one layout's elements per tile are
 asked for several times (an op's work, each result's memory, the elementwise output
-choice, each later reader's work), and each count is a pass over the whole layout. A
-few other answers about a layout are kept the same way (``CountMemo.answer``).
+choice, each later reader's work), and each count is a pass over the whole layout.
+
+Whole exchange questions are remembered by value (``CountMemo.remembered``): an op's
+least-exchange bound asks again what its exchange asked (the operands it does not move),
+its agreement and its bound ask where a broadcast operand's readers are, and the layers
+of a model lay out their tensors alike. A question is looked up by its arrays' values
+(their runs of one tile, ``value_key``), so an answer is given again only for equal
+arrays, whatever memory holds them and whatever was done to it since.
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
@@ -15,9 +21,10 @@ when it dies, before the memory can be reused). The counts handed out are read-o
 from __future__ import annotations
 
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 
@@ -28,21 +35,28 @@ RECENT_KEPT = 4
 KEPT_IDS_MAX = 1 << 24
 #: Leading ids compared before a whole array is (most different layouts differ early).
 PROBE = 256
-#: Other answers about a layout kept (``CountMemo.answer``).
-ANSWERS_KEPT = 4
+
+#: Bytes of questions and answers ``CountMemo.remembered`` keeps (the least recently asked
+#: dropped first): enough for a layer's questions to be there when the next layer asks
+#: them (GPT-2 small's layers ask about a thousand, most of them an answer per tile).
+KEPT_QUESTION_BYTES = 1 << 27
+#: A layout with more runs of one tile than this share of its elements is kept as its
+#: values, not its runs (the runs would take more room).
+RUNS_KEPT_BELOW = 4
 
 _Key = tuple[int, int, str, int]
+T = TypeVar("T")
 
 
 class CountMemo:
     """Counts per (memory, length, dtype, tile count), valid while the memory's owner
-    lives."""
+    lives; answers per question and its arrays' values."""
 
     def __init__(self) -> None:
         self._by_memory: dict[_Key, tuple[weakref.ref, np.ndarray]] = {}
         self._recent: deque[tuple[np.ndarray, int, np.ndarray]] = deque(maxlen=RECENT_KEPT)
-        self._answers: deque[tuple[tuple, weakref.ref, np.ndarray]] = deque(
-            maxlen=ANSWERS_KEPT)
+        self._asked: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._kept_bytes = 0
 
     def counts(self, ids: np.ndarray, num_tiles: int,
                count: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
@@ -63,23 +77,32 @@ class CountMemo:
         self._remember(key, ids, counts)
         return counts
 
-    def answer(self, ids: np.ndarray, question: tuple,
-               make: Callable[[], np.ndarray]) -> np.ndarray:
-        """``make()``, an answer about the layout ``ids`` (flat, contiguous) and
-        ``question`` (hashable), or what it gave before while ``ids``' memory lives: the
-        last ``ANSWERS_KEPT`` answers are kept, read-only (an op's exchange and its least
-        exchange read one result's layout with the same broadcast operand)."""
-        if ids.ndim != 1 or not ids.flags.c_contiguous:
-            return make()  # the memory alone does not say which elements it holds
-        key = (ids.__array_interface__["data"][0], ids.size, ids.dtype.str, question)
-        for kept_key, owner, answer in self._answers:
-            if kept_key == key and owner() is not None:
-                return answer
+    def remembered(self, question: tuple, arrays: Sequence[np.ndarray | None],
+                   make: Callable[[], T]) -> T:
+        """``make()``, the answer to ``question`` (hashable) about ``arrays``, or the answer
+        it gave before to the same question about arrays of equal values (dtype, size and
+        every element; shapes are the question's). The arrays are looked up by their values
+        (``value_key``), so an equal layout elsewhere in memory is the same question, and
+        an array changed in place since is not. The answer is shared: callers must not
+        change it."""
+        return self.remembered_key((question, *(value_key(array) for array in arrays)),
+                                   make)
+
+    def remembered_key(self, key: tuple, make: Callable[[], T]) -> T:
+        """``remembered`` of a question and its arrays' value keys, ``(question,
+        *value_keys)``, made by the caller (who may use a key twice)."""
+        found = self._asked.get(key)
+        if found is not None:
+            self._asked.move_to_end(key)
+            return found[0]  # type: ignore[return-value]
         answer = make()
-        answer.flags.writeable = False
-        owner = _owner(ids)
-        if owner is not None:
-            self._answers.append((key, weakref.ref(owner), answer))
+        size = _key_bytes(key) + _answer_bytes(answer)
+        if size <= KEPT_QUESTION_BYTES // 8:  # one question never fills the room
+            self._asked[key] = (answer, size)
+            self._kept_bytes += size
+            while self._kept_bytes > KEPT_QUESTION_BYTES:
+                _, (_, dropped) = self._asked.popitem(last=False)
+                self._kept_bytes -= dropped
         return answer
 
     def know(self, ids: np.ndarray, num_tiles: int, counts: np.ndarray) -> None:
@@ -111,6 +134,39 @@ class CountMemo:
             memory = self._by_memory
             self._by_memory[key] = (weakref.ref(owner, lambda _, k=key: memory.pop(k, None)),
                                     counts)
+
+
+def value_key(array: np.ndarray | None) -> tuple | None:
+    """A hashable key equal for two arrays exactly when they hold the same values in the
+    same dtype (shape aside): the dtype, the size, and the array's runs of equal values
+    (where each starts, and its value) as bytes, or all its values when runs are many
+    (``RUNS_KEPT_BELOW``). A layout's runs are few beside its elements, so the key is
+    small and quick to compare."""
+    if array is None:
+        return None
+    flat = np.asarray(array).reshape(-1)
+    if flat.size < 2:
+        return (flat.dtype.str, flat.size, None, flat.tobytes())
+    starts = np.flatnonzero(flat[1:] != flat[:-1])
+    if (starts.size + 1) * RUNS_KEPT_BELOW > flat.size:
+        return (flat.dtype.str, flat.size, None, flat.tobytes())
+    starts += 1
+    values = np.concatenate((flat[:1], flat[starts]))
+    return (flat.dtype.str, flat.size, starts.tobytes(), values.tobytes())
+
+
+def _key_bytes(key: tuple) -> int:
+    """Bytes a ``remembered`` key holds in values' keys."""
+    return sum(len(part) for value in key[1:] if value is not None
+               for part in value[2:] if part is not None)
+
+
+def _answer_bytes(answer: object) -> int:
+    """Bytes of the arrays an answer holds (an array, or an object with ``arrays()``)."""
+    if isinstance(answer, np.ndarray):
+        return answer.nbytes
+    arrays = getattr(answer, "arrays", None)
+    return sum(a.nbytes for a in arrays()) if callable(arrays) else 0
 
 
 def _owner(array: np.ndarray) -> np.ndarray | None:

@@ -17,7 +17,7 @@ import numpy as np
 from popart_unwind import _hooks
 from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
-from popart_unwind.machine import exchange, hooks
+from popart_unwind.machine import count_memo, exchange, hooks
 from popart_unwind.machine.exchange import (
     axis_bounds,
     axis_parts,
@@ -28,6 +28,7 @@ from popart_unwind.machine.exchange import (
     most_read_tiles,
     read_need,
     reader_need,
+    remembered_need,
     shared_bus_need,
 )
 from popart_unwind.machine.interface import (
@@ -239,6 +240,16 @@ class TileTarget(TileMachine):
             raise TargetError(f"matmul_readers: {np.size(tiles)} tiles given for a {operand} of "
                               f"{numel} elements ([G,M,K] x [G,K,N] = "
                               f"{[groups, rows, inner]} x {[groups, inner, cols]})")
+        return remembered_need(
+            ("matmul readers", self.model, dims, dtype, operand, partition.as_tuple(),
+             shared_buses), (np.asarray(tiles),),
+            lambda: self._matmul_readers(dims, dtype, operand, tiles, partition,
+                                         shared_buses))
+
+    def _matmul_readers(self, dims: tuple[int, int, int, int], dtype: str, operand: str,
+                        tiles: np.ndarray, partition: MatmulPartition,
+                        shared_buses: bool) -> ExchangeNeed:
+        """``matmul_readers``, worked out."""
         question = (*dims, dtype, operand, partition)
         if partition.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
             return self._block_readers(*question, tiles, shared_buses)
@@ -315,6 +326,12 @@ class TileTarget(TileMachine):
         answers are kept (``_LastBroadcast``): an elementwise op's agreement and its least
         exchange ask them of one layout, its first operand's and its result's copy of it."""
         question = (tuple(full_shape), tuple(small_shape), any_reader)
+        memo = count_memo.active()
+        if memo is not None:  # a cost walk: its questions remembered by value
+            return memo.remembered(
+                ("broadcast operand", self.model, *question), (full_tiles, preference),
+                lambda: self._broadcast_operand_tiles(full_tiles, question[0], question[1],
+                                                      preference, any_reader)).copy()
         answer = self._last_broadcast.answer(question, full_tiles, preference)
         if answer is None:
             answer = self._broadcast_operand_tiles(full_tiles, question[0], question[1],

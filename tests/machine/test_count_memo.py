@@ -76,20 +76,3 @@ def test_counts_of_a_layout_expanded_from_its_runs_are_its_bincount():
         found = memo.counts(laid_out, 6, lambda *a: asked.append(1) or _oracle(*a))
         np.testing.assert_array_equal(found, _oracle(tiles, 6))
         assert asked == []  # known from the runs, not counted
-
-
-def test_answers_are_kept_for_the_same_memory_and_question_only():
-    tiles = np.arange(8, dtype=np.int16)
-    made = []
-
-    def make(value):
-        return lambda: made.append(value) or np.full(2, value)
-
-    with count_memo.remembered_counts() as memo:
-        assert memo.answer(tiles, ("a",), make(1)).tolist() == [1, 1]
-        assert memo.answer(tiles, ("a",), make(2)).tolist() == [1, 1]  # kept
-        assert memo.answer(tiles, ("b",), make(3)).tolist() == [3, 3]  # another question
-        assert memo.answer(tiles[:4], ("a",), make(4)).tolist() == [4, 4]  # other elements
-        assert memo.answer(tiles[::2], ("a",), make(5)).tolist() == [5, 5]  # strided: asked
-        assert not memo.answer(tiles, ("a",), make(6)).flags.writeable
-    assert made == [1, 3, 4, 5]
