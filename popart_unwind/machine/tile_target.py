@@ -394,7 +394,7 @@ class TileTarget(TileMachine):
         for index, tiles in enumerate(input_tiles):
             flat = np.asarray(tiles).reshape(-1)
             counts = hooks.tile_counts(flat, self.num_tiles) if flat.size else np.zeros(1)
-            runs = int(np.count_nonzero(np.diff(flat))) + 1 if flat.size else 0
+            runs = hooks.run_count(flat)
             key = (int(counts.max()), -int(np.count_nonzero(counts)), runs, index)
             if best_key is None or key < best_key:
                 best_key, best = key, index
