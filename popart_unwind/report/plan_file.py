@@ -21,6 +21,7 @@ from popart_unwind.cost.terms import ALWAYS, PIPELINED, SEVERAL_IPUS, summary_ke
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import IpuModel
+from popart_unwind.report.mapping_text import intervals_json
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 from popart_unwind.version import __version__
 
@@ -105,26 +106,27 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                         source: Mapping[str, str], planner: Mapping[str, Any],
                         ops_without_rule: Mapping[str, int],
                         planned_ops: Iterable[Any] = ()) -> dict[str, Any]:
-    """The plan file's content (a JSON-ready dict). ``planner``: the solver's name and its
-    own figures (objective and upper bound on the unwinding graph); ``ops_without_rule``:
-    per op type, how many ops no layout rule models (barriers, no exchange counted);
+    """The plan file's content (a dict for ``dumps_plan`` and ``compact_plan``, each tile
+    mapping a ``MappingText``, made into JSON as the plan is written). ``planner``: the
+    solver's name and its own figures (objective and upper bound on the unwinding graph);
+    ``ops_without_rule``: per op type, how many ops no layout rule models (barriers, no
+    exchange counted);
     ``planned_ops``: the matmuls and convolutions with their plans (``op_entries``)."""
     tensors: dict[str, Any] = {}
-    with cyclic_gc_paused():  # a list per tile per tensor: millions of small lists
-        for decision in decisions:
-            key = tensor_key(decision.graph_id, decision.tensor_id)
-            if key in tensors:
-                raise PlanError(f"the plan has tensor {key!r} twice")
-            tensors[key] = {
-                "shape": [int(d) for d in decision.shape],
-                "dtype": decision.dtype,
-                "tile_mapping": _intervals(decision.tile_mapping),
-                "method": decision.method,
-                "explanation": decision.explanation,
-                "graph": decision.graph_id,
-            }
-            if model.ipus > 1:
-                tensors[key]["ipu"] = decision.ipu
+    for decision in decisions:
+        key = tensor_key(decision.graph_id, decision.tensor_id)
+        if key in tensors:
+            raise PlanError(f"the plan has tensor {key!r} twice")
+        tensors[key] = {
+            "shape": [int(d) for d in decision.shape],
+            "dtype": decision.dtype,
+            "tile_mapping": MappingText(decision.tile_mapping),
+            "method": decision.method,
+            "explanation": decision.explanation,
+            "graph": decision.graph_id,
+        }
+        if model.ipus > 1:
+            tensors[key]["ipu"] = decision.ipu
     return {
         "version": PLAN_VERSION,
         "generator": f"popart-unwind {__version__}",
@@ -140,6 +142,28 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
 
 
 _NO_RUNS: list = []
+
+
+class MappingText:
+    """A tensor's tile mapping in the plan document, made into JSON only as the plan is
+    written: a ``TileIntervals`` written from its runs by numpy (``intervals_json``),
+    other mappings as ``json.dumps`` writes their lists (``lists()``)."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Any) -> None:
+        self.mapping = mapping
+
+    def lists(self) -> list:
+        """Poplar's format as JSON lists (``_intervals``)."""
+        with cyclic_gc_paused():  # a list per tile: many small lists
+            return _intervals(self.mapping)
+
+    def text(self) -> str:
+        """The JSON text of ``lists()``, on one line."""
+        if isinstance(self.mapping, TileIntervals):
+            return intervals_json(self.mapping)
+        return json.dumps(self.lists(), separators=(",", ":"))
 
 
 def _intervals(mapping: Any) -> list:
@@ -172,10 +196,19 @@ def dumps_plan(document: Mapping[str, Any]) -> bytes:
 def compact_plan(document: Mapping[str, Any]) -> str:
     """The plan as one line of JSON (for the ONNX model's metadata)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+                      allow_nan=False, default=_mapping_lists)
+
+
+def _mapping_lists(value: Any) -> list:
+    """``json.dumps``' answer for a ``MappingText``: its lists."""
+    if isinstance(value, MappingText):
+        return value.lists()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _dumps(value: Any, depth: int) -> str:
+    if isinstance(value, MappingText):
+        return value.text()
     if isinstance(value, Mapping) and value:
         pad = "  " * (depth + 1)
         items = [f"{pad}{json.dumps(str(key), ensure_ascii=False)}: {_dumps(value[key], depth + 1)}"
