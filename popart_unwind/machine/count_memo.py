@@ -11,30 +11,23 @@ arrays, whatever memory holds them and whatever was done to it since.
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
-and, failing that, compares it with the few arrays counted last (a result copied from
-an operand has the operand's counts). Layouts are values: the walk never changes a
-layout array in place once made, so the same memory holds the same ids; a count is
-only reused while the owner of that memory is alive (a weak reference drops the entry
-when it dies, before the memory can be reused). The counts handed out are read-only.
+and, failing that, by its values (``remembered``: a result copied from an operand has
+the operand's counts, and the next layer's equal layout its own). Layouts are values:
+the walk never changes a layout array in place once made, so the same memory holds the
+same ids; a count is only reused by memory while the owner of that memory is alive (a
+weak reference drops the entry when it dies, before the memory can be reused). The
+counts handed out are read-only.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
 import numpy as np
-
-#: Most recently counted arrays kept (strongly) to compare a new array's contents with.
-RECENT_KEPT = 4
-#: Arrays of at least this many ids are neither kept nor compared: large layouts are held
-#: as intervals and expanded only while read, and keeping them would undo that.
-KEPT_IDS_MAX = 1 << 24
-#: Leading ids compared before a whole array is (most different layouts differ early).
-PROBE = 256
 
 #: Bytes of questions and answers ``CountMemo.remembered`` keeps (the least recently asked
 #: dropped first): enough for a layer's questions to be there when the next layer asks
@@ -54,7 +47,6 @@ class CountMemo:
 
     def __init__(self) -> None:
         self._by_memory: dict[_Key, tuple[weakref.ref, np.ndarray]] = {}
-        self._recent: deque[tuple[np.ndarray, int, np.ndarray]] = deque(maxlen=RECENT_KEPT)
         self._asked: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
         self._kept_bytes = 0
 
@@ -68,12 +60,8 @@ class CountMemo:
         found = self._by_memory.get(key)
         if found is not None and found[0]() is not None:
             return found[1]
-        counts = self._recent_counts(ids, num_tiles)
-        if counts is None:
-            counts = np.asarray(count(ids, num_tiles))
-            counts.flags.writeable = False
-            if ids.size < KEPT_IDS_MAX:  # a copy of a kept array is not kept beside it
-                self._recent.append((ids, num_tiles, counts))
+        counts = self.remembered_key((("tile counts", num_tiles), value_key(ids)),
+                                     lambda: _read_only(count(ids, num_tiles)))
         self._remember(key, ids, counts)
         return counts
 
@@ -115,17 +103,6 @@ class CountMemo:
         counts.flags.writeable = False
         self._remember((flat.__array_interface__["data"][0], flat.size, flat.dtype.str,
                         num_tiles), flat, counts)
-
-    def _recent_counts(self, ids: np.ndarray, num_tiles: int) -> np.ndarray | None:
-        """The counts of a recently counted array holding the same ids, if any."""
-        if ids.size >= KEPT_IDS_MAX:
-            return None
-        for kept, tiles, counts in self._recent:
-            if tiles == num_tiles and kept.size == ids.size and kept.dtype == ids.dtype \
-                    and np.array_equal(kept[:PROBE], ids[:PROBE]) \
-                    and np.array_equal(kept, ids):
-                return counts
-        return None
 
     def _remember(self, key: _Key, ids: np.ndarray, counts: np.ndarray) -> None:
         """Keep ``counts`` for ``key`` while the array owning ``ids``' memory lives."""
@@ -173,6 +150,13 @@ def _answer_bytes(answer: object) -> int:
         return answer.nbytes
     arrays = getattr(answer, "arrays", None)
     return sum(a.nbytes for a in arrays()) if callable(arrays) else 0
+
+
+def _read_only(counts: np.ndarray) -> np.ndarray:
+    """``counts`` as an array no caller can change (they are shared)."""
+    counts = np.asarray(counts)
+    counts.flags.writeable = False
+    return counts
 
 
 def _owner(array: np.ndarray) -> np.ndarray | None:
