@@ -845,8 +845,17 @@ def row_read_need(rows: np.ndarray, source_tiles: np.ndarray, element_bytes: int
                   num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element (g, j) of a layout ``rows`` reads source element g (a
     row statistic broadcast back): only the first of each run of remote reads of one
-    tile in a row is kept before the pairs are sorted (the same distinct pairs)."""
-    held = _ids(source_tiles)
+    tile in a row is kept before the pairs are sorted (the same distinct pairs). Inside a
+    cost walk a question asked before about equal layouts is answered again (a norm's
+    least-exchange bound asks what its exchange asked)."""
+    rows, held = np.asarray(rows), _ids(source_tiles)
+    return remembered_need(("row reads", rows.shape, element_bytes, num_tiles), (rows, held),
+                           lambda: _row_read_need(rows, held, element_bytes, num_tiles))
+
+
+def _row_read_need(rows: np.ndarray, held: np.ndarray, element_bytes: int,
+                   num_tiles: int) -> ExchangeNeed:
+    """``row_read_need``, worked out."""
     remote = rows != held[:, None]
     if not remote.any():
         return ExchangeNeed.none(num_tiles)

@@ -1,8 +1,9 @@
 """Exchange questions remembered by value inside a cost walk (``CountMemo.remembered``):
 a value key is equal exactly when two arrays are (the oracle: ``np.array_equal`` and the
 dtype), and every remembered question — what a broadcast operand's readers receive, what a
-matmul's tiles receive, where a broadcast operand goes — answers what the plain code
-answers outside a walk, for repeated, copied and changed-in-place layouts alike."""
+matmul's tiles receive, where a broadcast operand goes, what a row statistic's readers
+receive — answers what the plain code answers outside a walk, for repeated, copied and
+changed-in-place layouts alike."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget, count_memo
 from popart_unwind.machine.count_memo import value_key
-from popart_unwind.machine.exchange import broadcast_read_need
+from popart_unwind.machine.exchange import broadcast_read_need, row_read_need
 
 
 @st.composite
@@ -106,6 +107,29 @@ def test_remembered_matmul_reads_are_the_plain_answers(g, m, k, n, operand, seed
             with _outside():
                 outside = target.matmul_readers(g, m, k, n, "float16", operand, tiles,
                                                 partition)
+            np.testing.assert_array_equal(inside.received_bytes, outside.received_bytes)
+            np.testing.assert_array_equal(inside.regions, outside.regions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**16),
+       st.lists(st.sampled_from(["ask", "copy", "change rows", "change held"]), min_size=1,
+                max_size=6))
+def test_remembered_row_reads_are_the_plain_answers(groups, length, seed, steps):
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(rng.integers(0, 4, (groups, length)).astype(np.int16), 2, axis=1)
+    held = rng.integers(0, 4, groups).astype(np.int16)
+    with count_memo.remembered_counts():
+        for what in steps:
+            if what == "copy":
+                rows, held = rows.copy(), held.copy()
+            elif what == "change rows":
+                rows[-1, -1] = (rows[-1, -1] + 1) % 4
+            elif what == "change held":
+                held[0] = (held[0] + 1) % 4
+            inside = row_read_need(rows, held, 2, 4)
+            with _outside():
+                outside = row_read_need(rows, held, 2, 4)
             np.testing.assert_array_equal(inside.received_bytes, outside.received_bytes)
             np.testing.assert_array_equal(inside.regions, outside.regions)
 
