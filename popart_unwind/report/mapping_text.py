@@ -22,13 +22,19 @@ RUNS_AT_A_TIME = 1 << 15
 
 def intervals_json(mapping: TileIntervals) -> str:
     """``json.dumps(lists, separators=(",", ":"))`` of ``mapping``'s lists of
-    ``[begin, end]`` runs per tile. Every character's place follows from the digits of
-    the numbers before it: the text starts as commas (the separators) and the brackets
-    and digits are written over them."""
+    ``[begin, end]`` runs per tile (``intervals_ascii`` as text)."""
+    return intervals_ascii(mapping).tobytes().decode("ascii")
+
+
+def intervals_ascii(mapping: TileIntervals) -> np.ndarray:
+    """``intervals_json``'s text as ASCII bytes in a numpy array (written out as it is).
+    Every character's place follows from the digits of the numbers before it: the text
+    starts as commas (the separators) and the brackets and digits are written over
+    them."""
     rows, owners = mapping.owners()
     num_tiles = len(mapping)
     if num_tiles == 0:
-        return "[]"
+        return np.frombuffer(b"[]", np.uint8)
     digits = np.searchsorted(_TENS, rows, side="right") + 1  # (runs, 2); numbers >= 0
     length = digits.sum(axis=1) + 3  # "[b,e]"
     # each run's text and the comma (or the tile's closing bracket) after it
@@ -54,7 +60,7 @@ def intervals_json(mapping: TileIntervals) -> str:
         _write_numbers(text, rows[part, 0], start[part] + 1, digits[part, 0])
         _write_numbers(text, rows[part, 1], start[part] + 2 + digits[part, 0], digits[part, 1])
     text[-1] = _CLOSE  # after the numbers: they write their leading zeros there
-    return text.tobytes().decode("ascii")
+    return text
 
 
 def _write_numbers(text: np.ndarray, numbers: np.ndarray, at: np.ndarray,
