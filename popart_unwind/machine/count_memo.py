@@ -176,8 +176,12 @@ def active() -> CountMemo | None:
 
 @contextmanager
 def remembered_counts() -> Iterator[CountMemo]:
-    """Within, ``hooks.tile_counts`` remembers its counts (see the module docstring)."""
-    memo = CountMemo()
+    """Within, ``hooks.tile_counts`` remembers its counts and exchange questions their
+    answers (see the module docstring). Inside another ``remembered_counts()`` the outer
+    memo is kept: a session costing three plans of one model shares it, and the same
+    tensor laid out alike in two plans is counted once (every answer depends on its
+    question and its arrays' values alone)."""
+    memo = _active[-1] if _active else CountMemo()
     _active.append(memo)
     try:
         yield memo

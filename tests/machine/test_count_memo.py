@@ -76,3 +76,15 @@ def test_counts_of_a_layout_expanded_from_its_runs_are_its_bincount():
         found = memo.counts(laid_out, 6, lambda *a: asked.append(1) or _oracle(*a))
         np.testing.assert_array_equal(found, _oracle(tiles, 6))
         assert asked == []  # known from the runs, not counted
+
+
+def test_a_memo_inside_another_is_the_outer_one():
+    with count_memo.remembered_counts() as outer:
+        with count_memo.remembered_counts() as inner:
+            assert inner is outer and count_memo.active() is outer
+        assert count_memo.active() is outer
+    assert count_memo.active() is None
+    with count_memo.remembered_counts() as first, count_memo.remembered_counts() as again:
+        assert again is first
+    with count_memo.remembered_counts() as later:
+        assert later is not first  # a new session, a new memo
