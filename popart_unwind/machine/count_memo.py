@@ -6,8 +6,8 @@ Whole exchange questions are remembered by value (``CountMemo.remembered``): an 
 least-exchange bound asks again what its exchange asked (the operands it does not move),
 its agreement and its bound ask where a broadcast operand's readers are, and the layers
 of a model lay out their tensors alike. A question is looked up by its arrays' values
-(their runs of one tile, ``value_key``), so an answer is given again only for equal
-arrays, whatever memory holds them and whatever was done to it since.
+(their bytes as runs, ``value_key``), so an answer is given again only for equal arrays,
+whatever memory holds them and whatever was done to it since.
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
@@ -29,12 +29,12 @@ from typing import TypeVar
 
 import numpy as np
 
-#: Bytes of questions and answers ``CountMemo.remembered`` keeps (the least recently asked
-#: dropped first): enough for a layer's questions to be there when the next layer asks
-#: them (GPT-2 small's layers ask about a thousand, most of them an answer per tile).
+#: Bytes of keys and answers ``CountMemo.remembered`` keeps (the least recently asked
+#: dropped first): room for a layer's questions to be there when the next layer asks
+#: them, most answers being a number or two per tile.
 KEPT_QUESTION_BYTES = 1 << 27
-#: A layout with more runs of one tile than this share of its elements is kept as its
-#: values, not its runs (the runs would take more room).
+#: An array with more runs of equal words than this share of its words is keyed by its
+#: bytes, not its runs (the runs would take more room).
 RUNS_KEPT_BELOW = 4
 
 _Key = tuple[int, int, str, int]
@@ -71,8 +71,8 @@ class CountMemo:
         it gave before to the same question about arrays of equal values (dtype, size and
         every element's bytes; shapes are the question's). The arrays are looked up by
         their values (``value_key``), so an equal layout elsewhere in memory is the same
-        question, and an array changed in place since is not. The answer is shared: callers must not
-        change it."""
+        question, and an array changed in place since is not. The answer is shared:
+        callers must not change it."""
         return self.remembered_key((question, *(value_key(array) for array in arrays)),
                                    make)
 

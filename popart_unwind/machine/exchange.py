@@ -177,12 +177,12 @@ def _going_on(after: np.ndarray, after_member: np.ndarray, before: np.ndarray,
 
 #: Most (element, tile) marks of a reads table a cost walk keeps for the next question.
 KEPT_TABLE_MAX = 1 << 24
-#: ``broadcast_read_need`` takes one table of (element, tile) marks when it has at most
-#: ``TABLE_CELLS_PER_READ`` cells per read of the operand, or at most
-#: ``TABLE_CELLS_ALWAYS`` cells. The table costs a few passes over every cell (zeroed,
-#: marked, counted, copied for the region starts) however few are marked; sorting the
-#: pairs costs a sort of the reads. Many sources on many tiles read a few times each (a
-#: gather's table) leave most cells empty and sort; a small table is always taken.
+#: ``broadcast_read_need`` takes one table of (element, tile) marks when its cells number
+#: at most ``TABLE_CELLS_PER_READ`` per read of the operand plus ``TABLE_CELLS_ALWAYS``.
+#: The table costs a few passes over every cell (zeroed, marked, counted, copied for the
+#: region starts) however few are marked, where sorting the pairs costs a sort of the
+#: reads: many sources on many tiles, each read a few times, leave most cells empty and
+#: are sorted; a table of up to a million cells is always taken.
 TABLE_CELLS_PER_READ = 16
 TABLE_CELLS_ALWAYS = 1 << 20
 

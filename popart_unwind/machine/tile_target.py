@@ -227,8 +227,9 @@ class TileTarget(TileMachine):
         already where the plan wants them — plus the broadcast from the plan's layout; any
         other operand is broadcast from where it lies. The RHS of an even row split reaches
         the pairs of its readers on one super tile together (``shared_buses``: the plan's
-        tiles start on an even tile, so its pairs are super tiles). See
-        docs/ipu-model.md."""
+        tiles start on an even tile, so its pairs are super tiles). Inside a cost walk a
+        question asked before about equal tiles is answered again (``remembered_need``).
+        See docs/ipu-model.md."""
         if operand not in MATMUL_OPERANDS:
             raise TargetError(f"matmul_readers: operand must be one of {MATMUL_OPERANDS}, got "
                               f"{operand!r}")
@@ -322,9 +323,11 @@ class TileTarget(TileMachine):
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
         the same bytes to exchange: a preference among equals (or, ``any_reader``, runs of
-        elements dealt over all the readers) moves memory, not exchange. The last few
-        answers are kept (``_LastBroadcast``): an elementwise op's agreement and its least
-        exchange ask them of one layout, its first operand's and its result's copy of it."""
+        elements dealt over all the readers) moves memory, not exchange. An elementwise
+        op's agreement and its least exchange ask this of one layout, its first operand's
+        and its result's copy of it: inside a cost walk its memo answers a question asked
+        about equal tiles again (``count_memo``), elsewhere the last few answers are kept
+        (``_LastBroadcast``)."""
         question = (tuple(full_shape), tuple(small_shape), any_reader)
         memo = count_memo.active()
         if memo is not None:  # a cost walk: its questions remembered by value
