@@ -1,48 +1,54 @@
 """Tile counts remembered while a cost walk runs: one layout's elements per tile are
 asked for several times (an op's work, each result's memory, the elementwise output
-choice, each later reader's work), and each count is a pass over the whole layout. A
-few other answers about a layout are kept the same way (``CountMemo.answer``).
+choice, each later reader's work), and each count is a pass over the whole layout.
+
+Whole exchange questions are remembered by value (``CountMemo.remembered``): an op's
+least-exchange bound asks again what its exchange asked (the operands it does not move),
+its agreement and its bound ask where a broadcast operand's readers are, and the layers
+of a model lay out their tensors alike. A question is looked up by its arrays' values
+(their bytes as runs, ``value_key``), so an answer is given again only for equal arrays,
+whatever memory holds them and whatever was done to it since.
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
-and, failing that, compares it with the few arrays counted last (a result copied from
-an operand has the operand's counts). Layouts are values: the walk never changes a
-layout array in place once made, so the same memory holds the same ids; a count is
-only reused while the owner of that memory is alive (a weak reference drops the entry
-when it dies, before the memory can be reused). The counts handed out are read-only.
+and, failing that, by its values (``remembered``: a result copied from an operand has
+the operand's counts, and the next layer's equal layout its own). Layouts are values:
+the walk never changes a layout array in place once made, so the same memory holds the
+same ids; a count is only reused by memory while the owner of that memory is alive (a
+weak reference drops the entry when it dies, before the memory can be reused). The
+counts handed out are read-only.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 
-#: Most recently counted arrays kept (strongly) to compare a new array's contents with.
-RECENT_KEPT = 4
-#: Arrays of at least this many ids are neither kept nor compared: large layouts are held
-#: as intervals and expanded only while read, and keeping them would undo that.
-KEPT_IDS_MAX = 1 << 24
-#: Leading ids compared before a whole array is (most different layouts differ early).
-PROBE = 256
-#: Other answers about a layout kept (``CountMemo.answer``).
-ANSWERS_KEPT = 4
+#: Bytes of keys and answers ``CountMemo.remembered`` keeps (the least recently asked
+#: dropped first): room for a layer's questions to be there when the next layer asks
+#: them, most answers being a number or two per tile.
+KEPT_QUESTION_BYTES = 1 << 27
+#: An array with more runs of equal words than this share of its words is keyed by its
+#: bytes, not its runs (the runs would take more room).
+RUNS_KEPT_BELOW = 4
 
 _Key = tuple[int, int, str, int]
+T = TypeVar("T")
 
 
 class CountMemo:
     """Counts per (memory, length, dtype, tile count), valid while the memory's owner
-    lives."""
+    lives; answers per question and its arrays' values."""
 
     def __init__(self) -> None:
         self._by_memory: dict[_Key, tuple[weakref.ref, np.ndarray]] = {}
-        self._recent: deque[tuple[np.ndarray, int, np.ndarray]] = deque(maxlen=RECENT_KEPT)
-        self._answers: deque[tuple[tuple, weakref.ref, np.ndarray]] = deque(
-            maxlen=ANSWERS_KEPT)
+        self._asked: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._kept_bytes = 0
 
     def counts(self, ids: np.ndarray, num_tiles: int,
                count: Callable[[np.ndarray, int], np.ndarray]) -> np.ndarray:
@@ -54,32 +60,37 @@ class CountMemo:
         found = self._by_memory.get(key)
         if found is not None and found[0]() is not None:
             return found[1]
-        counts = self._recent_counts(ids, num_tiles)
-        if counts is None:
-            counts = np.asarray(count(ids, num_tiles))
-            counts.flags.writeable = False
-            if ids.size < KEPT_IDS_MAX:  # a copy of a kept array is not kept beside it
-                self._recent.append((ids, num_tiles, counts))
+        counts = self.remembered_key((("tile counts", num_tiles), value_key(ids)),
+                                     lambda: _read_only(count(ids, num_tiles)))
         self._remember(key, ids, counts)
         return counts
 
-    def answer(self, ids: np.ndarray, question: tuple,
-               make: Callable[[], np.ndarray]) -> np.ndarray:
-        """``make()``, an answer about the layout ``ids`` (flat, contiguous) and
-        ``question`` (hashable), or what it gave before while ``ids``' memory lives: the
-        last ``ANSWERS_KEPT`` answers are kept, read-only (an op's exchange and its least
-        exchange read one result's layout with the same broadcast operand)."""
-        if ids.ndim != 1 or not ids.flags.c_contiguous:
-            return make()  # the memory alone does not say which elements it holds
-        key = (ids.__array_interface__["data"][0], ids.size, ids.dtype.str, question)
-        for kept_key, owner, answer in self._answers:
-            if kept_key == key and owner() is not None:
-                return answer
+    def remembered(self, question: tuple, arrays: Sequence[np.ndarray | None],
+                   make: Callable[[], T]) -> T:
+        """``make()``, the answer to ``question`` (hashable) about ``arrays``, or the answer
+        it gave before to the same question about arrays of equal values (dtype, size and
+        every element's bytes; shapes are the question's). The arrays are looked up by
+        their values (``value_key``), so an equal layout elsewhere in memory is the same
+        question, and an array changed in place since is not. The answer is shared:
+        callers must not change it."""
+        return self.remembered_key((question, *(value_key(array) for array in arrays)),
+                                   make)
+
+    def remembered_key(self, key: tuple, make: Callable[[], T]) -> T:
+        """``remembered`` of a question and its arrays' value keys, ``(question,
+        *value_keys)``, made by the caller (who may use a key twice)."""
+        found = self._asked.get(key)
+        if found is not None:
+            self._asked.move_to_end(key)
+            return found[0]  # type: ignore[return-value]
         answer = make()
-        answer.flags.writeable = False
-        owner = _owner(ids)
-        if owner is not None:
-            self._answers.append((key, weakref.ref(owner), answer))
+        size = _key_bytes(key) + _answer_bytes(answer)
+        if size <= KEPT_QUESTION_BYTES // 8:  # one question never fills the room
+            self._asked[key] = (answer, size)
+            self._kept_bytes += size
+            while self._kept_bytes > KEPT_QUESTION_BYTES:
+                _, (_, dropped) = self._asked.popitem(last=False)
+                self._kept_bytes -= dropped
         return answer
 
     def know(self, ids: np.ndarray, num_tiles: int, counts: np.ndarray) -> None:
@@ -93,17 +104,6 @@ class CountMemo:
         self._remember((flat.__array_interface__["data"][0], flat.size, flat.dtype.str,
                         num_tiles), flat, counts)
 
-    def _recent_counts(self, ids: np.ndarray, num_tiles: int) -> np.ndarray | None:
-        """The counts of a recently counted array holding the same ids, if any."""
-        if ids.size >= KEPT_IDS_MAX:
-            return None
-        for kept, tiles, counts in self._recent:
-            if tiles == num_tiles and kept.size == ids.size and kept.dtype == ids.dtype \
-                    and np.array_equal(kept[:PROBE], ids[:PROBE]) \
-                    and np.array_equal(kept, ids):
-                return counts
-        return None
-
     def _remember(self, key: _Key, ids: np.ndarray, counts: np.ndarray) -> None:
         """Keep ``counts`` for ``key`` while the array owning ``ids``' memory lives."""
         owner = _owner(ids)
@@ -111,6 +111,52 @@ class CountMemo:
             memory = self._by_memory
             self._by_memory[key] = (weakref.ref(owner, lambda _, k=key: memory.pop(k, None)),
                                     counts)
+
+
+def value_key(array: np.ndarray | None) -> tuple | None:
+    """A hashable key equal for two arrays exactly when they hold the same bytes in the
+    same dtype (shape aside; for integers, the same values): the dtype, the size, and the
+    runs of equal 8-byte words of
+    the array's bytes (where each starts, and its value) with the bytes after the last
+    whole word, or all its bytes when runs are many (``RUNS_KEPT_BELOW``). The bytes say
+    the values, and a layout's runs of one tile make runs of equal words (four 16-bit
+    ids a word: a quarter of the elements to compare), so the key is small and quick to
+    make and compare."""
+    if array is None:
+        return None
+    flat = np.ascontiguousarray(np.asarray(array).reshape(-1))
+    raw = flat.view(np.uint8)
+    whole = raw.size // 8 * 8
+    words, tail = raw[:whole].view(np.int64), raw[whole:].tobytes()
+    if words.size < 2:
+        return (flat.dtype.str, flat.size, None, raw.tobytes(), b"")
+    starts = np.flatnonzero(words[1:] != words[:-1])
+    if (starts.size + 1) * RUNS_KEPT_BELOW > words.size:
+        return (flat.dtype.str, flat.size, None, raw.tobytes(), b"")
+    starts += 1
+    values = np.concatenate((words[:1], words[starts]))
+    return (flat.dtype.str, flat.size, starts.tobytes(), values.tobytes(), tail)
+
+
+def _key_bytes(key: tuple) -> int:
+    """Bytes a ``remembered`` key holds in values' keys."""
+    return sum(len(part) for value in key[1:] if value is not None
+               for part in value[2:] if part is not None)
+
+
+def _answer_bytes(answer: object) -> int:
+    """Bytes of the arrays an answer holds (an array, or an object with ``arrays()``)."""
+    if isinstance(answer, np.ndarray):
+        return answer.nbytes
+    arrays = getattr(answer, "arrays", None)
+    return sum(a.nbytes for a in arrays()) if callable(arrays) else 0
+
+
+def _read_only(counts: np.ndarray) -> np.ndarray:
+    """``counts`` as an array no caller can change (they are shared)."""
+    counts = np.asarray(counts)
+    counts.flags.writeable = False
+    return counts
 
 
 def _owner(array: np.ndarray) -> np.ndarray | None:
@@ -130,8 +176,12 @@ def active() -> CountMemo | None:
 
 @contextmanager
 def remembered_counts() -> Iterator[CountMemo]:
-    """Within, ``hooks.tile_counts`` remembers its counts (see the module docstring)."""
-    memo = CountMemo()
+    """Within, ``hooks.tile_counts`` remembers its counts and exchange questions their
+    answers (see the module docstring). Inside another ``remembered_counts()`` the outer
+    memo is kept: a session costing three plans of one model shares it, and the same
+    tensor laid out alike in two plans is counted once (every answer depends on its
+    question and its arrays' values alone)."""
+    memo = _active[-1] if _active else CountMemo()
     _active.append(memo)
     try:
         yield memo

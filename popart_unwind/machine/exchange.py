@@ -9,6 +9,7 @@ coming from one tile (each run costs exchange code).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from math import prod
 
@@ -55,6 +56,17 @@ def read_need(reader_tiles: np.ndarray, source_index: np.ndarray | None,
     return _sorted_pairs_need(tile, element, held, element_bytes, num_tiles)
 
 
+def remembered_need(question: tuple, arrays: tuple[np.ndarray, ...],
+                    make: Callable[[], ExchangeNeed]) -> ExchangeNeed:
+    """``make()``, or inside a cost walk the answer it gave to the same question about
+    equal arrays (``count_memo.CountMemo.remembered``), as a need of its own."""
+    memo = count_memo.active()
+    if memo is None:
+        return make()
+    need = memo.remembered(question, arrays, make)
+    return ExchangeNeed(need.received_bytes.copy(), need.regions.copy())
+
+
 def _sorted_pairs_need(tile: np.ndarray, element: np.ndarray, held: np.ndarray,
                        element_bytes: int, num_tiles: int) -> ExchangeNeed:
     """``read_need`` from its distinct remote (tile, element) pairs, sorted by tile then
@@ -86,18 +98,39 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     is counted row by row (``broadcast_rows``): a tile receives an element once when some
     of its reads lie there and the element does not, and the element starts a region
     unless the tile also receives the element before it from the same tile. The same
-    figures as ``read_need``'s sort of every pair (a test holds them equal)."""
+    figures as ``read_need``'s sort of every pair (a test holds them equal). Inside a cost
+    walk a question asked before about equal layouts is answered again (``remembered_need``)."""
+    full_shape, small_shape = tuple(full_shape), tuple(small_shape)
+    readers, held = _ids(reader_tiles), _ids(source_tiles)
+    memo = count_memo.active()
+    if memo is None:
+        return _broadcast_read_need(readers, None, full_shape, small_shape, held,
+                                    element_bytes, num_tiles)
+    readers_key = count_memo.value_key(readers)
+    need = memo.remembered_key(
+        (("broadcast", full_shape, small_shape, element_bytes, num_tiles), readers_key,
+         count_memo.value_key(held)),
+        lambda: _broadcast_read_need(readers, readers_key, full_shape, small_shape, held,
+                                     element_bytes, num_tiles))
+    return ExchangeNeed(need.received_bytes.copy(), need.regions.copy())
+
+
+def _broadcast_read_need(readers: np.ndarray, readers_key: tuple | None,
+                         full_shape: tuple[int, ...], small_shape: tuple[int, ...],
+                         held: np.ndarray, element_bytes: int,
+                         num_tiles: int) -> ExchangeNeed:
+    """``broadcast_read_need`` of flat tile ids, worked out (``readers_key``: the readers'
+    ``value_key`` inside a cost walk, else None)."""
     sources = prod(small_shape)
     rows = None
     if sources * num_tiles > DENSE_PAIRS_MAX:
-        rows = broadcast_rows(reader_tiles, full_shape, small_shape)
-    elif (need := _table_broadcast_need(reader_tiles, full_shape, small_shape, source_tiles,
+        rows = broadcast_rows(readers, full_shape, small_shape)
+    elif (need := _table_broadcast_need(readers, readers_key, full_shape, small_shape, held,
                                         element_bytes, num_tiles)) is not None:
         return need
     if rows is None or rows.shape[1] > ROW_READS_MAX:
-        return read_need(reader_tiles, broadcast_index(small_shape, full_shape),
-                         source_tiles, element_bytes, num_tiles)
-    held = _ids(source_tiles)
+        return read_need(readers, broadcast_index(small_shape, full_shape), held,
+                         element_bytes, num_tiles)
     reads = rows.shape[1]
     received = np.zeros(num_tiles, dtype=np.int64)
     regions = np.zeros(num_tiles, dtype=np.int64)
@@ -144,35 +177,49 @@ def _going_on(after: np.ndarray, after_member: np.ndarray, before: np.ndarray,
 
 #: Most (element, tile) marks of a reads table a cost walk keeps for the next question.
 KEPT_TABLE_MAX = 1 << 24
+#: ``broadcast_read_need`` takes one table of (element, tile) marks when its cells number
+#: at most ``TABLE_CELLS_PER_READ`` per read of the operand plus ``TABLE_CELLS_ALWAYS``.
+#: The table costs a few passes over every cell (zeroed, marked, counted, copied for the
+#: region starts) however few are marked, where sorting the pairs costs a sort of the
+#: reads: many sources on many tiles, each read a few times, leave most cells empty and
+#: are sorted; a table of up to a million cells is always taken.
+TABLE_CELLS_PER_READ = 16
+TABLE_CELLS_ALWAYS = 1 << 20
 
 
-def _table_broadcast_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
-                          small_shape: tuple[int, ...], source_tiles: np.ndarray,
-                          element_bytes: int, num_tiles: int) -> ExchangeNeed | None:
+def _table_broadcast_need(readers: np.ndarray, readers_key: tuple | None,
+                          full_shape: tuple[int, ...], small_shape: tuple[int, ...],
+                          held: np.ndarray, element_bytes: int,
+                          num_tiles: int) -> ExchangeNeed | None:
     """``broadcast_read_need`` from one table of (source element, tile) marks, made block
     by block from the broadcast index view (no sort of the pairs, no index array as long
     as the readers): tile t receives element e when it reads e and e is not held there;
     e starts a region on t unless t also receives e - 1 from the tile holding e. None
-    (ask ``read_need``) when the table would be large beside the reads, or a tile id lies
-    outside ``[0, num_tiles)``. Inside a cost walk the marks of the reads (before the held
-    elements are taken out) are kept for the next question about the same layout and
-    shapes (``count_memo``), up to ``KEPT_TABLE_MAX`` of them."""
+    (ask ``read_need``) when the table would be large beside the reads
+    (``TABLE_CELLS_PER_READ``), or a tile id lies outside ``[0, num_tiles)``. Inside a
+    cost walk the marks of the reads (before the held elements are taken out) are kept
+    for the next question about equal readers (``readers_key``, their ``value_key``) and
+    shapes, up to ``KEPT_TABLE_MAX`` of them; the rows of reads are made only when the
+    marks are not kept."""
     sources, reads = prod(small_shape), prod(full_shape)
-    held = _ids(source_tiles)
-    readers = _ids(reader_tiles)
     if not sources or not reads or held.size != sources or readers.size != reads \
-            or sources * num_tiles > 16 * reads + (1 << 20):
+            or sources * num_tiles > TABLE_CELLS_PER_READ * reads + TABLE_CELLS_ALWAYS:
         return None
     if not (int(readers.min()) >= 0 and int(readers.max()) < num_tiles
             and int(held.min()) >= 0 and int(held.max()) < num_tiles):
         return None
-    rows = broadcast_rows(readers, full_shape, small_shape)
+    order = _rows_order(full_shape, small_shape)
     memo = count_memo.active() if sources * num_tiles <= KEPT_TABLE_MAX else None
-    if rows is not None and memo is not None:
-        table = memo.answer(readers, ("reads", full_shape, small_shape, num_tiles),
-                            lambda: _read_by_rows(rows, num_tiles)).copy()
-    elif rows is not None:
-        table = _read_by_rows(rows, num_tiles)
+    if order is not None:
+        def marks() -> np.ndarray:
+            rows = _rows_in_order(readers, full_shape, order, sources)
+            return _read_by_rows(rows, num_tiles)
+
+        if memo is not None and readers_key is not None:
+            table = memo.remembered_key(
+                (("reads", full_shape, small_shape, num_tiles), readers_key), marks).copy()
+        else:
+            table = marks()
     else:
         index = broadcast_index_view(small_shape, full_shape)
         tiles = readers.reshape(index.shape)
@@ -338,8 +385,17 @@ def broadcast_rows(full_tiles: np.ndarray, full_shape: tuple[int, ...],
     order, its broadcast axes last. None for an empty tensor, or where the small operand's
     axes do not map one to one onto the full tensor's."""
     full_shape, small_shape = tuple(full_shape), tuple(small_shape)
-    sources = prod(small_shape)
-    if sources == 0 or prod(full_shape) == 0:
+    order = _rows_order(full_shape, small_shape)
+    if order is None:
+        return None
+    return _rows_in_order(full_tiles, full_shape, order, prod(small_shape))
+
+
+def _rows_order(full_shape: tuple[int, ...], small_shape: tuple[int, ...]
+                ) -> list[int] | None:
+    """The full tensor's axes in ``broadcast_rows``' order, or None where it has no rows
+    (decided by the shapes alone)."""
+    if prod(small_shape) == 0 or prod(full_shape) == 0:
         return None
     lead = []
     for size, axis in zip(small_shape, _followed_axes(small_shape, full_shape), strict=True):
@@ -351,9 +407,13 @@ def broadcast_rows(full_tiles: np.ndarray, full_shape: tuple[int, ...],
             return None
     if lead != sorted(lead):
         return None
-    rest = [axis for axis in range(len(full_shape)) if axis not in lead]
-    tiles = np.asarray(full_tiles).reshape(full_shape).transpose(lead + rest)
-    return tiles.reshape(sources, -1)
+    return lead + [axis for axis in range(len(full_shape)) if axis not in lead]
+
+
+def _rows_in_order(full_tiles: np.ndarray, full_shape: tuple[int, ...], order: list[int],
+                   sources: int) -> np.ndarray:
+    """``broadcast_rows`` given its axis order (``_rows_order``)."""
+    return np.asarray(full_tiles).reshape(full_shape).transpose(order).reshape(sources, -1)
 
 
 #: Elements of a reader array ``most_read_tiles`` widens to 64-bit keys at a time.
@@ -785,8 +845,17 @@ def row_read_need(rows: np.ndarray, source_tiles: np.ndarray, element_bytes: int
                   num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element (g, j) of a layout ``rows`` reads source element g (a
     row statistic broadcast back): only the first of each run of remote reads of one
-    tile in a row is kept before the pairs are sorted (the same distinct pairs)."""
-    held = _ids(source_tiles)
+    tile in a row is kept before the pairs are sorted (the same distinct pairs). Inside a
+    cost walk a question asked before about equal layouts is answered again (a norm's
+    least-exchange bound asks what its exchange asked)."""
+    rows, held = np.asarray(rows), _ids(source_tiles)
+    return remembered_need(("row reads", rows.shape, element_bytes, num_tiles), (rows, held),
+                           lambda: _row_read_need(rows, held, element_bytes, num_tiles))
+
+
+def _row_read_need(rows: np.ndarray, held: np.ndarray, element_bytes: int,
+                   num_tiles: int) -> ExchangeNeed:
+    """``row_read_need``, worked out."""
     remote = rows != held[:, None]
     if not remote.any():
         return ExchangeNeed.none(num_tiles)

@@ -18,7 +18,7 @@ import numpy as np
 from popart_unwind import _hooks
 from popart_unwind.errors import ShapeError, TargetError
 from popart_unwind.ir.tile_mapping import tile_dtype
-from popart_unwind.machine import exchange, hooks
+from popart_unwind.machine import count_memo, exchange, hooks
 from popart_unwind.machine.exchange import (
     axis_bounds,
     axis_parts,
@@ -29,6 +29,7 @@ from popart_unwind.machine.exchange import (
     most_read_tiles,
     read_need,
     reader_need,
+    remembered_need,
     shared_bus_need,
 )
 from popart_unwind.machine.interface import (
@@ -244,8 +245,9 @@ class TileTarget(TileMachine):
         already where the plan wants them — plus the broadcast from the plan's layout; any
         other operand is broadcast from where it lies. The RHS of an even row split reaches
         the pairs of its readers on one super tile together (``shared_buses``: the plan's
-        tiles start on an even tile, so its pairs are super tiles). See
-        docs/ipu-model.md."""
+        tiles start on an even tile, so its pairs are super tiles). Inside a cost walk a
+        question asked before about equal tiles is answered again (``remembered_need``).
+        See docs/ipu-model.md."""
         if operand not in MATMUL_OPERANDS:
             raise TargetError(f"matmul_readers: operand must be one of {MATMUL_OPERANDS}, got "
                               f"{operand!r}")
@@ -257,6 +259,16 @@ class TileTarget(TileMachine):
             raise TargetError(f"matmul_readers: {np.size(tiles)} tiles given for a {operand} of "
                               f"{numel} elements ([G,M,K] x [G,K,N] = "
                               f"{[groups, rows, inner]} x {[groups, inner, cols]})")
+        return remembered_need(
+            ("matmul readers", self.model, dims, dtype, operand, partition.as_tuple(),
+             shared_buses), (np.asarray(tiles),),
+            lambda: self._matmul_readers(dims, dtype, operand, tiles, partition,
+                                         shared_buses))
+
+    def _matmul_readers(self, dims: tuple[int, int, int, int], dtype: str, operand: str,
+                        tiles: np.ndarray, partition: MatmulPartition,
+                        shared_buses: bool) -> ExchangeNeed:
+        """``matmul_readers``, worked out."""
         question = (*dims, dtype, operand, partition)
         if partition.broadcast_destinations(operand) <= REARRANGE_ABOVE_DESTINATIONS:
             return self._block_readers(*question, tiles, shared_buses)
@@ -329,10 +341,18 @@ class TileTarget(TileMachine):
         Poplibs' createBroadcastOperand rule, of which the bias mapping is the one-axis
         case. Every reading tile receives an element once, so any tile reading it leaves
         the same bytes to exchange: a preference among equals (or, ``any_reader``, runs of
-        elements dealt over all the readers) moves memory, not exchange. The last few
-        answers are kept (``_LastBroadcast``): an elementwise op's agreement and its least
-        exchange ask them of one layout, its first operand's and its result's copy of it."""
+        elements dealt over all the readers) moves memory, not exchange. An elementwise
+        op's agreement and its least exchange ask this of one layout, its first operand's
+        and its result's copy of it: inside a cost walk its memo answers a question asked
+        about equal tiles again (``count_memo``), elsewhere the last few answers are kept
+        (``_LastBroadcast``)."""
         question = (tuple(full_shape), tuple(small_shape), any_reader)
+        memo = count_memo.active()
+        if memo is not None:  # a cost walk: its questions remembered by value
+            return memo.remembered(
+                ("broadcast operand", self.model, *question), (full_tiles, preference),
+                lambda: self._broadcast_operand_tiles(full_tiles, question[0], question[1],
+                                                      preference, any_reader)).copy()
         answer = self._last_broadcast.answer(question, full_tiles, preference)
         if answer is None:
             answer = self._broadcast_operand_tiles(full_tiles, question[0], question[1],
@@ -395,7 +415,7 @@ class TileTarget(TileMachine):
         for index, tiles in enumerate(input_tiles):
             flat = np.asarray(tiles).reshape(-1)
             counts = hooks.tile_counts(flat, self.num_tiles) if flat.size else np.zeros(1)
-            runs = int(np.count_nonzero(np.diff(flat))) + 1 if flat.size else 0
+            runs = hooks.run_count(flat)
             key = (int(counts.max()), -int(np.count_nonzero(counts)), runs, index)
             if best_key is None or key < best_key:
                 best_key, best = key, index

@@ -21,6 +21,7 @@ from popart_unwind.cost.terms import ALWAYS, PIPELINED, SEVERAL_IPUS, summary_ke
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import IpuModel
+from popart_unwind.report.mapping_text import intervals_ascii
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 from popart_unwind.version import __version__
 
@@ -105,26 +106,27 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                         source: Mapping[str, str], planner: Mapping[str, Any],
                         ops_without_rule: Mapping[str, int],
                         planned_ops: Iterable[Any] = ()) -> dict[str, Any]:
-    """The plan file's content (a JSON-ready dict). ``planner``: the solver's name and its
-    own figures (objective and upper bound on the unwinding graph); ``ops_without_rule``:
-    per op type, how many ops no layout rule models (barriers, no exchange counted);
+    """The plan file's content (a dict for ``dumps_plan`` and ``compact_plan``, each tile
+    mapping a ``MappingText``, made into JSON as the plan is written). ``planner``: the
+    solver's name and its own figures (objective and upper bound on the unwinding graph);
+    ``ops_without_rule``: per op type, how many ops no layout rule models (barriers, no
+    exchange counted);
     ``planned_ops``: the matmuls and convolutions with their plans (``op_entries``)."""
     tensors: dict[str, Any] = {}
-    with cyclic_gc_paused():  # a list per tile per tensor: millions of small lists
-        for decision in decisions:
-            key = tensor_key(decision.graph_id, decision.tensor_id)
-            if key in tensors:
-                raise PlanError(f"the plan has tensor {key!r} twice")
-            tensors[key] = {
-                "shape": [int(d) for d in decision.shape],
-                "dtype": decision.dtype,
-                "tile_mapping": _intervals(decision.tile_mapping),
-                "method": decision.method,
-                "explanation": decision.explanation,
-                "graph": decision.graph_id,
-            }
-            if model.ipus > 1:
-                tensors[key]["ipu"] = decision.ipu
+    for decision in decisions:
+        key = tensor_key(decision.graph_id, decision.tensor_id)
+        if key in tensors:
+            raise PlanError(f"the plan has tensor {key!r} twice")
+        tensors[key] = {
+            "shape": [int(d) for d in decision.shape],
+            "dtype": decision.dtype,
+            "tile_mapping": MappingText(decision.tile_mapping),
+            "method": decision.method,
+            "explanation": decision.explanation,
+            "graph": decision.graph_id,
+        }
+        if model.ipus > 1:
+            tensors[key]["ipu"] = decision.ipu
     return {
         "version": PLAN_VERSION,
         "generator": f"popart-unwind {__version__}",
@@ -142,6 +144,32 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
 _NO_RUNS: list = []
 
 
+class MappingText:
+    """A tensor's tile mapping in the plan document, made into JSON only as the plan is
+    written: a ``TileIntervals`` written from its runs by numpy (``intervals_json``),
+    other mappings as ``json.dumps`` writes their lists (``lists()``)."""
+
+    __slots__ = ("mapping",)
+
+    def __init__(self, mapping: Any) -> None:
+        self.mapping = mapping
+
+    def lists(self) -> list:
+        """Poplar's format as JSON lists (``_intervals``)."""
+        with cyclic_gc_paused():  # a list per tile: many small lists
+            return _intervals(self.mapping)
+
+    def text(self) -> str:
+        """The JSON text of ``lists()``, on one line."""
+        return bytes(self.data()).decode("ascii")
+
+    def data(self) -> bytes | np.ndarray:
+        """``text()`` as ASCII bytes (a numpy array of them for a ``TileIntervals``)."""
+        if isinstance(self.mapping, TileIntervals):
+            return intervals_ascii(self.mapping)
+        return json.dumps(self.lists(), separators=(",", ":")).encode("ascii")
+
+
 def _intervals(mapping: Any) -> list:
     """Poplar's format as JSON lists: a ``TileIntervals`` converts all its runs at once (one
     list per tile of the target, thousands of tensors)."""
@@ -149,32 +177,62 @@ def _intervals(mapping: Any) -> list:
         # Every tile holding nothing shares one empty list: a small tensor on 1,472 tiles
         # would otherwise take 1,471 lists (the plan of 10,000 small tensors, 1.4 GB). The
         # document is only read (written out as JSON) once built.
+        # All runs become [begin, end] lists in one conversion, each tile taking its slice
+        # (a generator of each tile's runs as tuples, then lists of them, took twice as
+        # long for GPT-2 small's plan).
         lists: list = [_NO_RUNS] * len(mapping)
-        for tile, runs in mapping.held():
-            lists[tile] = [list(run) for run in runs]
+        rows, owners = mapping.owners()
+        pairs = rows.tolist()
+        bounds = np.zeros(len(mapping) + 1, np.int64)
+        np.cumsum(np.bincount(owners, minlength=len(mapping)), out=bounds[1:])
+        ends = bounds[1:].tolist()
+        for tile in np.flatnonzero(np.diff(bounds)).tolist():
+            lists[tile] = pairs[ends[tile - 1] if tile else 0:ends[tile]]
         return lists
     return [[[int(b), int(e)] for b, e in tile] for tile in mapping]
 
 
 def dumps_plan(document: Mapping[str, Any]) -> bytes:
-    """The plan file's bytes: objects indented, lists on one line, keys sorted."""
-    return (_dumps(document, 0) + "\n").encode("utf-8")
+    """The plan file's bytes: objects indented, lists on one line, keys sorted. The bytes
+    are written as pieces joined once (joining each level's text as it closed, then
+    encoding it, copied a real model's 200 MB of tile mappings five times and more)."""
+    pieces: list[bytes | np.ndarray] = []
+    _write(document, 0, pieces)
+    pieces.append(b"\n")
+    return b"".join(pieces)
 
 
 def compact_plan(document: Mapping[str, Any]) -> str:
     """The plan as one line of JSON (for the ONNX model's metadata)."""
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+                      allow_nan=False, default=_mapping_lists)
 
 
-def _dumps(value: Any, depth: int) -> str:
-    if isinstance(value, Mapping) and value:
+def _mapping_lists(value: Any) -> list:
+    """``json.dumps``' answer for a ``MappingText``: its lists."""
+    if isinstance(value, MappingText):
+        return value.lists()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _write(value: Any, depth: int, pieces: list[bytes | np.ndarray]) -> None:
+    """Append ``value``'s UTF-8 text at nesting ``depth`` to ``pieces``: a non-empty
+    mapping one key a line, indented, keys sorted; anything else as compact JSON on one
+    line."""
+    if isinstance(value, MappingText):
+        pieces.append(value.data())
+    elif isinstance(value, Mapping) and value:
         pad = "  " * (depth + 1)
-        items = [f"{pad}{json.dumps(str(key), ensure_ascii=False)}: {_dumps(value[key], depth + 1)}"
-                 for key in sorted(value)]
-        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+        pieces.append(b"{\n")
+        for number, key in enumerate(sorted(value)):
+            separator = ",\n" if number else ""
+            pieces.append(f"{separator}{pad}{json.dumps(str(key), ensure_ascii=False)}: "
+                          .encode())
+            _write(value[key], depth + 1, pieces)
+        pieces.append(("\n" + "  " * depth + "}").encode())
+    else:
+        pieces.append(json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                 ensure_ascii=False, allow_nan=False).encode())
 
 
 def _plain(value: Any) -> Any:

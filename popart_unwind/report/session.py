@@ -30,6 +30,7 @@ from popart_unwind.ir.tile_mapping import (
     tile_array,
 )
 from popart_unwind.machine import IpuModel, TileTarget
+from popart_unwind.machine.count_memo import remembered_counts
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.ipu_copy import tensor_ipus
@@ -208,7 +209,9 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
             layouts[name], methods[name], op_plans[name] = _baseline(
                 name, planned_irs.get(name, ir), model)
     costs: dict[str, Any] = {}
-    with progress.stage("evaluate"):
+    # the three walks share what they count (``remembered_counts``): a tensor laid out
+    # alike in two plans is counted once
+    with progress.stage("evaluate"), remembered_counts():
         for step, (name, mappings) in enumerate(layouts.items()):
             progress.update(name, step, len(layouts))
             costs[name] = evaluate(planned_irs.get(name, ir), TileTarget(model),

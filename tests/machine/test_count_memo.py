@@ -78,18 +78,13 @@ def test_counts_of_a_layout_expanded_from_its_runs_are_its_bincount():
         assert asked == []  # known from the runs, not counted
 
 
-def test_answers_are_kept_for_the_same_memory_and_question_only():
-    tiles = np.arange(8, dtype=np.int16)
-    made = []
-
-    def make(value):
-        return lambda: made.append(value) or np.full(2, value)
-
-    with count_memo.remembered_counts() as memo:
-        assert memo.answer(tiles, ("a",), make(1)).tolist() == [1, 1]
-        assert memo.answer(tiles, ("a",), make(2)).tolist() == [1, 1]  # kept
-        assert memo.answer(tiles, ("b",), make(3)).tolist() == [3, 3]  # another question
-        assert memo.answer(tiles[:4], ("a",), make(4)).tolist() == [4, 4]  # other elements
-        assert memo.answer(tiles[::2], ("a",), make(5)).tolist() == [5, 5]  # strided: asked
-        assert not memo.answer(tiles, ("a",), make(6)).flags.writeable
-    assert made == [1, 3, 4, 5]
+def test_a_memo_inside_another_is_the_outer_one():
+    with count_memo.remembered_counts() as outer:
+        with count_memo.remembered_counts() as inner:
+            assert inner is outer and count_memo.active() is outer
+        assert count_memo.active() is outer
+    assert count_memo.active() is None
+    with count_memo.remembered_counts() as first, count_memo.remembered_counts() as again:
+        assert again is first
+    with count_memo.remembered_counts() as later:
+        assert later is not first  # a new session, a new memo

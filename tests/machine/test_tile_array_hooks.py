@@ -199,3 +199,14 @@ def test_broadcast_operand_tiles_follow_the_most_readers(full_shape, small_shape
     found = target.broadcast_operand_tiles(full, full_shape, small_shape)
     assert found.dtype == target.tile_dtype
     np.testing.assert_array_equal(found, oracle_broadcast(full, full_shape, small_shape))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=60),
+       st.sampled_from([np.int16, np.int32, np.int64, np.uint8]))
+def test_run_count_counts_the_changes_plus_one(ids, dtype):
+    """``hooks.run_count`` (C++ for 16- and 32-bit ids) against ``np.diff``'s nonzeros."""
+    tiles = np.array(ids, dtype=dtype)
+    expected = int(np.count_nonzero(np.diff(tiles))) + 1 if tiles.size else 0
+    assert hooks.run_count(tiles) == expected
+    assert hooks.run_count(tiles.reshape(1, -1)[:, ::-1]) == expected

@@ -95,7 +95,7 @@ def test_empty_tiles_share_one_list_in_the_plan_document():
                                 "linear", "-") for i in range(20)]
     document = build_plan_document(IpuModel(tiles_per_ipu=tiles), decisions, {}, {}, {}, {})
     empties = {id(runs) for entry in document["tensors"].values()
-               for runs in entry["tile_mapping"] if not runs}
+               for runs in entry["tile_mapping"].lists() if not runs}
     assert len(empties) == 1
     parsed = json.loads(dumps_plan(document))
     for i in range(20):

@@ -1,0 +1,172 @@
+"""Exchange questions remembered by value inside a cost walk (``CountMemo.remembered``):
+a value key is equal exactly when two arrays are (the oracle: ``np.array_equal`` and the
+dtype), and every remembered question — what a broadcast operand's readers receive, what a
+matmul's tiles receive, where a broadcast operand goes, what a row statistic's readers
+receive — answers what the plain code answers outside a walk, for repeated, copied and
+changed-in-place layouts alike."""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popart_unwind.machine import IpuModel, MatmulPartition, TileTarget, count_memo
+from popart_unwind.machine.count_memo import value_key
+from popart_unwind.machine.exchange import broadcast_read_need, row_read_need
+
+
+@st.composite
+def layouts(draw, size=None):
+    """Tile ids in runs of one tile (as layouts are) or scattered, in one of two dtypes."""
+    size = draw(st.integers(0, 40)) if size is None else size
+    run = draw(st.integers(1, 6))
+    values = draw(st.lists(st.integers(0, 5), min_size=size // run + 1,
+                           max_size=size // run + 1))
+    dtype = draw(st.sampled_from([np.int16, np.int64]))
+    return np.repeat(np.array(values, dtype=dtype), run)[:size]
+
+
+@settings(max_examples=400, deadline=None)
+@given(layouts(), layouts(), st.booleans(), st.integers(1, 8), st.integers(0, 40))
+def test_value_keys_are_equal_exactly_when_the_arrays_are(a, b, related, runs_below, at):
+    if related and a.size:  # mostly equal: a copy, or one element changed (in a whole
+        b = a.copy()        # 8-byte word or among the bytes after the last)
+        if runs_below % 2:
+            b[at % b.size] = (b[at % b.size] + 1) % 6
+    saved = count_memo.RUNS_KEPT_BELOW
+    count_memo.RUNS_KEPT_BELOW = runs_below  # runs kept, or all values
+    try:
+        same_keys = value_key(a) == value_key(b)
+    finally:
+        count_memo.RUNS_KEPT_BELOW = saved
+    assert same_keys == (a.dtype == b.dtype and np.array_equal(a, b))
+    assert value_key(a.reshape(1, -1)) == value_key(a)  # the shape is the question's
+    hash(value_key(a))
+
+
+@st.composite
+def broadcast_questions(draw):
+    """A broadcast shape pair on a few tiles and several layouts of the readers and the
+    operand: some repeated, some equal copies, some the same array changed in place."""
+    full = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    small = tuple(size if draw(st.booleans()) else 1 for size in full)
+    num_tiles = draw(st.integers(1, 6))
+    readers = [draw(layouts(prod(full))) % num_tiles for _ in range(2)]
+    held = [draw(layouts(prod(small))) % num_tiles for _ in range(2)]
+    steps = draw(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1),
+                                    st.sampled_from(["ask", "copy", "change"])),
+                          min_size=1, max_size=8))
+    return full, small, num_tiles, readers, held, steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(broadcast_questions())
+def test_remembered_broadcast_reads_are_the_plain_answers(case):
+    full, small, num_tiles, readers, held, steps = case
+    target = TileTarget(IpuModel(tiles_per_ipu=num_tiles))
+    with count_memo.remembered_counts():
+        for r, h, what in steps:
+            if what == "copy":
+                readers[r] = readers[r].copy()
+            elif what == "change" and readers[r].size:
+                readers[r][0] = (readers[r][0] + 1) % num_tiles  # in place, after asking
+            inside = broadcast_read_need(readers[r], full, small, held[h], 2, num_tiles)
+            placed = target.broadcast_operand_tiles(readers[r], full, small)
+            with _outside():
+                outside = broadcast_read_need(readers[r], full, small, held[h], 2, num_tiles)
+                plain = target.broadcast_operand_tiles(readers[r], full, small)
+            np.testing.assert_array_equal(inside.received_bytes, outside.received_bytes)
+            np.testing.assert_array_equal(inside.regions, outside.regions)
+            np.testing.assert_array_equal(placed, plain)
+            inside.received_bytes[:] = -1  # a caller changing its answer changes no other
+            placed[...] = 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 12), st.integers(1, 4), st.integers(1, 12),
+       st.sampled_from(["lhs", "rhs", "output"]), st.integers(0, 2**16),
+       st.lists(st.sampled_from(["ask", "copy", "change", "other plan"]), min_size=1,
+                max_size=6))
+def test_remembered_matmul_reads_are_the_plain_answers(g, m, k, n, operand, seed, steps):
+    target = TileTarget(IpuModel(tiles_per_ipu=8, min_bytes_per_tile=4, grain_bytes=4))
+    count = g * {"lhs": m * k, "rhs": k * n, "output": m * n}[operand]
+    tiles = np.random.default_rng(seed).integers(0, 8, count).astype(np.int16)
+    partition = None
+    with count_memo.remembered_counts():
+        for what in steps:
+            if what == "copy":
+                tiles = tiles.copy()
+            elif what == "change":
+                tiles[-1] = (tiles[-1] + 3) % 8
+            elif what == "other plan":
+                partition = MatmulPartition(1, 1, 1, 1) if partition is None else None
+            inside = target.matmul_readers(g, m, k, n, "float16", operand, tiles, partition)
+            with _outside():
+                outside = target.matmul_readers(g, m, k, n, "float16", operand, tiles,
+                                                partition)
+            np.testing.assert_array_equal(inside.received_bytes, outside.received_bytes)
+            np.testing.assert_array_equal(inside.regions, outside.regions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(0, 2**16),
+       st.lists(st.sampled_from(["ask", "copy", "change rows", "change held"]), min_size=1,
+                max_size=6))
+def test_remembered_row_reads_are_the_plain_answers(groups, length, seed, steps):
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(rng.integers(0, 4, (groups, length)).astype(np.int16), 2, axis=1)
+    held = rng.integers(0, 4, groups).astype(np.int16)
+    with count_memo.remembered_counts():
+        for what in steps:
+            if what == "copy":
+                rows, held = rows.copy(), held.copy()
+            elif what == "change rows":
+                rows[-1, -1] = (rows[-1, -1] + 1) % 4
+            elif what == "change held":
+                held[0] = (held[0] + 1) % 4
+            inside = row_read_need(rows, held, 2, 4)
+            with _outside():
+                outside = row_read_need(rows, held, 2, 4)
+            np.testing.assert_array_equal(inside.received_bytes, outside.received_bytes)
+            np.testing.assert_array_equal(inside.regions, outside.regions)
+
+
+def test_an_equal_question_is_worked_out_once_and_a_changed_one_again():
+    made = []
+
+    def make(value):
+        return lambda: made.append(value) or np.full(3, value)
+
+    tiles = np.repeat(np.arange(4, dtype=np.int16), 50)
+    with count_memo.remembered_counts() as memo:
+        assert memo.remembered(("q",), (tiles, None), make(1)).tolist() == [1] * 3
+        assert memo.remembered(("q",), (tiles.copy(), None), make(2)).tolist() == [1] * 3
+        assert memo.remembered(("q",), (tiles.astype(np.int32), None), make(3))[0] == 3
+        assert memo.remembered(("other",), (tiles, None), make(4))[0] == 4
+        assert memo.remembered(("q",), (tiles, tiles), make(5))[0] == 5
+        tiles[7] = 3  # changed in place: another question
+        assert memo.remembered(("q",), (tiles, None), make(6))[0] == 6
+    assert made == [1, 3, 4, 5, 6]
+
+
+def test_the_least_recently_asked_are_dropped_beyond_the_room(monkeypatch):
+    monkeypatch.setattr(count_memo, "KEPT_QUESTION_BYTES", 8 * 1000)
+    made = []
+    with count_memo.remembered_counts() as memo:
+        for value in (*range(40), 39, 0):  # each answer 8 bytes a value; 8,000 bytes kept
+            memo.remembered(("q", value), (), lambda v=value: made.append(v) or np.zeros(100))
+    assert made == [*range(40), 0]  # the last one kept, the first dropped and made again
+
+
+class _outside:
+    """No walk's memo while inside (the plain code)."""
+
+    def __enter__(self):
+        self.saved = count_memo._active[:]
+        count_memo._active.clear()
+
+    def __exit__(self, *exc):
+        count_memo._active[:] = self.saved
