@@ -159,12 +159,9 @@ class MappingText:
         with cyclic_gc_paused():  # a list per tile: many small lists
             return _intervals(self.mapping)
 
-    def text(self) -> str:
-        """The JSON text of ``lists()``, on one line."""
-        return bytes(self.data()).decode("ascii")
-
     def data(self) -> bytes | np.ndarray:
-        """``text()`` as ASCII bytes (a numpy array of them for a ``TileIntervals``)."""
+        """The JSON text of ``lists()``, on one line, as ASCII bytes (a numpy array of them
+        for a ``TileIntervals``)."""
         if isinstance(self.mapping, TileIntervals):
             return intervals_ascii(self.mapping)
         return json.dumps(self.lists(), separators=(",", ":")).encode("ascii")
