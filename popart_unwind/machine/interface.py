@@ -379,6 +379,20 @@ class TileMachine(abc.ABC):
         return sum(self.elementwise_cycles(elements, dtype, operation)
                    for operation in operations)
 
+    def reduce_cycles(self, outputs: int, partials: int, dtype: str, operation: str,
+                      strided: bool) -> int:
+        """Cycles of one tile reducing what it holds: ``outputs`` outputs of ``partials``
+        inputs each, side by side or (``strided``) one row of many outputs after another;
+        ``operation``: popops' (ADD, SQUARE_ADD, MAX, MIN, MUL). This default: none beyond
+        the op's elementwise vertex (``compound_cycles``)."""
+        return 0
+
+    def gathered_partials_cycles(self, outputs: int, partials: int, dtype: str,
+                                 operation: str) -> int:
+        """Cycles of one tile reducing the partials other tiles sent it: ``outputs``
+        outputs of ``partials`` partials each. This default: none."""
+        return 0
+
     @abc.abstractmethod
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """``compute()``'s answer, computed once per key and read-only thereafter: rules

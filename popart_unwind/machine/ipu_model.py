@@ -12,6 +12,11 @@ from types import MappingProxyType
 
 from popart_unwind import _hooks
 from popart_unwind.errors import TargetError
+from popart_unwind.machine.reduce_vertices import (
+    ReduceWidths,
+    gathered_partials_cycles,
+    tile_reduce_cycles,
+)
 from popart_unwind.options import AVAILABLE_MEMORY_PROPORTION
 from popart_unwind.validation import check_proportion
 
@@ -232,6 +237,32 @@ class IpuModel:
             return self.elementwise_cycles(elements, dtype)
         return sum(self.elementwise_cycles(elements, dtype, operation)
                    for operation in operations)
+
+    def reduce_cycles(self, outputs: int, partials: int, dtype: str, operation: str,
+                      strided: bool) -> int:
+        """One tile's first stage of a reduction as Poplibs estimates its reduce vertices
+        and splits them over the workers (``reduce_vertices.tile_reduce_cycles``); without
+        ``vertex_costs``, nothing beyond the op's one vector per cycle."""
+        if not self.vertex_costs:
+            return 0
+        return tile_reduce_cycles(outputs, partials, strided, self._reduce_widths(dtype),
+                                  operation)
+
+    def gathered_partials_cycles(self, outputs: int, partials: int, dtype: str,
+                                 operation: str) -> int:
+        """One tile reducing partials other tiles sent, gathered into rows as Poplibs
+        gathers them (``reduce_vertices.gathered_partials_cycles``); without
+        ``vertex_costs``, nothing."""
+        if not self.vertex_costs:
+            return 0
+        return gathered_partials_cycles(outputs, partials, self._reduce_widths(dtype),
+                                        operation)
+
+    def _reduce_widths(self, dtype: str) -> ReduceWidths:
+        """The partials' vector widths: the input's type (float types take the
+        accumulators' widths; Poplibs has no bfloat16 and float8 partials, taken as half's
+        and as integers')."""
+        return ReduceWidths.of(self.dtype_size(dtype), "float" in dtype)
 
     def _nonlinearity_cycles(self, elements: int, dtype: str, operation: str) -> int:
         """Poplibs' estimate of popnn's ``NonLinearity1D`` vertex on the aligned path: the

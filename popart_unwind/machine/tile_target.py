@@ -118,6 +118,14 @@ class TileTarget(TileMachine):
                         operations: tuple[str | None, ...]) -> int:
         return self.model.compound_cycles(elements, dtype, operations)
 
+    def reduce_cycles(self, outputs: int, partials: int, dtype: str, operation: str,
+                      strided: bool) -> int:
+        return self.model.reduce_cycles(outputs, partials, dtype, operation, strided)
+
+    def gathered_partials_cycles(self, outputs: int, partials: int, dtype: str,
+                                 operation: str) -> int:
+        return self.model.gathered_partials_cycles(outputs, partials, dtype, operation)
+
     def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
         """Answers are read-only, so no caller can change what the next one gets; at most
         ``ANSWER_BYTES_KEPT`` bytes of them are kept."""

@@ -27,9 +27,11 @@ statistics are reductions broadcast back.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -37,6 +39,7 @@ from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
+from popart_unwind.machine.count_memo import value_key
 from popart_unwind.machine.exchange import (
     broadcast_index,
     read_need,
@@ -48,6 +51,7 @@ from popart_unwind.machine.exchange import (
     row_read_need,
     single_partial_tiles,
 )
+from popart_unwind.machine.hooks import tile_counts
 from popart_unwind.machine.interface import ExchangeNeed, TileMachine
 from popart_unwind.ops.common import (
     FOLD_MAX_ELEMENTS,
@@ -72,6 +76,7 @@ from popart_unwind.ops.gradient import (
 from popart_unwind.ops.layout_rule import (
     InputTiles,
     LayoutRule,
+    OpWork,
     UnwindEmitter,
     count_equal,
     flat_tiles,
@@ -290,6 +295,66 @@ def statistics_need(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.nda
     return need
 
 
+def reduction_cycles(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.ndarray,
+                     dtype: str, operations: tuple[str, ...], target: TileMachine,
+                     result_dtype: str | None = None) -> int:
+    """Compute cycles of reducing a tensor of ``shape`` laid out as ``tiles`` over
+    ``axes``, once per popops operation in ``operations`` (a softmax's MAX and ADD), as
+    Poplibs' reduce vertices cost it (``TileMachine.reduce_cycles``): each tile's first
+    stage over the outputs it holds part of (side by side when the innermost axis is
+    reduced, strided otherwise), then, for outputs whose inputs lie on several tiles, the
+    partials reduced on the outputs' tiles (``gathered_partials_cycles``), each stage
+    bounded by its busiest tile. A tile's outputs are taken as equal: each with the mean
+    of its inputs there (docs/ipu-model.md). ``result_dtype``: the results' type where it
+    is not the input's (a layer norm's float statistics), for where they lie."""
+    tiles = np.asarray(tiles).reshape(-1)
+    if not axes or not operations or not tiles.size:
+        return 0
+    result_dtype = result_dtype or dtype
+    key = ("reduction cycles", tuple(shape), tuple(axes), dtype, result_dtype, operations,
+           value_key(tiles))
+    # the target keeps arrays: the answer is held as a 0-d one
+    return int(target.remembered(key, lambda: np.array(_reduction_cycles(
+        shape, axes, tiles, dtype, result_dtype, operations, target), np.int64)))
+
+
+def _reduction_cycles(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.ndarray,
+                      dtype: str, result_dtype: str, operations: tuple[str, ...],
+                      target: TileMachine) -> int:
+    """``reduction_cycles``, worked out."""
+    num_tiles = target.num_tiles
+    num_groups = math.prod(1 if a in axes else d for a, d in enumerate(shape))
+    rows = reduced_rows(shape, axes, tiles)
+    groups = reduction_groups(shape, axes) if rows is None else None
+    partials = reduction_partials(groups, tiles, num_groups) if rows is None \
+        else row_partials(rows)
+    source, group = partials
+    elements = tile_counts(tiles, num_tiles).astype(np.int64)
+    outputs = np.bincount(source, minlength=num_tiles)
+    used = np.flatnonzero(outputs)
+    first_shapes = np.unique(np.stack([outputs[used],
+                                       -(-elements[used] // outputs[used])]), axis=1)
+    strided = (len(shape) - 1) not in axes
+    per_output = np.bincount(group, minlength=num_groups)
+    second_shapes = np.zeros((2, 0), np.int64)
+    if per_output.max(initial=0) > 1:
+        results = statistic_tiles(groups, tiles, num_groups, result_dtype, target, partials)
+        results = np.asarray(results, np.int64)
+        held = np.bincount(results, minlength=num_tiles)
+        gathered = np.bincount(results, weights=per_output, minlength=num_tiles)
+        gathered = gathered.astype(np.int64)
+        used = np.flatnonzero(held)
+        second_shapes = np.unique(np.stack([held[used], -(-gathered[used] // held[used])]),
+                                  axis=1)
+    cycles = 0
+    for operation in operations:
+        cycles += max(target.reduce_cycles(int(o), int(p), dtype, operation, strided)
+                      for o, p in first_shapes.T)
+        cycles += max((target.gathered_partials_cycles(int(o), int(p), dtype, operation)
+                       for o, p in second_shapes.T), default=0)
+    return cycles
+
+
 class ReductionRule(LayoutRule):
     """Reduce* (and ArgMax/ArgMin over their one axis): the input is read where it lies;
     the result is a root of the unwinding problem that depends on it, laid out as
@@ -301,9 +366,33 @@ class ReductionRule(LayoutRule):
 
     kind = "reduction"
 
-    def __init__(self, axes_of: Callable[[Op, int], tuple[int, ...] | None]) -> None:
-        """``axes_of(op, rank)``: the reduced axes, or None for the identity."""
+    def __init__(self, axes_of: Callable[[Op, int], tuple[int, ...] | None],
+                 vertices: Mapping[str, tuple[tuple[str | None, ...], tuple[str, ...]]]
+                 = MappingProxyType({})) -> None:
+        """``axes_of(op, rank)``: the reduced axes, or None for the identity.
+        ``vertices``: per op type, the elementwise vertices run over the input and the
+        popops reductions that follow (``REDUCE_VERTICES``); a type without an entry
+        costs one elementwise vertex (ArgMax and ArgMin, the global pools: not popops
+        reductions)."""
         self.axes_of = axes_of
+        self.vertices = vertices
+
+    def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
+        found = self.vertices.get(op.type.name)
+        return super().vertex_passes(op) if found is None else found[0]
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The elementwise vertices over the input, then its reductions
+        (``reduction_cycles``)."""
+        work = super().work(op, input_tiles, output_tiles, target)
+        found = self.vertices.get(op.type.name)
+        tiles = flat_tiles(input_tiles, 0)
+        if found is None or tiles is None or self._moves_nothing(op):
+            return work
+        shape = known_shape(op, op.input(0))
+        return dataclasses.replace(work, compute_cycles=work.compute_cycles + reduction_cycles(
+            shape, self._axes(op), tiles, op.input(0).dtype, found[1], target))
 
     def _axes(self, op: Op) -> tuple[int, ...]:
         """The reduced axes; () for the identity."""
@@ -372,7 +461,24 @@ def _arg_axes(op: Op, rank: int) -> tuple[int, ...]:
     return (_arg_axis(op, rank),) if rank else ()
 
 
-REDUCTION = ReductionRule(layout_axes)
+#: How PopART computes each Reduce op: elementwise vertices over the input, then popops
+#: reductions (``popops::reduce`` with popops' operation; ReduceMean and ReduceLogSum scale
+#: or take the log of the results only, not counted). ReduceL1 reduces the absolute
+#: values; ReduceLogSumExp takes the maximum, x − max and exp before its sum.
+REDUCE_VERTICES: Mapping[str, tuple[tuple[str | None, ...], tuple[str, ...]]] = \
+    MappingProxyType({
+    "ReduceSum": ((), ("ADD",)),
+    "ReduceMean": ((), ("ADD",)),
+    "ReduceLogSum": ((), ("ADD",)),
+    "ReduceL1": (("ABSOLUTE",), ("ADD",)),
+    "ReduceL2": ((), ("SQUARE_ADD",)),
+    "ReduceSumSquare": ((), ("SQUARE_ADD",)),
+    "ReduceMax": ((), ("MAX",)),
+    "ReduceMin": ((), ("MIN",)),
+    "ReduceProd": ((), ("MUL",)),
+    "ReduceLogSumExp": ((None, "EXPONENT"), ("MAX", "ADD")),
+})
+REDUCTION = ReductionRule(layout_axes, REDUCE_VERTICES)
 ARG_REDUCTION = ReductionRule(_arg_axes)
 
 
@@ -669,16 +775,19 @@ def _with_statistics(need: ExchangeNeed, shape: tuple[int, ...], axes: tuple[int
 #: lib/popnn/NonLinearity.cpp): the maximum along the axis (a reduction), x - max, exp, the
 #: sum (a reduction), times 1 / sum; LogSoftmax (lib/popnn/LogSoftmax.cpp) ends with
 #: x - log(sum) instead, a vertex of the same cost. The inverse and the log of the sums run
-#: over the statistics only, and are left out. A reduction's vertex is counted as an
-#: elementwise one of its operation (Poplibs' reduce vertices are not modelled,
-#: docs/ipu-model.md).
-SOFTMAX_PASSES = ("MAXIMUM", None, "EXPONENT", None, None)
+#: over the statistics only, and are left out. The two reductions are Poplibs' reduce
+#: vertices (``SOFTMAX_REDUCTIONS``, ``reduction_cycles``); the three passes here are
+#: elementwise.
+SOFTMAX_PASSES = (None, "EXPONENT", None)
+SOFTMAX_REDUCTIONS = ("MAX", "ADD")
 #: The vertices Poplibs' norms run over every activation (``poplin::normStatistics``,
 #: ``normWhiten`` and ``normalise``, lib/poplin/Norms.cpp, the passes its flop estimate
 #: ``getNormFwdFlops`` counts, lib/popnn/Norms.cpp): the sum and the sum of squares (two
-#: reductions), x - mean, times 1 / std, times gamma, plus beta; without statistics (a
-#: batch norm in inference, ``batchNormalise`` with a combined scale) the last two only.
-NORM_PASSES = (None, "SQUARE", None, None, None, None)
+#: reductions: ``NORM_REDUCTIONS``, Poplibs' reduce vertices), x - mean, times 1 / std,
+#: times gamma, plus beta (``NORM_PASSES``, elementwise); without statistics (a batch norm
+#: in inference, ``batchNormalise`` with a combined scale) the last two only.
+NORM_PASSES = (None, None, None, None)
+NORM_REDUCTIONS = ("ADD", "SQUARE_ADD")
 NORM_PASSES_WITHOUT_STATISTICS = (None, None)
 
 
@@ -702,6 +811,16 @@ class SoftmaxRule(ElementwiseRule):
         if op.type.name in ("Softmax", "LogSoftmax"):
             return SOFTMAX_PASSES
         return super().vertex_passes(op)  # Hardmax: one vertex
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The elementwise passes, then the maximum and the sum along the axes."""
+        work = super().work(op, input_tiles, output_tiles, target)
+        if op.type.name not in ("Softmax", "LogSoftmax"):
+            return work
+        shape = known_shape(op, op.input(0))
+        return _plus_reductions(work, shape, _softmax_axes(op, len(shape)), output_tiles[0],
+                                op.input(0).dtype, SOFTMAX_REDUCTIONS, target)
 
 
 def _norm_axes(op: Op, rank: int) -> tuple[int, ...]:
@@ -767,6 +886,24 @@ class LayerNormRule(ElementwiseRule):
 
     def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
         return NORM_PASSES
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The elementwise passes, then the sum and the sum of squares along the axes."""
+        work = super().work(op, input_tiles, output_tiles, target)
+        shape = known_shape(op, op.input(0))
+        return _plus_reductions(work, shape, _norm_axes(op, len(shape)), output_tiles[0],
+                                op.input(0).dtype, NORM_REDUCTIONS, target, stash_dtype(op))
+
+
+def _plus_reductions(work: OpWork, shape: tuple[int, ...], axes: tuple[int, ...],
+                     tiles: np.ndarray, dtype: str, operations: tuple[str, ...],
+                     target: TileMachine, result_dtype: str | None = None) -> OpWork:
+    """``work`` plus ``reduction_cycles``' cycles of the statistics along ``axes``."""
+    if not axes or not math.prod(shape):
+        return work
+    return dataclasses.replace(work, compute_cycles=work.compute_cycles + reduction_cycles(
+        shape, axes, tiles, dtype, operations, target, result_dtype))
 
 
 SOFTMAX = SoftmaxRule()
@@ -914,6 +1051,16 @@ class BatchNormRule(LayoutRule):
 
     def vertex_passes(self, op: Op) -> tuple[str | None, ...]:
         return NORM_PASSES if self.training(op) else NORM_PASSES_WITHOUT_STATISTICS
+
+    def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
+             target: TileMachine) -> OpWork:
+        """The elementwise passes, then in training the batch's sums over every axis but
+        the channels."""
+        work = super().work(op, input_tiles, output_tiles, target)
+        if not self.training(op) or not self._modelled(op):
+            return work
+        return _plus_reductions(work, known_shape(op, op.input(0)), self._axes(op),
+                                output_tiles[0], op.input(0).dtype, NORM_REDUCTIONS, target)
 
     def _params(self, op: Op) -> list[int]:
         """The input indices of the per-channel operands, each tensor once and not X."""

@@ -1,7 +1,8 @@
 """Ops Poplibs computes with a vertex of popnn's (Gelu, Swish) or with several vertices one
 after another (a softmax, a norm): ``IpuModel.elementwise_cycles`` for popnn's
 ``NonLinearity1D``, re-derived here from the terms of Poplibs' estimate, and
-``compound_cycles`` as the cost walk charges each op."""
+``compound_cycles`` as the cost walk charges each op, with the reductions a softmax or a
+norm runs (``TileMachine.reduce_cycles``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from popart_unwind.ir import Builder
 from popart_unwind.ir.op import ONNX_DOMAIN
 from popart_unwind.machine.ipu_model import POPNN_NONLINEARITIES, WORKER_CONTEXTS
 from popart_unwind.ops.elementwise import POPNN_OPERATIONS
-from popart_unwind.ops.reduce import NORM_PASSES, NORM_PASSES_WITHOUT_STATISTICS, SOFTMAX_PASSES
+from popart_unwind.ops.reduce import (
+    NORM_PASSES,
+    NORM_PASSES_WITHOUT_STATISTICS,
+    NORM_REDUCTIONS,
+    SOFTMAX_PASSES,
+    SOFTMAX_REDUCTIONS,
+)
 from popart_unwind.target import IpuModel, TileTarget
 
 
@@ -72,29 +79,34 @@ def _one_op_ir(op_type: str, domain: str | None, attributes: dict,
     return b.ir(), ["x", *(f"p{k}" for k in range(extra_inputs))]
 
 
-@pytest.mark.parametrize(("op_type", "domain", "attributes", "params", "passes"), [
-    ("Softmax", None, {"axis": -1}, 0, SOFTMAX_PASSES),
-    ("LogSoftmax", None, {"axis": -1}, 0, SOFTMAX_PASSES),
-    ("LayerNormalization", None, {"axis": -1}, 2, NORM_PASSES),
-    ("Gelu", None, {"approximate": "tanh"}, 0, ("GELU",)),
-    ("Gelu", None, {}, 0, ("GELU_ERF",)),
-    ("Gelu", "com.microsoft", {}, 0, ("GELU_ERF",)),
+@pytest.mark.parametrize(("op_type", "domain", "attributes", "params", "passes",
+                          "reductions"), [
+    ("Softmax", None, {"axis": -1}, 0, SOFTMAX_PASSES, SOFTMAX_REDUCTIONS),
+    ("LogSoftmax", None, {"axis": -1}, 0, SOFTMAX_PASSES, SOFTMAX_REDUCTIONS),
+    ("LayerNormalization", None, {"axis": -1}, 2, NORM_PASSES, NORM_REDUCTIONS),
+    ("Gelu", None, {"approximate": "tanh"}, 0, ("GELU",), ()),
+    ("Gelu", None, {}, 0, ("GELU_ERF",), ()),
+    ("Gelu", "com.microsoft", {}, 0, ("GELU_ERF",), ()),
 ])
-def test_the_walk_charges_each_vertex_in_turn(op_type, domain, attributes, params, passes):
+def test_the_walk_charges_each_vertex_in_turn(op_type, domain, attributes, params, passes,
+                                              reductions):
     ir, names = _one_op_ir(op_type, domain, attributes, params)
     target = TileTarget(IpuModel(tiles_per_ipu=4))
-    # everything on tile 0: the input's 1,024 elements are the busiest tile's
+    # everything on tile 0: the input's 1,024 elements are the busiest tile's, its 16 rows
+    # of 64 the reductions' outputs and inputs side by side, nothing left for a second stage
     on_tile_0 = {("", "x"): np.zeros(16 * 64, np.int16),
                  **{("", name): np.zeros(64, np.int16) for name in names[1:]}}
     [row] = [r for r in evaluate(ir, target, on_tile_0).ops if r.type == op_type]
-    assert row.compute_cycles == target.compound_cycles(16 * 64, "float32", passes)
+    assert row.compute_cycles == target.compound_cycles(16 * 64, "float32", passes) + sum(
+        target.reduce_cycles(16, 64, "float32", operation, False) for operation in reductions)
     assert len(passes) == 1 or row.compute_cycles > target.elementwise_cycles(16 * 64,
                                                                               "float32")
 
 
 def test_a_batch_norm_runs_the_statistics_vertices_only_in_training():
-    assert len(NORM_PASSES) == 6 and len(NORM_PASSES_WITHOUT_STATISTICS) == 2
-    for training, passes in ((0, NORM_PASSES_WITHOUT_STATISTICS), (1, NORM_PASSES)):
+    assert len(NORM_PASSES) == 4 and len(NORM_PASSES_WITHOUT_STATISTICS) == 2
+    for training, passes, reductions in ((0, NORM_PASSES_WITHOUT_STATISTICS, ()),
+                                         (1, NORM_PASSES, NORM_REDUCTIONS)):
         b = Builder(opset=15)
         x = b.add_input_tensor("float32", [2, 8, 4, 4], "x")
         params = [b.add_input_tensor("float32", [8], name)
@@ -109,7 +121,11 @@ def test_a_batch_norm_runs_the_statistics_vertices_only_in_training():
                        for name in ("scale", "bias", "mean", "var")}}
         [row] = [r for r in evaluate(ir, target, mappings).ops
                  if r.type == "BatchNormalization"]
-        assert row.compute_cycles == target.compound_cycles(2 * 8 * 16, "float32", passes)
+        # per channel, 2 x 16 inputs all on tile 0: eight outputs of 32 inputs each, the
+        # batch axis reduced with the innermost: side by side within each image
+        assert row.compute_cycles == target.compound_cycles(2 * 8 * 16, "float32", passes) \
+            + sum(target.reduce_cycles(8, 32, "float32", operation, False)
+                  for operation in reductions)
 
 
 def test_every_op_named_for_popnn_has_its_figures():
