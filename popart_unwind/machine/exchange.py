@@ -262,12 +262,14 @@ def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
                      num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element k reads source element k, without sorting by tile: a
     received element starts a region unless the element before it was received by the same
-    tile from the same tile (a tile's elements ascend, so that is its previous one).
+    tile from the same tile (a tile's elements ascend, so that is its previous one). So
+    the figures follow from the runs of elements with one (reader, holder) pair: a remote
+    run is received whole by its reader, and is one region, unless it continues a run
+    of the chunk before.
 
     Compared ``SAME_SHAPE_CHUNK`` elements at a time (each chunk with the element before
-    it, so a region crossing a chunk's edge is counted once): the whole-array masks and
-    the 64-bit ids ``np.bincount`` makes took 10 bytes an element, 640 MB for a
-    [8192, 8192] matmul operand."""
+    it, so a region crossing a chunk's edge is counted once): whole-array masks took
+    bytes per element of a [8192, 8192] matmul operand (640 MB)."""
     received = np.zeros(num_tiles, dtype=np.int64)
     regions = np.zeros(num_tiles, dtype=np.int64)
     any_remote = False
@@ -275,16 +277,29 @@ def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
         before = 1 if begin else 0
         end = min(begin + SAME_SHAPE_CHUNK, readers.size)
         tiles, sources = readers[begin - before:end], held[begin - before:end]
-        remote = sources != tiles
-        if not remote[before:].any():
+        if not (sources[before:] != tiles[before:]).any():  # all read where held
+            continue
+        changed = tiles[1:] != tiles[:-1]
+        changed |= sources[1:] != sources[:-1]
+        starts = np.flatnonzero(changed)
+        starts += 1
+        # the runs of one (reader, holder) pair; the chunk's first run begins at the
+        # element before the chunk when there is one (its region began there)
+        starts = np.concatenate(([0], starts))
+        run_tiles = tiles[starts]
+        remote = run_tiles != sources[starts]
+        lengths = np.diff(np.append(starts, tiles.size))
+        lengths[0] -= before  # the element before the chunk was counted with its own
+        remote &= lengths > 0
+        if not remote.any():
             continue
         any_remote = True
-        starts = remote.copy()
-        starts[1:] &= ~(remote[:-1] & (tiles[1:] == tiles[:-1])
-                        & (sources[1:] == sources[:-1]))
-        tiles, remote, starts = tiles[before:], remote[before:], starts[before:]
-        received += np.bincount(tiles[remote], minlength=num_tiles)[:num_tiles]
-        regions += np.bincount(tiles[starts], minlength=num_tiles)[:num_tiles]
+        reader = run_tiles[remote].astype(np.int64)
+        received += np.bincount(reader, weights=lengths[remote],
+                                minlength=num_tiles)[:num_tiles].astype(np.int64)
+        begun = remote.copy()
+        begun[0] &= not before  # a run from the element before continues its region
+        regions += np.bincount(run_tiles[begun], minlength=num_tiles)[:num_tiles]
     if not any_remote:
         return ExchangeNeed.none(num_tiles)
     return ExchangeNeed(received * element_bytes, regions)
