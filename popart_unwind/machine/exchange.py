@@ -106,10 +106,10 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     if memo is None:
         return _broadcast_read_need(readers, None, full_shape, small_shape, held,
                                     element_bytes, num_tiles)
-    readers_key = count_memo.value_key(readers)
+    readers_key = memo.value_key(readers)
     need = memo.remembered_key(
         (("broadcast", full_shape, small_shape, element_bytes, num_tiles), readers_key,
-         count_memo.value_key(held)),
+         memo.value_key(held)),
         lambda: _broadcast_read_need(readers, readers_key, full_shape, small_shape, held,
                                      element_bytes, num_tiles))
     return ExchangeNeed(need.received_bytes.copy(), need.regions.copy())
