@@ -41,7 +41,7 @@ from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
-from popart_unwind.machine.count_memo import read_only, remembered_counts
+from popart_unwind.machine.count_memo import read_only, remembered_counts, same_values
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
@@ -353,7 +353,7 @@ class CostWalk(Interpreter):
                     continue
             elif tensor.is_graph_output() or not self.liveness.overwritable(key(tensor)):
                 continue
-            if np.array_equal(self.read(tensor), self.read(out)):
+            if same_values(self.read(tensor), self.read(out)):
                 return tensor
         return None
 

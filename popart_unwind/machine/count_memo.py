@@ -96,11 +96,10 @@ class CountMemo:
         if array is None:
             return None
         flat = np.asarray(array)
-        owner = _owner(flat)
-        if owner is None or owner.flags.writeable or flat.flags.writeable \
-                or not flat.flags.c_contiguous or flat.size == 0:
+        memory = _unchanging_memory(flat)
+        if memory is None:
             return value_key(flat)
-        key = (flat.__array_interface__["data"][0], flat.size, flat.dtype.str, 0)
+        key, owner = memory
         found = self._keys.get(key)
         if found is not None and found[0]() is owner:
             return found[1]
@@ -109,6 +108,15 @@ class CountMemo:
             keys = self._keys
             self._keys[key] = (weakref.ref(owner, lambda _, k=key: keys.pop(k, None)), made)
         return made
+
+    def kept_key(self, array: np.ndarray) -> tuple | None:
+        """The value key ``value_key`` keeps for ``array``, or None (none made, or not
+        kept): nothing is read."""
+        memory = _unchanging_memory(np.asarray(array))
+        if memory is None:
+            return None
+        found = self._keys.get(memory[0])
+        return found[1] if found is not None and found[0]() is memory[1] else None
 
     def remembered_key(self, key: tuple, make: Callable[[], T]) -> T:
         """``remembered`` of a question and its arrays' value keys, ``(question,
@@ -191,6 +199,30 @@ def _read_only(counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts)
     counts.flags.writeable = False
     return counts
+
+
+def _unchanging_memory(flat: np.ndarray) -> tuple[_Key, np.ndarray] | None:
+    """(address, size, dtype, 0) of ``flat``'s memory and the read-only array owning it,
+    or None unless both are read-only (and ``flat`` contiguous and not empty)."""
+    owner = _owner(flat)
+    if owner is None or owner.flags.writeable or flat.flags.writeable \
+            or not flat.flags.c_contiguous or flat.size == 0:
+        return None
+    return (flat.__array_interface__["data"][0], flat.size, flat.dtype.str, 0), owner
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """``np.array_equal(a, b)``; inside a cost walk, when the memo has kept both arrays'
+    value keys and they are integers of one dtype and shape (the keys are then equal
+    exactly when the values are), by comparing the keys instead of every element."""
+    a, b = np.asarray(a), np.asarray(b)
+    memo = active()
+    if memo is not None and a.shape == b.shape and a.dtype == b.dtype \
+            and a.dtype.kind in "iu":
+        a_key, b_key = memo.kept_key(a), memo.kept_key(b)
+        if a_key is not None and b_key is not None:
+            return a_key == b_key
+    return bool(np.array_equal(a, b))
 
 
 def read_only(array: np.ndarray) -> None:

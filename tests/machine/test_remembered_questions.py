@@ -230,3 +230,27 @@ def test_a_read_only_layout_is_keyed_once_while_it_lives():
         count_memo.value_key = saved
     del layout  # its key goes with it
     assert not memo._keys
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), layouts(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_same_values_is_array_equal(a, b, related, keyed_a, keyed_b, shaped):
+    """Compared by kept keys (both keyed inside a walk) or element by element, the answer
+    is ``np.array_equal``'s, shapes and dtypes included."""
+    if related:
+        b = a.copy()
+    if shaped and b.size:
+        b = b.reshape(1, -1)
+    count_memo.read_only(a)
+    count_memo.read_only(b)
+    saved = count_memo.KEY_KEPT_BELOW
+    count_memo.KEY_KEPT_BELOW = 0  # every key kept
+    try:
+        with count_memo.remembered_counts() as memo:
+            for array, keyed in ((a, keyed_a), (b, keyed_b)):
+                if keyed:
+                    memo.value_key(array)
+            assert count_memo.same_values(a, b) == np.array_equal(a, b)
+    finally:
+        count_memo.KEY_KEPT_BELOW = saved
+    assert count_memo.same_values(a, b) == np.array_equal(a, b)  # outside a walk
