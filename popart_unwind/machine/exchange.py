@@ -605,18 +605,20 @@ def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
                       rank: np.ndarray | None, preference: np.ndarray | None) -> np.ndarray:
     """``most_read_tiles`` with ``any_reader``: each element on one of the tiles reading
     it, dealt round them in preference order (see there)."""
+    # pairs keyed by element, then the tile's place in preference order: ascending keys
+    # are the (element, tile) reads in the order they are dealt, with no sort by rank
     if num_sources * num_tiles <= DENSE_COUNTS_MAX:  # a table of pairs: no sort of reads
         seen = np.zeros(num_sources * num_tiles, dtype=bool)
         for block in blocks:
-            seen[_pair_keys(index, tiles, block, num_tiles)] = True
+            seen[_pair_keys(index, tiles, block, num_tiles, rank)] = True
         keys = np.flatnonzero(seen)
     else:
-        found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles))
+        found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles, rank))
                       for block in blocks]
         keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
-    element, tile = keys // num_tiles, keys % num_tiles
-    order = np.lexsort((tile if rank is None else rank[tile], element))
-    return _dealt(element[order], tile[order], num_sources, num_tiles, dtype, preference)
+    element, place = keys // num_tiles, keys % num_tiles
+    tile = place if preference is None else np.asarray(preference).reshape(-1)[place]
+    return _dealt(element, tile, num_sources, num_tiles, dtype, preference)
 
 
 def dealt_by_rows(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type,
@@ -701,12 +703,14 @@ def _dealt(element: np.ndarray, tile: np.ndarray, num_sources: int, num_tiles: i
     return result
 
 
-def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int
-               ) -> np.ndarray:
-    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened)."""
+def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int,
+               rank: np.ndarray | None = None) -> np.ndarray:
+    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened),
+    or with ``rank`` the tile's rank in its place."""
     keys = index[block].reshape(-1).astype(np.int64)
     keys *= num_tiles
-    keys += tiles[block].reshape(-1)
+    read = tiles[block].reshape(-1)
+    keys += read if rank is None else rank[read]
     return keys
 
 
