@@ -455,7 +455,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
     from popart_unwind.errors import OutputError
     from popart_unwind.report.demo_model import DEMO_TITLE
     from popart_unwind.report.onnx_annotate import annotated_bytes, load_for_annotation
-    from popart_unwind.report.plan_file import build_plan_document, compact_plan, dumps_plan
+    from popart_unwind.report.plan_file import build_plan_document, compact_plan, write_plan
     from popart_unwind.report.planning_memory import (
         check_planning_memory,
         return_freed_memory_if_large,
@@ -512,7 +512,7 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
         with progress.stage("report"):
             for target in outputs.files:
                 if target.option == "--out":
-                    outputs.put(target, dumps_plan(document))
+                    outputs.put_written(target, lambda stream: write_plan(document, stream))
                 elif proto is not None:
                     outputs.put(target, annotated_bytes(proto, compact_plan(document)))
             if args.report is not None:

@@ -41,7 +41,7 @@ from popart_unwind.ir.op import Op
 from popart_unwind.ir.tensor import Tensor
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import TileTarget
-from popart_unwind.machine.count_memo import remembered_counts
+from popart_unwind.machine.count_memo import read_only, remembered_counts, same_values
 from popart_unwind.machine.interface import ExchangeNeed, MatmulPlan, TileMachine
 from popart_unwind.ops import REGISTRY
 from popart_unwind.ops.layout_rule import InputTiles, LayoutRule, output_layouts
@@ -273,7 +273,12 @@ class CostWalk(Interpreter):
 
     def _outputs(self, op: Op, layouts: list[np.ndarray]) -> list[np.ndarray] | ReadOnDemand:
         """The op's result layouts as its rule's later questions read them (``held_results``:
-        a large one is not held expanded beside the operands each question expands)."""
+        a large one is not held expanded beside the operands each question expands). Each
+        is a value from here on: read-only, so that the questions asked about it, this
+        op's and its readers', key it once (``CountMemo.value_key``)."""
+        for layout in layouts:
+            if isinstance(layout, np.ndarray):
+                read_only(layout)
         return held_results(layouts, [numel(t) for t in op.outputs], self.num_tiles,
                             [t.describe() for t in op.outputs])
 
@@ -348,7 +353,7 @@ class CostWalk(Interpreter):
                     continue
             elif tensor.is_graph_output() or not self.liveness.overwritable(key(tensor)):
                 continue
-            if np.array_equal(self.read(tensor), self.read(out)):
+            if same_values(self.read(tensor), self.read(out)):
                 return tensor
         return None
 

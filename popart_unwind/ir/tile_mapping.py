@@ -255,6 +255,12 @@ class TileIntervals(Sequence):
         counts[:len(self)] = covered[self._bounds_[1:]] - covered[self._bounds_[:-1]]
         return counts
 
+    def run_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bounds, begins, ends), read-only and not copied: tile t's runs are
+        ``begins[bounds[t]:bounds[t + 1]]`` and the same slice of ``ends`` (a writer
+        taking a few tiles at a time slices them)."""
+        return self._bounds, self._begins, self._ends
+
     def owners(self) -> tuple[np.ndarray, np.ndarray]:
         """((begin, end) rows, the tile of each row), without building tuples."""
         owners = np.repeat(np.arange(len(self)), np.diff(self._bounds))

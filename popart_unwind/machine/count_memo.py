@@ -7,7 +7,11 @@ least-exchange bound asks again what its exchange asked (the operands it does no
 its agreement and its bound ask where a broadcast operand's readers are, and the layers
 of a model lay out their tensors alike. A question is looked up by its arrays' values
 (their bytes as runs, ``value_key``), so an answer is given again only for equal arrays,
-whatever memory holds them and whatever was done to it since.
+whatever memory holds them and whatever was done to it since. Making a key reads the
+whole array; the key of read-only memory (the walk makes each layout it computes
+read-only) is kept beside it while its owner lives (``CountMemo.value_key``), so the
+questions about one layout (its op's exchange, least exchange, agreement and work, and
+its readers') read it once.
 
 Inside ``remembered_counts()``, ``hooks.tile_counts`` looks a flat id array up by the
 memory it reads (address, length, dtype) while the array owning that memory is alive,
@@ -37,6 +41,11 @@ KEPT_QUESTION_BYTES = 1 << 27
 #: bytes, not its runs (the runs would take more room).
 RUNS_KEPT_BELOW = 4
 
+#: A read-only array's value key is kept beside it while it lives (``CountMemo.value_key``)
+#: when the key takes at most this share of the array's bytes: keys made from runs (at
+#: most half the bytes, ``RUNS_KEPT_BELOW``) are kept, a copy of every byte is not.
+KEY_KEPT_BELOW = 2
+
 _Key = tuple[int, int, str, int]
 T = TypeVar("T")
 
@@ -47,6 +56,7 @@ class CountMemo:
 
     def __init__(self) -> None:
         self._by_memory: dict[_Key, tuple[weakref.ref, np.ndarray]] = {}
+        self._keys: dict[_Key, tuple[weakref.ref, tuple]] = {}
         self._asked: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
         self._kept_bytes = 0
 
@@ -60,7 +70,7 @@ class CountMemo:
         found = self._by_memory.get(key)
         if found is not None and found[0]() is not None:
             return found[1]
-        counts = self.remembered_key((("tile counts", num_tiles), value_key(ids)),
+        counts = self.remembered_key((("tile counts", num_tiles), self.value_key(ids)),
                                      lambda: _read_only(count(ids, num_tiles)))
         self._remember(key, ids, counts)
         return counts
@@ -73,8 +83,40 @@ class CountMemo:
         their values (``value_key``), so an equal layout elsewhere in memory is the same
         question, and an array changed in place since is not. The answer is shared:
         callers must not change it."""
-        return self.remembered_key((question, *(value_key(array) for array in arrays)),
+        return self.remembered_key((question, *(self.value_key(array) for array in arrays)),
                                    make)
+
+    def value_key(self, array: np.ndarray | None) -> tuple | None:
+        """``value_key(array)``, made once for memory no one can change: an array whose
+        memory is owned by a read-only array (the cost walk makes each layout it computes
+        read-only) is looked up by that memory while its owner lives, and several
+        questions about one layout read it once. Writeable memory is keyed afresh each
+        time (it may have changed since). Memory made read-only is taken to stay as it
+        is: nothing in the package makes an array writeable again."""
+        if array is None:
+            return None
+        flat = np.asarray(array)
+        memory = _unchanging_memory(flat)
+        if memory is None:
+            return value_key(flat)
+        key, owner = memory
+        found = self._keys.get(key)
+        if found is not None and found[0]() is owner:
+            return found[1]
+        made = value_key(flat)
+        if _key_bytes((None, made)) * KEY_KEPT_BELOW <= flat.nbytes:  # few runs: kept
+            keys = self._keys
+            self._keys[key] = (weakref.ref(owner, lambda _, k=key: keys.pop(k, None)), made)
+        return made
+
+    def kept_key(self, array: np.ndarray) -> tuple | None:
+        """The value key ``value_key`` keeps for ``array``, or None (none made, or not
+        kept): nothing is read."""
+        memory = _unchanging_memory(np.asarray(array))
+        if memory is None:
+            return None
+        found = self._keys.get(memory[0])
+        return found[1] if found is not None and found[0]() is memory[1] else None
 
     def remembered_key(self, key: tuple, make: Callable[[], T]) -> T:
         """``remembered`` of a question and its arrays' value keys, ``(question,
@@ -157,6 +199,39 @@ def _read_only(counts: np.ndarray) -> np.ndarray:
     counts = np.asarray(counts)
     counts.flags.writeable = False
     return counts
+
+
+def _unchanging_memory(flat: np.ndarray) -> tuple[_Key, np.ndarray] | None:
+    """(address, size, dtype, 0) of ``flat``'s memory and the read-only array owning it,
+    or None unless both are read-only (and ``flat`` contiguous and not empty)."""
+    owner = _owner(flat)
+    if owner is None or owner.flags.writeable or flat.flags.writeable \
+            or not flat.flags.c_contiguous or flat.size == 0:
+        return None
+    return (flat.__array_interface__["data"][0], flat.size, flat.dtype.str, 0), owner
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """``np.array_equal(a, b)``; inside a cost walk, when the memo has kept both arrays'
+    value keys and they are integers of one dtype and shape (the keys are then equal
+    exactly when the values are), by comparing the keys instead of every element."""
+    a, b = np.asarray(a), np.asarray(b)
+    memo = active()
+    if memo is not None and a.shape == b.shape and a.dtype == b.dtype \
+            and a.dtype.kind in "iu":
+        a_key, b_key = memo.kept_key(a), memo.kept_key(b)
+        if a_key is not None and b_key is not None:
+            return a_key == b_key
+    return bool(np.array_equal(a, b))
+
+
+def read_only(array: np.ndarray) -> None:
+    """Make ``array`` and the array owning its memory read-only: a value no one changes
+    from now on (``CountMemo.value_key`` then keys it once)."""
+    array.flags.writeable = False
+    owner = _owner(array)
+    if owner is not None:
+        owner.flags.writeable = False
 
 
 def _owner(array: np.ndarray) -> np.ndarray | None:

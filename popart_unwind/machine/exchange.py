@@ -106,10 +106,10 @@ def broadcast_read_need(reader_tiles: np.ndarray, full_shape: tuple[int, ...],
     if memo is None:
         return _broadcast_read_need(readers, None, full_shape, small_shape, held,
                                     element_bytes, num_tiles)
-    readers_key = count_memo.value_key(readers)
+    readers_key = memo.value_key(readers)
     need = memo.remembered_key(
         (("broadcast", full_shape, small_shape, element_bytes, num_tiles), readers_key,
-         count_memo.value_key(held)),
+         memo.value_key(held)),
         lambda: _broadcast_read_need(readers, readers_key, full_shape, small_shape, held,
                                      element_bytes, num_tiles))
     return ExchangeNeed(need.received_bytes.copy(), need.regions.copy())
@@ -262,12 +262,14 @@ def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
                      num_tiles: int) -> ExchangeNeed:
     """``read_need`` when element k reads source element k, without sorting by tile: a
     received element starts a region unless the element before it was received by the same
-    tile from the same tile (a tile's elements ascend, so that is its previous one).
+    tile from the same tile (a tile's elements ascend, so that is its previous one). So
+    the figures follow from the runs of elements with one (reader, holder) pair: a remote
+    run is received whole by its reader, and is one region, unless it continues a run
+    of the chunk before.
 
     Compared ``SAME_SHAPE_CHUNK`` elements at a time (each chunk with the element before
-    it, so a region crossing a chunk's edge is counted once): the whole-array masks and
-    the 64-bit ids ``np.bincount`` makes took 10 bytes an element, 640 MB for a
-    [8192, 8192] matmul operand."""
+    it, so a region crossing a chunk's edge is counted once): whole-array masks took
+    bytes per element of a [8192, 8192] matmul operand (640 MB)."""
     received = np.zeros(num_tiles, dtype=np.int64)
     regions = np.zeros(num_tiles, dtype=np.int64)
     any_remote = False
@@ -275,16 +277,29 @@ def _same_shape_need(readers: np.ndarray, held: np.ndarray, element_bytes: int,
         before = 1 if begin else 0
         end = min(begin + SAME_SHAPE_CHUNK, readers.size)
         tiles, sources = readers[begin - before:end], held[begin - before:end]
-        remote = sources != tiles
-        if not remote[before:].any():
+        if not (sources[before:] != tiles[before:]).any():  # all read where held
+            continue
+        changed = tiles[1:] != tiles[:-1]
+        changed |= sources[1:] != sources[:-1]
+        starts = np.flatnonzero(changed)
+        starts += 1
+        # the runs of one (reader, holder) pair; the chunk's first run begins at the
+        # element before the chunk when there is one (its region began there)
+        starts = np.concatenate(([0], starts))
+        run_tiles = tiles[starts]
+        remote = run_tiles != sources[starts]
+        lengths = np.diff(np.append(starts, tiles.size))
+        lengths[0] -= before  # the element before the chunk was counted with its own
+        remote &= lengths > 0
+        if not remote.any():
             continue
         any_remote = True
-        starts = remote.copy()
-        starts[1:] &= ~(remote[:-1] & (tiles[1:] == tiles[:-1])
-                        & (sources[1:] == sources[:-1]))
-        tiles, remote, starts = tiles[before:], remote[before:], starts[before:]
-        received += np.bincount(tiles[remote], minlength=num_tiles)[:num_tiles]
-        regions += np.bincount(tiles[starts], minlength=num_tiles)[:num_tiles]
+        reader = run_tiles[remote].astype(np.int64)
+        received += np.bincount(reader, weights=lengths[remote],
+                                minlength=num_tiles)[:num_tiles].astype(np.int64)
+        begun = remote.copy()
+        begun[0] &= not before  # a run from the element before continues its region
+        regions += np.bincount(run_tiles[begun], minlength=num_tiles)[:num_tiles]
     if not any_remote:
         return ExchangeNeed.none(num_tiles)
     return ExchangeNeed(received * element_bytes, regions)
@@ -590,43 +605,76 @@ def _dealt_to_readers(index: np.ndarray, tiles: np.ndarray, blocks: list[tuple],
                       rank: np.ndarray | None, preference: np.ndarray | None) -> np.ndarray:
     """``most_read_tiles`` with ``any_reader``: each element on one of the tiles reading
     it, dealt round them in preference order (see there)."""
+    # pairs keyed by element, then the tile's place in preference order: ascending keys
+    # are the (element, tile) reads in the order they are dealt, with no sort by rank
     if num_sources * num_tiles <= DENSE_COUNTS_MAX:  # a table of pairs: no sort of reads
         seen = np.zeros(num_sources * num_tiles, dtype=bool)
         for block in blocks:
-            seen[_pair_keys(index, tiles, block, num_tiles)] = True
+            seen[_pair_keys(index, tiles, block, num_tiles, rank)] = True
         keys = np.flatnonzero(seen)
     else:
-        found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles))
+        found_keys = [np.unique(_pair_keys(index, tiles, block, num_tiles, rank))
                       for block in blocks]
         keys, _ = _merged_counts(found_keys, [np.ones_like(k) for k in found_keys])
-    element, tile = keys // num_tiles, keys % num_tiles
-    order = np.lexsort((tile if rank is None else rank[tile], element))
-    return _dealt(element[order], tile[order], num_sources, num_tiles, dtype, preference)
+    element, place = keys // num_tiles, keys % num_tiles
+    tile = place if preference is None else np.asarray(preference).reshape(-1)[place]
+    return _dealt(element, tile, num_sources, num_tiles, dtype, preference)
 
 
 def dealt_by_rows(rows: np.ndarray, num_tiles: int, dtype: np.dtype | type,
                   preference: np.ndarray | None = None) -> np.ndarray:
     """``most_read_tiles`` with ``any_reader`` when source element r is read by the tiles
     of row r of ``rows`` [sources, reads] (a numpy-broadcast operand, its broadcast axes
-    last, as ``most_read_by_rows`` takes it): each row's distinct tiles found by sorting
-    the row, ``ROWS_BLOCK`` reads at a time, instead of sorting every (element, tile)
-    pair of the tensor (an attention mask read by 12 heads: seconds)."""
+    last, as ``most_read_by_rows`` takes it), worked out once per run of equal rows: a
+    layout's runs of one tile make most rows repeat the row before (an attention mask read
+    by 12 heads: a million rows, about five thousand runs), and equal rows have one set of
+    readers. Each run's row is sorted for its distinct tiles; the elements read by one set
+    of tiles (the same fingerprint as ``_dealt``'s) are dealt round them in element order,
+    each element's place in its set counted from the runs before it. The answers of
+    ``_dealt`` over every (element, tile) pair (a test holds them equal)."""
     sources, reads = rows.shape
+    if sources == 0 or reads == 0:  # no element is read
+        return _dealt(np.zeros(0, np.int64), np.zeros(0, np.int64), sources, num_tiles, dtype,
+                      preference)
     order = None if preference is None else np.asarray(preference).reshape(-1)
     rank = None if order is None else _ranks(order, num_tiles)
-    elements, keys = [], []
-    step = max(1, ROWS_BLOCK // max(reads, 1))
-    for low in range(0, sources, step):
-        block = rows[low:low + step]
-        sorted_keys = _sorted_rows(block if rank is None else rank[block])
-        first = np.ones(sorted_keys.shape, dtype=bool)
-        np.not_equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=first[:, 1:])
-        elements.append(np.flatnonzero(first) // reads + low)
-        keys.append(sorted_keys[first])
-    element = np.concatenate(elements) if elements else np.zeros(0, np.int64)
-    key = np.concatenate(keys).astype(np.int64) if keys else np.zeros(0, np.int64)
+    starts = _row_run_starts(rows)
+    lengths = np.diff(np.append(starts, sources))
+    distinct = rows[starts]
+    sorted_keys = np.sort(distinct if rank is None else rank[distinct], axis=1)
+    first = np.ones(sorted_keys.shape, dtype=bool)
+    np.not_equal(sorted_keys[:, 1:], sorted_keys[:, :-1], out=first[:, 1:])
+    key = sorted_keys[first].astype(np.int64)  # each run's distinct readers, in order
     tile = key if order is None else order[key]
-    return _dealt(element, tile, sources, num_tiles, dtype, preference)
+    count = first.sum(axis=1)  # readers of each run's elements
+    offset = np.cumsum(count) - count
+    keys_of_tiles = np.random.default_rng(READER_SET_SEED).integers(1, 2**60, num_tiles)
+    _, group = np.unique(np.add.reduceat(keys_of_tiles[tile], offset), return_inverse=True)
+    group = group.reshape(-1)
+    # elements of the same readers before each run, in element order
+    by_group = np.argsort(group, kind="stable")
+    grouped = lengths[by_group]
+    ahead = np.cumsum(grouped) - grouped  # elements of the groups and runs before, so ordered
+    opens = np.flatnonzero(np.diff(group[by_group], prepend=-1))  # each group's first run
+    before = np.empty(starts.size, np.int64)
+    before[by_group] = ahead - ahead[opens][group[by_group]]
+    sizes = np.add.reduceat(grouped, opens)
+    run = np.repeat(np.arange(starts.size), lengths)
+    place = np.arange(sources, dtype=np.int64) - (starts - before)[run]
+    chosen = tile[offset[run] + place * count[run] // sizes[group[run]]]
+    return chosen.astype(dtype)
+
+
+def _row_run_starts(rows: np.ndarray) -> np.ndarray:
+    """Where each run of equal rows of ``rows`` starts, ``ROWS_BLOCK`` reads compared at
+    a time."""
+    sources, reads = rows.shape
+    new = np.ones(sources, dtype=bool)
+    step = max(1, ROWS_BLOCK // max(reads, 1))
+    for low in range(1, sources, step):
+        high = min(low + step, sources)
+        np.any(rows[low:high] != rows[low - 1:high - 1], axis=1, out=new[low:high])
+    return np.flatnonzero(new)
 
 
 def _dealt(element: np.ndarray, tile: np.ndarray, num_sources: int, num_tiles: int,
@@ -655,12 +703,14 @@ def _dealt(element: np.ndarray, tile: np.ndarray, num_sources: int, num_tiles: i
     return result
 
 
-def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int
-               ) -> np.ndarray:
-    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened)."""
+def _pair_keys(index: np.ndarray, tiles: np.ndarray, block: tuple, num_tiles: int,
+               rank: np.ndarray | None = None) -> np.ndarray:
+    """``element * num_tiles + tile`` of one block's reads (a copy of the block, widened),
+    or with ``rank`` the tile's rank in its place."""
     keys = index[block].reshape(-1).astype(np.int64)
     keys *= num_tiles
-    keys += tiles[block].reshape(-1)
+    read = tiles[block].reshape(-1)
+    keys += read if rank is None else rank[read]
     return keys
 
 

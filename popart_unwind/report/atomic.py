@@ -16,9 +16,10 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 from popart_unwind.errors import OutputError, OutputWarning
 from popart_unwind.frontends.input_file import path_kind
@@ -75,13 +76,18 @@ class OutputTransaction:
 
     def put(self, target: FileTarget, data: bytes) -> None:
         """Write ``target``'s content into its temporary (or into the staged report)."""
+        self.put_written(target, lambda stream: stream.write(data))
+
+    def put_written(self, target: FileTarget, write: Callable[[BinaryIO], object]) -> None:
+        """``put`` of the content ``write`` writes to the stream it is given, piece by
+        piece (a plan file need not be held whole)."""
         if target.in_report:
             temp = self.report_folder / target.path.name
         else:
             temp = self._temps[target.path]
         try:
             with open(temp, "wb") as stream:
-                stream.write(data)
+                write(stream)
         except OSError as error:
             raise OutputError(f"cannot write {target.option} {target.given}: "
                               f"{error.strerror or error}") from None

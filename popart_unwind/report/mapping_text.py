@@ -6,6 +6,8 @@ millions of runs; as lists they were seconds of the command and most of its peak
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from popart_unwind.ir.tile_mapping import TileIntervals
@@ -14,9 +16,9 @@ from popart_unwind.ir.tile_mapping import TileIntervals
 #: digits.
 _TENS = 10 ** np.arange(1, 19, dtype=np.int64)
 _OPEN, _CLOSE, _COMMA, _ZERO = (ord(c) for c in "[],0")
-#: Runs whose numbers are written at a time: each step's arrays stay small (a few hundred
-#: KB) and are reused, where whole-mapping ones were fresh memory each step (seconds of
-#: system time for GPT-2 small's plan).
+#: Runs whose text is made at a time: each step's arrays stay small (a few hundred KB to a
+#: few MB) and their memory is reused, where whole-mapping ones were fresh memory each
+#: step (seconds of system time for GPT-2 small's plan).
 RUNS_AT_A_TIME = 1 << 15
 
 
@@ -27,24 +29,50 @@ def intervals_json(mapping: TileIntervals) -> str:
 
 
 def intervals_ascii(mapping: TileIntervals) -> np.ndarray:
-    """``intervals_json``'s text as ASCII bytes in a numpy array (written out as it is).
-    Every character's place follows from the digits of the numbers before it: the text
-    starts as commas (the separators) and the brackets and digits are written over
-    them."""
-    rows, owners = mapping.owners()
+    """``intervals_json``'s text as ASCII bytes in one numpy array (``intervals_pieces``
+    joined)."""
+    return np.concatenate(list(intervals_pieces(mapping)))
+
+
+def intervals_pieces(mapping: TileIntervals) -> Iterator[np.ndarray]:
+    """``intervals_json``'s text as ASCII bytes in pieces that follow one another, each
+    the text of a few consecutive tiles (about ``RUNS_AT_A_TIME`` runs, or one tile of
+    more): a writer takes each as it comes, and no array of the whole text (200 MB for
+    GPT-2 small's plan, fresh pages each) or of all the runs' numbers is ever made."""
     num_tiles = len(mapping)
     if num_tiles == 0:
-        return np.frombuffer(b"[]", np.uint8)
-    digits = np.searchsorted(_TENS, rows, side="right") + 1  # (runs, 2); numbers >= 0
-    length = digits.sum(axis=1) + 3  # "[b,e]"
+        yield np.frombuffer(b"[]", np.uint8)
+        return
+    bounds, begins, ends = mapping.run_arrays()
+    low = 0
+    while low < num_tiles:
+        # the last tile whose runs end within RUNS_AT_A_TIME of the part's first run
+        high = int(np.searchsorted(bounds, bounds[low] + RUNS_AT_A_TIME, side="right")) - 1
+        high = min(max(high, low + 1), num_tiles)
+        first, last = int(bounds[low]), int(bounds[high])
+        text = _tiles_ascii(begins[first:last], ends[first:last], bounds[low:high + 1] - first)
+        if low:  # a part after the first continues the list: its "[" becomes a comma
+            text[0] = _COMMA
+        yield text if high == num_tiles else text[:-1]  # the list's "]" ends the last
+        low = high
+
+
+def _tiles_ascii(begins: np.ndarray, ends: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The JSON text of a list of tiles' runs, tile t's being ``begins[bounds[t]:bounds[t +
+    1]]`` and the same of ``ends``. Every character's place follows from the digits of the
+    numbers before it: the text starts as commas (the separators) and the brackets and
+    digits are written over them."""
+    num_tiles = bounds.size - 1
+    per_tile = np.diff(bounds)
+    owners = np.repeat(np.arange(num_tiles), per_tile)
+    begin_digits = np.searchsorted(_TENS, begins, side="right") + 1  # numbers >= 0
+    end_digits = np.searchsorted(_TENS, ends, side="right") + 1
+    length = begin_digits + end_digits + 3  # "[b,e]"
     # each run's text and the comma (or the tile's closing bracket) after it
-    before = np.zeros(rows.shape[0] + 1, np.int64)
+    before = np.zeros(begins.size + 1, np.int64)
     np.cumsum(length + 1, out=before[1:])
-    per_tile = np.bincount(owners, minlength=num_tiles)
-    first = np.zeros(num_tiles + 1, np.int64)
-    np.cumsum(per_tile, out=first[1:])
     # a tile's text: "[", its runs and the commas between them, "]"
-    tile_length = 2 + before[first[1:]] - before[first[:-1]] - (per_tile > 0)
+    tile_length = 2 + before[bounds[1:]] - before[bounds[:-1]] - (per_tile > 0)
     tile_start = np.ones(num_tiles, np.int64)  # after the opening "["
     np.cumsum(tile_length[:-1] + 1, out=tile_start[1:])
     tile_start[1:] += 1
@@ -52,13 +80,14 @@ def intervals_ascii(mapping: TileIntervals) -> np.ndarray:
     text[0] = _OPEN
     text[tile_start] = _OPEN
     text[tile_start + tile_length - 1] = _CLOSE
-    start = tile_start[owners] + 1 + before[:-1] - before[first[owners]]
+    start = tile_start[owners] + 1 + before[:-1] - before[bounds[:-1][owners]]
     text[start] = _OPEN
     text[start + length - 1] = _CLOSE
-    for low in range(0, rows.shape[0], RUNS_AT_A_TIME):
+    for low in range(0, begins.size, RUNS_AT_A_TIME):
         part = slice(low, low + RUNS_AT_A_TIME)
-        _write_numbers(text, rows[part, 0], start[part] + 1, digits[part, 0])
-        _write_numbers(text, rows[part, 1], start[part] + 2 + digits[part, 0], digits[part, 1])
+        _write_numbers(text, begins[part], start[part] + 1, begin_digits[part])
+        _write_numbers(text, ends[part], start[part] + 2 + begin_digits[part],
+                       end_digits[part])
     text[-1] = _CLOSE  # after the numbers: they write their leading zeros there
     return text
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from popart_unwind.cost.terms import ALWAYS, PIPELINED, SEVERAL_IPUS, summary_ke
 from popart_unwind.errors import PlanError
 from popart_unwind.ir.tile_mapping import TileIntervals
 from popart_unwind.machine import IpuModel
-from popart_unwind.report.mapping_text import intervals_ascii
+from popart_unwind.report.mapping_text import intervals_ascii, intervals_pieces
 from popart_unwind.unwind.solvers import cyclic_gc_paused
 from popart_unwind.version import __version__
 
@@ -106,7 +106,7 @@ def build_plan_document(model: IpuModel, decisions: Iterable[TensorDecision],
                         source: Mapping[str, str], planner: Mapping[str, Any],
                         ops_without_rule: Mapping[str, int],
                         planned_ops: Iterable[Any] = ()) -> dict[str, Any]:
-    """The plan file's content (a dict for ``dumps_plan`` and ``compact_plan``, each tile
+    """The plan file's content (a dict for ``write_plan`` and ``compact_plan``, each tile
     mapping a ``MappingText``, made into JSON as the plan is written). ``planner``: the
     solver's name and its own figures (objective and upper bound on the unwinding graph);
     ``ops_without_rule``: per op type, how many ops no layout rule models (barriers, no
@@ -166,6 +166,15 @@ class MappingText:
             return intervals_ascii(self.mapping)
         return json.dumps(self.lists(), separators=(",", ":")).encode("ascii")
 
+    def pieces(self) -> Iterator[bytes | np.ndarray]:
+        """``data()`` in pieces that follow one another (a ``TileIntervals``' text a few
+        tiles at a time, ``intervals_pieces``), for a writer that takes each as it
+        comes."""
+        if isinstance(self.mapping, TileIntervals):
+            yield from intervals_pieces(self.mapping)
+        else:
+            yield self.data()
+
 
 def _intervals(mapping: Any) -> list:
     """Poplar's format as JSON lists: a ``TileIntervals`` converts all its runs at once (one
@@ -190,13 +199,20 @@ def _intervals(mapping: Any) -> list:
 
 
 def dumps_plan(document: Mapping[str, Any]) -> bytes:
-    """The plan file's bytes: objects indented, lists on one line, keys sorted. The bytes
-    are written as pieces joined once (joining each level's text as it closed, then
-    encoding it, copied a real model's 200 MB of tile mappings five times and more)."""
-    pieces: list[bytes | np.ndarray] = []
-    _write(document, 0, pieces)
+    """The plan file's bytes (``write_plan``'s) in one object."""
+    pieces: list[bytes] = []
+    _write(document, 0, lambda piece: pieces.append(bytes(piece)))
     pieces.append(b"\n")
     return b"".join(pieces)
+
+
+def write_plan(document: Mapping[str, Any], stream: BinaryIO) -> None:
+    """Write the plan file's bytes to ``stream``: objects indented, lists on one line, keys
+    sorted. Each piece is written as it is made (a tile mapping's text a few tiles at a
+    time), so a real model's 200 MB of tile mappings are never held, joined or copied
+    whole."""
+    _write(document, 0, stream.write)
+    stream.write(b"\n")
 
 
 def compact_plan(document: Mapping[str, Any]) -> str:
@@ -212,24 +228,24 @@ def _mapping_lists(value: Any) -> list:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _write(value: Any, depth: int, pieces: list[bytes | np.ndarray]) -> None:
-    """Append ``value``'s UTF-8 text at nesting ``depth`` to ``pieces``: a non-empty
-    mapping one key a line, indented, keys sorted; anything else as compact JSON on one
-    line."""
+def _write(value: Any, depth: int, put: Callable[[bytes | np.ndarray], object]) -> None:
+    """``put`` each piece of ``value``'s UTF-8 text at nesting ``depth`` in turn: a
+    non-empty mapping one key a line, indented, keys sorted; anything else as compact JSON
+    on one line."""
     if isinstance(value, MappingText):
-        pieces.append(value.data())
+        for piece in value.pieces():
+            put(piece)
     elif isinstance(value, Mapping) and value:
         pad = "  " * (depth + 1)
-        pieces.append(b"{\n")
+        put(b"{\n")
         for number, key in enumerate(sorted(value)):
             separator = ",\n" if number else ""
-            pieces.append(f"{separator}{pad}{json.dumps(str(key), ensure_ascii=False)}: "
-                          .encode())
-            _write(value[key], depth + 1, pieces)
-        pieces.append(("\n" + "  " * depth + "}").encode())
+            put(f"{separator}{pad}{json.dumps(str(key), ensure_ascii=False)}: ".encode())
+            _write(value[key], depth + 1, put)
+        put(("\n" + "  " * depth + "}").encode())
     else:
-        pieces.append(json.dumps(value, sort_keys=True, separators=(",", ":"),
-                                 ensure_ascii=False, allow_nan=False).encode())
+        put(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                       allow_nan=False).encode())
 
 
 def _plain(value: Any) -> Any:

@@ -71,6 +71,27 @@ def test_same_shape_reads_in_chunks_equal_the_element_oracle(case, chunk):
     np.testing.assert_array_equal(need.regions, regions)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda tiles: st.tuples(
+    st.just(tiles), st.lists(st.tuples(st.integers(0, tiles - 1), st.integers(1, 5)),
+                             max_size=12),
+    st.lists(st.tuples(st.integers(0, tiles - 1), st.integers(1, 5)), max_size=12))),
+    st.integers(1, 7))
+def test_same_shape_runs_in_chunks_equal_the_element_oracle(case, chunk):
+    """Layouts made of runs (as real ones are), the figures counted run by run, equal the
+    element-by-element oracle wherever the chunks cut the runs."""
+    num_tiles, reader_runs, held_runs = case
+    readers = np.repeat([t for t, _ in reader_runs], [n for _, n in reader_runs])
+    held = np.repeat([t for t, _ in held_runs], [n for _, n in held_runs])
+    size = min(readers.size, held.size)
+    readers, held = readers[:size].astype(np.int16), held[:size].astype(np.int16)
+    with _set(exchange, "SAME_SHAPE_CHUNK", chunk):
+        need = exchange.read_need(readers, None, held, 4, num_tiles)
+    received, regions = _need_oracle(readers, held, 4, num_tiles)
+    np.testing.assert_array_equal(need.received_bytes, received)
+    np.testing.assert_array_equal(need.regions, regions)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=50),
        st.integers(1, 9))

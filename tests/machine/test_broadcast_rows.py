@@ -171,3 +171,38 @@ def test_the_last_broadcast_answer_is_kept_for_the_same_tiles_only():
     np.testing.assert_array_equal(
         target.broadcast_operand_tiles(tiles, (2, 3), (3,), np.array([3, 2, 1, 0])),
         [2, 3, 3])
+
+
+def _dealt_pair_by_pair(rows, num_tiles, preference):
+    """``dealt_by_rows`` the plain way: every element's distinct readers listed (in
+    preference order, else by id) and all the pairs dealt by ``exchange._dealt``."""
+    rank = np.arange(num_tiles) if preference is None else np.argsort(preference)
+    elements, tiles = [], []
+    for element, row in enumerate(rows.tolist()):
+        for tile in sorted(set(row), key=lambda t: rank[t]):
+            elements.append(element)
+            tiles.append(tile)
+    return exchange._dealt(np.array(elements, np.int64), np.array(tiles, np.int64),
+                           rows.shape[0], num_tiles, np.int16, preference)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 7), st.integers(0, 5), st.data(), st.booleans(), st.integers(1, 4))
+def test_rows_dealt_run_by_run_are_the_pairs_dealt(num_tiles, reads, data, preferred, block):
+    """Rows worked out once per run of equal rows give each element the tile dealing every
+    (element, tile) pair gives, however the runs fall and the rows are compared."""
+    runs = data.draw(st.lists(st.tuples(st.lists(st.integers(0, num_tiles - 1),
+                                                 min_size=reads, max_size=reads),
+                                        st.integers(1, 4)), max_size=8))
+    listed = [row for row, repeat in runs for _ in range(repeat)]
+    rows = np.array(listed, np.int16).reshape(len(listed), reads)
+    preference = np.array(data.draw(st.permutations(range(num_tiles))), np.int64) \
+        if preferred else None
+    saved = exchange.ROWS_BLOCK
+    exchange.ROWS_BLOCK = block * max(reads, 1)  # rows compared a few at a time
+    try:
+        found = exchange.dealt_by_rows(rows, num_tiles, np.int16, preference)
+    finally:
+        exchange.ROWS_BLOCK = saved
+    np.testing.assert_array_equal(found, _dealt_pair_by_pair(rows, num_tiles, preference))
+    assert found.dtype == np.int16

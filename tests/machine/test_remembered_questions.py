@@ -170,3 +170,87 @@ class _outside:
 
     def __exit__(self, *exc):
         count_memo._active[:] = self.saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), st.lists(st.sampled_from(["ask", "view", "freeze", "change", "copy",
+                                            "replace"]), min_size=1, max_size=12),
+       st.booleans())
+def test_the_memo_keys_every_array_as_value_key_does(start, steps, keep_all):
+    """``CountMemo.value_key`` keeps the keys of read-only memory: whatever is frozen,
+    viewed, changed in place (while writeable), copied, or freed and its memory taken by
+    a new array of other values in between, it gives what ``value_key`` gives of the
+    array as it is now."""
+    memo = count_memo.CountMemo()
+    array = start.copy()
+    saved = count_memo.KEY_KEPT_BELOW
+    count_memo.KEY_KEPT_BELOW = 0 if keep_all else saved  # 0: every key kept
+    try:
+        for step in steps:
+            if step == "view":
+                array = array[:]
+            elif step == "freeze":
+                count_memo.read_only(array)
+            elif step == "change" and array.size and array.flags.writeable \
+                    and count_memo._owner(array).flags.writeable:
+                array[0] = (array[0] + 1) % 6
+            elif step == "copy":
+                array = array.copy()
+            elif step == "replace":  # freed; a new array, likely at the same address
+                size, dtype, value = array.size, array.dtype, int(array[0]) if array.size else 0
+                del array
+                array = np.full(size, (value + 1) % 6, dtype)
+                count_memo.read_only(array)
+            assert memo.value_key(array) == value_key(array)
+    finally:
+        count_memo.KEY_KEPT_BELOW = saved
+
+
+def test_a_read_only_layout_is_keyed_once_while_it_lives():
+    memo = count_memo.CountMemo()
+    layout = np.repeat(np.arange(8, dtype=np.int16), 1000)
+    count_memo.read_only(layout)
+    calls = []
+    saved = count_memo.value_key
+
+    def counted(array):
+        calls.append(array.size)
+        return saved(array)
+
+    count_memo.value_key = counted
+    try:
+        first = memo.value_key(layout)
+        assert memo.value_key(layout.reshape(8, 1000)) == first  # a view of the same memory
+        assert calls == [8000]
+        writeable = layout.copy()  # writeable memory: keyed at each question
+        memo.value_key(writeable)
+        memo.value_key(writeable)
+        assert calls == [8000] * 3
+    finally:
+        count_memo.value_key = saved
+    del layout  # its key goes with it
+    assert not memo._keys
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts(), layouts(), st.booleans(), st.booleans(), st.booleans(), st.booleans())
+def test_same_values_is_array_equal(a, b, related, keyed_a, keyed_b, shaped):
+    """Compared by kept keys (both keyed inside a walk) or element by element, the answer
+    is ``np.array_equal``'s, shapes and dtypes included."""
+    if related:
+        b = a.copy()
+    if shaped and b.size:
+        b = b.reshape(1, -1)
+    count_memo.read_only(a)
+    count_memo.read_only(b)
+    saved = count_memo.KEY_KEPT_BELOW
+    count_memo.KEY_KEPT_BELOW = 0  # every key kept
+    try:
+        with count_memo.remembered_counts() as memo:
+            for array, keyed in ((a, keyed_a), (b, keyed_b)):
+                if keyed:
+                    memo.value_key(array)
+            assert count_memo.same_values(a, b) == np.array_equal(a, b)
+    finally:
+        count_memo.KEY_KEPT_BELOW = saved
+    assert count_memo.same_values(a, b) == np.array_equal(a, b)  # outside a walk
