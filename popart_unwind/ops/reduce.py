@@ -39,6 +39,7 @@ from popart_unwind.errors import IrError, ShapeError, ShapeUndecided
 from popart_unwind.ir.dtypes import ONNX_DTYPES, numpy_dtype
 from popart_unwind.ir.op import GRAPHCORE_DOMAIN, Op
 from popart_unwind.ir.tensor import Tensor
+from popart_unwind.machine import count_memo
 from popart_unwind.machine.count_memo import value_key
 from popart_unwind.machine.exchange import (
     broadcast_index,
@@ -311,8 +312,9 @@ def reduction_cycles(shape: tuple[int, ...], axes: tuple[int, ...], tiles: np.nd
     if not axes or not operations or not tiles.size:
         return 0
     result_dtype = result_dtype or dtype
+    memo = count_memo.active()  # inside a cost walk: a layout's key made once
     key = ("reduction cycles", tuple(shape), tuple(axes), dtype, result_dtype, operations,
-           value_key(tiles))
+           value_key(tiles) if memo is None else memo.value_key(tiles))
     # the target keeps arrays: the answer is held as a 0-d one
     return int(target.remembered(key, lambda: np.array(_reduction_cycles(
         shape, axes, tiles, dtype, result_dtype, operations, target), np.int64)))
