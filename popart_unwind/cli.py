@@ -461,7 +461,13 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
         return_freed_memory_if_large,
     )
     from popart_unwind.report.progress import StageProgress
-    from popart_unwind.report.session import placed_options, plan_session, transform
+    from popart_unwind.report.session import (
+        cost_plans,
+        placed_options,
+        plan_ours,
+        plan_session,
+        transform,
+    )
 
     demo = args.command == "demo"
     title = DEMO_TITLE if demo else f"popart-unwind plan {args.model}"
@@ -479,28 +485,31 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
         with progress.stage("transforms"):
             baseline_ir = transform(ir)
         check_planning_memory(ir)
-        run = plan_session(ir, model, args.algo, args.baseline, progress, baseline_ir)
         search = None
-        if ir.options.memory_weight > 0 and not run.costs["ours"].fits:
-            from popart_unwind.report.memory_search import search_memory_settings
+        if ir.options.memory_weight <= 0:
+            run = plan_session(ir, model, args.algo, args.baseline, progress, baseline_ir)
+        else:  # the baselines wait for the memory search: they plan the graph it keeps
+            run = cost_plans(plan_ours(ir, model, args.algo, progress), "none", progress)
+            if not run.costs["ours"].fits:
+                from popart_unwind.report.memory_search import search_memory_settings
 
-            def load() -> Any:
-                nonlocal imported
-                if imported is not None:
-                    again, imported = imported, None
+                def load() -> Any:
+                    nonlocal imported
+                    if imported is not None:
+                        again, imported = imported, None
+                        return again
+                    again = _import(args)
+                    again.options = session_options(again.options, args.options)
+                    again.options = placed_options(again, args.ipus, args.pipeline)
                     return again
-                again = _import(args)
-                again.options = session_options(again.options, args.options)
-                again.options = placed_options(again, args.ipus, args.pipeline)
-                return again
 
-            with progress.stage("memory search"):
-                kept, search = search_memory_settings(load, run.costs["ours"], model,
-                                                      transform, progress.update)
-            if kept is not None:
-                kept_ir, kept_baseline = kept
-                run = plan_session(kept_ir, model, args.algo, args.baseline, progress,
-                                   kept_baseline)
+                with progress.stage("memory search"):
+                    kept, search = search_memory_settings(load, run.costs["ours"], model,
+                                                          transform, progress.update)
+                if kept is not None:
+                    run = plan_ours(kept[0], model, args.algo, progress)
+                    baseline_ir = kept[1]
+            run = cost_plans(run, args.baseline, progress, baseline_ir)
         from popart_unwind.report.session import step_kind
 
         document = build_plan_document(run.model, run.decisions, run.summaries(),

@@ -74,10 +74,10 @@ class PlanRun:
     plan: Any  # transforms.unwind_layouts Plan
     decisions: list[TensorDecision]
     #: plan name ("ours", "popart", "linear") -> tensor key -> flat tiles
-    layouts: Mapping[str, Mapping[TensorKey, np.ndarray]]
+    layouts: dict[str, ExpandedLayouts]
     #: plan name -> tensor key -> (method, explanation), for the baselines
     methods: dict[str, dict[TensorKey, tuple[str, str]]]
-    #: plan name -> cost report (cost.CostReport)
+    #: plan name -> cost report (cost.CostReport); empty until ``cost_plans``
     costs: dict[str, Any]
     #: op type -> how many ops of the planned IR have no layout rule (barriers)
     ops_without_rule: dict[str, int]
@@ -187,6 +187,15 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
                  progress: StageProgress, baseline_ir: Ir | None = None) -> PlanRun:
     """Plan ``ir`` (already transformed) and cost it beside the baselines; the PopART
     baseline plans ``baseline_ir`` (``transform``'s answer; default ``ir``)."""
+    return cost_plans(plan_ours(ir, model, algorithm, progress), baseline, progress,
+                      baseline_ir)
+
+
+def plan_ours(ir: Ir, model: IpuModel, algorithm: str | None,
+              progress: StageProgress) -> PlanRun:
+    """Our plan of ``ir`` (already transformed), not yet costed: ``cost_plans`` costs it.
+    Apart from ``plan_session`` so that a plan the memory search may discard is costed
+    without baselines, which would be planned and costed for nothing."""
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     options = ir.options
@@ -202,22 +211,31 @@ def plan_session(ir: Ir, model: IpuModel, algorithm: str | None, baseline: str,
         model.tiles_per_ipu)}
     methods: dict[str, dict[TensorKey, tuple[str, str]]] = {
         "ours": {(d.graph_id, d.tensor_id): (d.method, d.explanation) for d in decisions}}
-    op_plans = {"ours": dict(plan.op_plans)}
+    return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
+                   {}, ops_without_rule(ir), {"ours": dict(plan.op_plans)})
+
+
+def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
+               baseline_ir: Ir | None = None) -> PlanRun:
+    """``run`` with the baselines ``baseline`` names planned and every plan not yet costed
+    costed (``run``, changed in place); the PopART baseline plans ``baseline_ir``
+    (default ``run.ir``)."""
+    ir, model = run.ir, run.model
     planned_irs = {"popart": baseline_ir if baseline_ir is not None else ir}
     with progress.stage("baseline"):
         for name in BASELINE_PLANS[baseline]:
-            layouts[name], methods[name], op_plans[name] = _baseline(
+            run.layouts[name], run.methods[name], run.op_plans[name] = _baseline(
                 name, planned_irs.get(name, ir), model)
-    costs: dict[str, Any] = {}
-    # the three walks share what they count (``remembered_counts``): a tensor laid out
-    # alike in two plans is counted once
+    todo = [name for name in run.layouts if name not in run.costs]
+    # the walks share what they count (``remembered_counts``): a tensor laid out alike in
+    # two plans is counted once
     with progress.stage("evaluate"), remembered_counts():
-        for step, (name, mappings) in enumerate(layouts.items()):
-            progress.update(name, step, len(layouts))
-            costs[name] = evaluate(planned_irs.get(name, ir), TileTarget(model),
-                                   mappings=mappings.held, op_plans=op_plans[name])
-    return PlanRun(ir, model, options.unwind_algorithm, plan, decisions, layouts, methods,
-                   costs, ops_without_rule(ir), op_plans)
+        for step, name in enumerate(todo):
+            progress.update(name, step, len(todo))
+            run.costs[name] = evaluate(planned_irs.get(name, ir), TileTarget(model),
+                                       mappings=run.layouts[name].held,
+                                       op_plans=run.op_plans[name])
+    return run
 
 
 def _baseline(name: str, ir: Ir, model: IpuModel

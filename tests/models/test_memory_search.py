@@ -60,6 +60,27 @@ def test_without_a_weight_or_when_it_fits_nothing_is_searched(factory):
     status, out, _ = run("demo", "--out", "demo.json", "--option", "memory_weight=5")
     assert status == 0 and "memory:" not in out
     assert "memory_search" not in json.loads((factory / "demo.json").read_text())
+    # with a weight the baselines are planned after ours is costed: the same plan file
+    assert run("demo", "--out", "unweighted.json")[0] == 0
+    assert (factory / "demo.json").read_bytes() == (factory / "unweighted.json").read_bytes()
+
+
+def test_the_plan_kept_is_the_plan_of_its_setting_asked_for_directly(factory):
+    """The baselines plan the graph the search keeps: the plan file (baselines included) is
+    the one its setting gives when it is asked for on the command line, less the
+    search's record."""
+    status, _, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles", str(TILES),
+                         "--out", "searched.json", "--option", "memory_weight=1")
+    assert status == 0, err
+    searched = json.loads((factory / "searched.json").read_text())
+    kept = searched.pop("memory_search")["kept"]
+    assert kept != AS_GIVEN
+    options = [arg for assignment in kept.split(", ") for arg in ("--option", assignment)]
+    status, _, err = run("plan", "tiny_factories:gpt2", "--training", "--tiles", str(TILES),
+                         "--out", "direct.json", *options)
+    assert status == 0, err
+    assert searched == json.loads((factory / "direct.json").read_text())
+    assert set(searched["summary"]) == {"ours", "popart", "linear"}
 
 
 def test_the_score_counts_only_the_bytes_over():
