@@ -14,17 +14,18 @@ cycles: 0 turns the search off, a large one takes the fastest setting that fits 
 does. The PopART baseline is then planned on the graph kept, so the comparison stays like
 for like. The search imports the model once more and costs one pipeline, plan and costing
 of our plan per setting, the settings side by side in forked children, one per core
-(``report/forked.py``; where the system cannot fork, one after another, each imported
-afresh); settings that need a loss (recomputation) are skipped for a graph without one,
-and a setting the model cannot take (an error planning it) is recorded with its reason
-and never kept.
+(``report/forked.py``: the transforms every setting runs first alike run once, before the
+children part; where the system cannot fork, one after another, each imported afresh);
+settings that need a loss (recomputation) are skipped for a graph without one, and a
+setting the model cannot take (an error planning it) is recorded with its reason and
+never kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from popart_unwind.cost.walk import CostReport, evaluate
@@ -33,7 +34,13 @@ from popart_unwind.ir import Ir
 from popart_unwind.machine import IpuModel, TileTarget
 from popart_unwind.options import SessionOptions, with_options
 from popart_unwind.report import forked
-from popart_unwind.report.session import machine_for
+from popart_unwind.report.session import leading_transforms, machine_for
+from popart_unwind.transforms import registry
+
+#: The session's transforms less the planner (``report.session.transform``): the graph
+#: given, and the names of the transforms already run on it, to the graph the PopART
+#: baseline plans.
+Transform = Callable[[Ir, Collection[str]], Ir]
 
 #: The settings tried, each a list of ``--option`` assignments, cheapest first as
 #: measured on the benchmark models (benchmarks/RESULTS.md, memory_transforms).
@@ -46,6 +53,12 @@ MEMORY_SETTINGS: tuple[tuple[str, ...], ...] = (
     ("recompute=standard", "serialize_matmuls=output_channels:4"),
 )
 AS_GIVEN = "as given"
+#: The transforms that read an option a setting sets (ExplicitRecompute ``recompute``,
+#: SerializeMatMuls ``serialize_matmuls``; only the planner reads
+#: ``rotate_plan_start_tiles``). The transforms every setting runs first, before any of
+#: these, read none of the settings' options: a forked search runs them once, before the
+#: settings part (``tests/models/test_memory_search.py`` holds both to it).
+SETTING_READERS = frozenset({"ExplicitRecompute", "SerializeMatMuls"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +124,7 @@ def score(report: CostReport, weight: float, bytes_per_tile: int) -> float:
 
 
 def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: IpuModel,
-                           transform: Callable[[Ir], Ir],
+                           transform: Transform,
                            progress: Callable[[str, int, int], None] | None = None,
                            parallel: bool = True
                            ) -> tuple[tuple[Ir, Ir] | None, MemorySearch]:
@@ -155,18 +168,22 @@ def search_memory_settings(load: Callable[[], Ir], first: CostReport, model: Ipu
 
 
 def _search_forked(ir: Ir, first: CostReport, model: IpuModel,
-                   transform: Callable[[Ir], Ir], settings: list[tuple[str, ...]],
+                   transform: Transform, settings: list[tuple[str, ...]],
                    progress: Callable[[str, int, int], None] | None
                    ) -> tuple[tuple[Ir, Ir] | None, MemorySearch]:
     """``search_memory_settings`` with each setting planned in a child forked from ``ir``
-    (imported, never transformed here until the search has ended)."""
+    (imported, then given here only the transforms every setting runs first alike,
+    ``shared_transforms``, until the search has ended)."""
     options = ir.options
     weight, budget = options.memory_weight, model.bytes_per_tile
+
+    shared = shared_transforms(options, settings)
+    registry.run_pipeline(ir, shared)  # what every setting runs first, run once
 
     def job(setting: tuple[str, ...]) -> Callable[[], Trial]:
         def plan() -> Trial:
             try:
-                return _plan_setting(ir, options, setting, model, transform)[0]
+                return _plan_setting(ir, options, setting, model, transform, shared)[0]
             except PopartUnwindError as error:  # one setting the model cannot take
                 return _failed(", ".join(setting), error)
         return plan
@@ -190,18 +207,32 @@ def _search_forked(ir: Ir, first: CostReport, model: IpuModel,
     with warnings.catch_warnings():  # raised already, by the child that planned it
         warnings.simplefilter("ignore")
         ir.options = with_options(options, kept)
-        baseline = transform(ir)
+        baseline = transform(ir, shared)
     return (ir, baseline), search
 
 
+def shared_transforms(options: SessionOptions, settings: list[tuple[str, ...]]) -> list[str]:
+    """The transforms every setting's pipeline runs first, alike, before any transform
+    that reads a setting's option (``SETTING_READERS``): run on the model as imported,
+    they give each setting the same graph."""
+    pipelines = [leading_transforms(with_options(options, s)) for s in settings]
+    shared = []
+    for position, name in enumerate(leading_transforms(options)):
+        if name in SETTING_READERS or any(
+                pipeline[position:position + 1] != [name] for pipeline in pipelines):
+            break
+        shared.append(name)
+    return shared
+
+
 def _plan_setting(ir: Ir, options: SessionOptions, setting: tuple[str, ...], model: IpuModel,
-                  transform: Callable[[Ir], Ir]) -> tuple[Trial, Ir]:
-    """Our plan of ``ir`` (imported, not yet transformed) under ``setting`` on top of
-    ``options``, costed: its trial and the graph its PopART baseline would plan."""
+                  transform: Transform, done: Collection[str] = ()) -> tuple[Trial, Ir]:
+    """Our plan of ``ir`` (imported, and transformed by ``done`` only) under ``setting`` on
+    top of ``options``, costed: its trial and the graph its PopART baseline would plan."""
     from popart_unwind.transforms.unwind_layouts import plan_ir
 
     ir.options = with_options(options, setting)
-    baseline = transform(ir)
+    baseline = transform(ir, done)
     target = TileTarget(machine_for(ir, model))
     plan = plan_ir(ir, target, write=False)
     report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles

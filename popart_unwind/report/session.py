@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -144,8 +144,27 @@ class PlanRun:
                 "proven_optimal": bool(getattr(self.plan, "proven_optimal", False))}
 
 
-def transform(ir: Ir) -> Ir:
-    """The session's transform pipeline, less the planner (run next with our target).
+def _placement() -> tuple[str, ...]:
+    """The placement transforms, which ``transform`` runs last before the planner."""
+    from popart_unwind.transforms import registry
+
+    return (registry.SPLIT_BY_MEMORY, registry.AUTO_VIRTUAL_GRAPH,
+            registry.INFER_PIPELINE_STAGES, registry.INTER_IPU_COPY, registry.PIPELINE,
+            registry.MERGE_COPIES)  # last before the planner
+
+
+def leading_transforms(options: SessionOptions) -> list[str]:
+    """The transforms ``transform`` runs first, in order: the session's pipeline less the
+    planner and the placement transforms."""
+    from popart_unwind.transforms import registry
+
+    return [name for name in registry.pipeline_names(options)
+            if name != registry.UNWIND_LAYOUTS and name not in _placement()]
+
+
+def transform(ir: Ir, done: Collection[str] = ()) -> Ir:
+    """The session's transform pipeline, less the planner (run next with our target) and
+    the transforms ``done`` names (already run on ``ir``).
 
     Returns the IR the PopART baseline plans: ``ir`` itself, unless ours is split over
     IPUs by SplitByMemory; PopART's split is then AutoVirtualGraph's, made on a copy of
@@ -156,11 +175,10 @@ def transform(ir: Ir) -> Ir:
 
     names = [name for name in registry.pipeline_names(ir.options)
              if name != registry.UNWIND_LAYOUTS]
-    placement = (registry.SPLIT_BY_MEMORY, registry.AUTO_VIRTUAL_GRAPH,
-                 registry.INFER_PIPELINE_STAGES, registry.INTER_IPU_COPY,
-                 registry.PIPELINE, registry.MERGE_COPIES)  # last before the planner
+    placement = _placement()
     placing = [name for name in names if name in placement]
-    registry.run_pipeline(ir, [name for name in names if name not in placing])
+    registry.run_pipeline(ir, [name for name in names
+                               if name not in placing and name not in done])
     split_ours = registry.SPLIT_BY_MEMORY in placing
     baseline = ir.copy() if split_ours else ir
     spare = ir.copy() if split_ours and ir.options.enable_pipelining else None

@@ -109,11 +109,11 @@ def test_a_setting_that_fails_is_recorded_and_never_kept(parallel):
     first = evaluate(first_ir, target, dict(linear_plan(first_ir, target)))
     calls = []
 
-    def failing(ir):
+    def failing(ir, done):
         calls.append(ir.options.rotate_plan_start_tiles)
         if ir.options.rotate_plan_start_tiles:
             raise TransformError("this setting cannot be planned")
-        return transform(ir)
+        return transform(ir, done)
 
     _, search = memory_search.search_memory_settings(transformer_block_ir, first, model, failing,
                                                      parallel=parallel)
