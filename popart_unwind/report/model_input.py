@@ -98,14 +98,21 @@ def _load_factory(spec: str, training: bool, optimizer: Optimizer | None = None)
     make hundreds of thousands of objects that live on, over which the cyclic collector
     kept passing as the heap grew (7 full passes, 0.7 s of the tiny GPT-2 training step's
     10 s): it is paused meanwhile, and one full pass after collects what the tracing
-    left in cycles."""
+    left in cycles. That pass skips what was made before the trace (the libraries, the
+    model: frozen, ``gc.freeze``, unless something else froze objects before), which is
+    given back to the collector after it."""
+    freezing = gc.get_freeze_count() == 0
     with cyclic_gc_paused():
-        ir = _traced(spec, training, optimizer)
-        gc.collect()  # before the collector resumes, which would first pass over them young
+        try:
+            ir = _traced(spec, training, optimizer, freezing)
+            gc.collect()  # before the collector resumes, which would pass over them young
+        finally:
+            if freezing:
+                gc.unfreeze()
     return ir
 
 
-def _traced(spec: str, training: bool, optimizer: Optimizer | None) -> Ir:
+def _traced(spec: str, training: bool, optimizer: Optimizer | None, freeze: bool) -> Ir:
     module_name, factory_name = spec.split(":", 1)
     try:
         import torch  # noqa: F401  (the front end needs it; say so plainly if it is absent)
@@ -141,6 +148,8 @@ def _traced(spec: str, training: bool, optimizer: Optimizer | None) -> Ir:
     blocks = made[2] if len(made) == 3 else None
     if not isinstance(example_args, tuple):
         example_args = (example_args,)
+    if freeze:
+        gc.freeze()
     try:  # torch's own deprecation notices are left out by the command (cli.main)
         return Ir.from_torch(module_object, example_args, training=training, blocks=blocks,
                              optimizer=optimizer if training else None)
