@@ -9,6 +9,7 @@ place only when all of them are ready. docs/cli.md is the user's guide.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -648,5 +649,17 @@ def _say_library_output(args: argparse.Namespace, stderr: TextIO) -> None:
         print(f"popart-unwind: note: {summary}", file=stderr)
 
 
+def command() -> NoReturn:
+    """The ``popart-unwind`` program: ``main`` on the process's arguments, then the end
+    of the process. What the run made is frozen first (``gc.freeze``), its outputs
+    written and closed by then, so that the interpreter's collections at exit do not walk
+    it all once more (0.75 of the 9.7 CPU s of the tiny GPT-2 training step's memory
+    search); ``main`` itself, which a caller may run within its own process, leaves the
+    collector alone."""
+    status = main()
+    gc.freeze()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
