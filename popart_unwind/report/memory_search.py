@@ -57,7 +57,9 @@ AS_GIVEN = "as given"
 #: SerializeMatMuls ``serialize_matmuls``; only the planner reads
 #: ``rotate_plan_start_tiles``). The transforms every setting runs first, before any of
 #: these, read none of the settings' options: a forked search runs them once, before the
-#: settings part (``tests/models/test_memory_search.py`` holds both to it).
+#: settings part (``tests/report/test_memory_settings_read.py`` holds the package's
+#: sources to it; ``tests/models/test_memory_search.py`` the forked search to the
+#: sequential one, which runs each setting's whole pipeline).
 SETTING_READERS = frozenset({"ExplicitRecompute", "SerializeMatMuls"})
 
 
