@@ -324,6 +324,10 @@ class ConvRule(LayoutRule):
         """The im2col matmul's plan."""
         return None if self.geometry(op) is None else self.plan(op, target).describe()
 
+    def has_plan(self, op: Op) -> bool:
+        """A convolution the rule models (``geometry``): its im2col matmul's plan."""
+        return self.geometry(op) is not None
+
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
         """The im2col matmul's cost under its plan: multiply-accumulates, and the partial

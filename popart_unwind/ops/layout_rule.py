@@ -234,6 +234,11 @@ class LayoutRule:
         convolutions: their partition), or None for an op without such a plan."""
         return None
 
+    def has_plan(self, op: Op) -> bool:
+        """Whether a matmul plan computes the op (a grouped product, a convolution), which
+        the op's own memory proportion bounds; False by default."""
+        return False
+
     def agreement(self, op: Op, input_tiles: InputTiles, target: TileMachine,
                   valuations: Any) -> tuple[float, float]:
         """This op's ValuedPairs scored on concrete tiles: (value of equal elements, bound).

@@ -421,6 +421,10 @@ class MatMulRule(LayoutRule):
     def plan_record(self, op: Op, target: TileMachine) -> dict[str, Any] | None:
         return None if self.dims(op) is None else self.plan(op, target).describe()
 
+    def has_plan(self, op: Op) -> bool:
+        """A grouped product (``dims``); any other is a barrier without a plan."""
+        return self.dims(op) is not None
+
     def work(self, op: Op, input_tiles: InputTiles, output_tiles: list[np.ndarray],
              target: TileMachine) -> OpWork:
         """The plan's multiply-accumulates and partial-sum exchange (not counted: adding

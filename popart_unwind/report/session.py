@@ -316,18 +316,16 @@ def step_kind(ir: Ir) -> str:
     return "inference"
 
 
-#: The layout-rule kinds whose plans read an op's own memory proportion.
-PLANNED_KINDS = frozenset({"matmul", "conv"})
-
-
 def _warn_unread_memory_proportions(ir: Ir) -> None:
     """A matmul's or a convolution's own proportion bounds its plan; on any other op (a
-    lookup, whose slice plan PopART also bounds with it) it is not read: say so once."""
+    lookup, whose slice plan PopART also bounds with it; a product the planner computes
+    without a plan) it is not read: say so once. The op's rule says whether a plan computes
+    it (``LayoutRule.has_plan``)."""
     carriers = sorted(op.debug_name() for op in ir.all_ops()
                       if MEMORY_PROPORTION_ATTRIBUTE in op.attributes
-                      and REGISTRY.layout_rule(op).kind not in PLANNED_KINDS)
+                      and not REGISTRY.layout_rule(op).has_plan(op))
     if carriers:
-        warnings.warn(f"{len(carriers)} op(s) that are no matmul or convolution carry "
+        warnings.warn(f"{len(carriers)} op(s) without a matmul or convolution plan carry "
                       f"PopART's per-op {MEMORY_PROPORTION_ATTRIBUTE} (first: "
                       f"{carriers[0]}), which is not read for them: the planner models no "
                       f"plan of theirs that it would bound", IgnoredAttributeWarning,

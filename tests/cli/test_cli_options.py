@@ -156,6 +156,26 @@ def test_a_per_op_memory_proportion_elsewhere_is_said_to_be_unread(tmp_path, out
     assert "__available_memory_proportion" in err and "'add'" in err
 
 
+def test_a_matmul_without_a_plan_says_its_proportion_is_unread(tmp_path, out_dir):
+    """A product whose batch axes broadcast is no grouped matmul: the planner computes it
+    without a plan, so its proportion bounds nothing, and the command says so."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"], name="bmm",
+                          __available_memory_proportion=0.3)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4, 8]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 8, 4])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 4, 4])])
+    path = tmp_path / "bmm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    status, _, err = run("plan", str(path), "--out", str(out_dir / "plan.json"),
+                         "--tiles", "8", "--quiet")
+    assert status == 0
+    assert "__available_memory_proportion" in err and "'bmm'" in err
+
+
 def test_algo_overrides_the_option(model_path, out_dir):
     plan = out_dir / "plan.json"
     assert run("plan", str(model_path), "--out", str(plan), "--tiles", "8", "--quiet",
