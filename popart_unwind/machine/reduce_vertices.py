@@ -32,11 +32,11 @@ SPLIT_OVERHEAD_CYCLES = 30
 SPLIT_MIN_CYCLES = 4
 #: The popops operations whose vertices accumulate (a wider vector per instruction).
 ACCUMULATING = frozenset({"ADD", "SQUARE_ADD"})
-#: The strided vertex's cycles after its inner loop (``cyclesLoopPost``), for half
-#: partials: the loop's end plus storing the result in half; operations Poplibs' table
-#: has no entry for take ADD's (SQUARE_ADD) or MAX's (MUL).
-STRIDED_POST_HALF = {"ADD": 1 + 7, "SQUARE_ADD": 1 + 7, "MAX": 1 + 7, "MIN": 1 + 7,
-                     "MUL": 1 + 7}
+#: The strided vertex's cycles after its inner loop (``cyclesLoopPost``) for half
+#: partials: the loop's end, 1, and storing the result in half, 7 — ADD's, MAX's and
+#: MIN's alike in Poplibs' table, which has no entry for SQUARE_ADD or MUL (taken as the
+#: same).
+STRIDED_POST_HALF_CYCLES = 1 + 7
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ReduceWidths:
     vector: int
     accumulator: int
     is_half: bool
-    is_float: bool
+    is_float32: bool
 
     @staticmethod
     def of(element_bytes: int, is_float_type: bool) -> ReduceWidths:
@@ -82,7 +82,7 @@ def single_input_cycles(partials: int, widths: ReduceWidths, operation: str) -> 
     loads = max(1, op_width // per_cycle)
     per_loop = per_cycle * loads
     cycles = 3 + 6 + max(loads, 1) * partials // per_loop + 5 + partials % per_loop + 3
-    return cycles + (0 if widths.is_float else 5)
+    return cycles + (0 if widths.is_float32 else 5)
 
 
 def strided_cycles(outputs: int, partials: int, widths: ReduceWidths, operation: str) -> int:
@@ -90,10 +90,10 @@ def strided_cycles(outputs: int, partials: int, widths: ReduceWidths, operation:
     reduction of ``partials`` rows, one outer stride, the row stride taken as a whole
     number of 64-bit words (so a loop takes the narrower of the operation's vector and the
     data path, both powers of two)."""
-    if widths.is_half:
-        post = STRIDED_POST_HALF.get(operation, STRIDED_POST_HALF["MAX"])
-    else:
-        post = (3 if operation == "ADD" else 2) + 2
+    # after the loop: half partials as the table gives; others the loop's end (3 for ADD,
+    # else 2) and a store of 2
+    float_post = (3 if operation == "ADD" else 2) + 2
+    post = STRIDED_POST_HALF_CYCLES if widths.is_half else float_post
     outer = 3 + post + 3 + max(partials - 1, 0)
     per_loop = min(widths.op_width(operation), widths.data_path)
     return 5 + 11 + outer * -(-outputs // per_loop)
@@ -102,7 +102,7 @@ def strided_cycles(outputs: int, partials: int, widths: ReduceWidths, operation:
 def _ops_per_cycle(outputs: int, widths: ReduceWidths, operation: str) -> int:
     """``opsPerCycle``: the rough elements per cycle Poplibs' worker split assumes."""
     vector = widths.vector * (2 if operation in ACCUMULATING
-                              and (widths.is_half or widths.is_float) else 1)
+                              and (widths.is_half or widths.is_float32) else 1)
     if outputs == 0:
         return 1
     width = vector
