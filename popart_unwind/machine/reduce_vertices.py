@@ -46,7 +46,6 @@ class ReduceWidths:
     ``accumulator`` (``getAccVectorWidth``: 8 half, 4 float, 1 for other types)."""
 
     data_path: int
-    vector: int
     accumulator: int
     is_half: bool
     is_float32: bool
@@ -56,8 +55,12 @@ class ReduceWidths:
         data_path = max(1, 8 // element_bytes)
         half = is_float_type and element_bytes == 2
         single = is_float_type and element_bytes == 4
-        return ReduceWidths(data_path, data_path, 8 if half else 4 if single else 1,
-                            half, single)
+        return ReduceWidths(data_path, 8 if half else 4 if single else 1, half, single)
+
+    @property
+    def vector(self) -> int:
+        """``Target::getVectorWidth``: on the IPU, one 64-bit vector, the data path's."""
+        return self.data_path
 
     def op_width(self, operation: str) -> int:
         """Elements one instruction of ``operation`` takes: the accumulators' for ADD and

@@ -392,9 +392,8 @@ class ReductionRule(LayoutRule):
         tiles = flat_tiles(input_tiles, 0)
         if found is None or tiles is None or self._moves_nothing(op):
             return work
-        shape = known_shape(op, op.input(0))
-        return dataclasses.replace(work, compute_cycles=work.compute_cycles + reduction_cycles(
-            shape, self._axes(op), tiles, op.input(0).dtype, found[1], target))
+        return _plus_reductions(work, known_shape(op, op.input(0)), self._axes(op), tiles,
+                                op.input(0).dtype, found[1], target)
 
     def _axes(self, op: Op) -> tuple[int, ...]:
         """The reduced axes; () for the identity."""
@@ -901,9 +900,7 @@ class LayerNormRule(ElementwiseRule):
 def _plus_reductions(work: OpWork, shape: tuple[int, ...], axes: tuple[int, ...],
                      tiles: np.ndarray, dtype: str, operations: tuple[str, ...],
                      target: TileMachine, result_dtype: str | None = None) -> OpWork:
-    """``work`` plus ``reduction_cycles``' cycles of the statistics along ``axes``."""
-    if not axes or not math.prod(shape):
-        return work
+    """``work`` plus ``reduction_cycles``' cycles of the reductions along ``axes``."""
     return dataclasses.replace(work, compute_cycles=work.compute_cycles + reduction_cycles(
         shape, axes, tiles, dtype, operations, target, result_dtype))
 

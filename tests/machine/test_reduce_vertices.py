@@ -63,10 +63,13 @@ def test_strided_by_hand():
     assert strided_cycles(8, 3, FLOAT, "MAX") == 5 + 11 + 4 * (3 + 4 + 3 + 2)
 
 
-def test_gathered_partials_are_strided_rows():
-    # 12 outputs from 5 tiles each: a block of 5 rows of 12, as a tile's own strided rows
+def test_gathered_partials_are_strided_rows_by_hand():
+    # 12 half outputs from 5 tiles each: a block of 5 rows of 12. Poplibs' rough estimate,
+    # 60 inputs at 4 a cycle (12 outputs: a multiple of 4), 15 + 30, allows at most
+    # min(5 // 2, 45 // 4) = 2 pieces, and a second piece must stay below that: no split.
+    # One strided vertex: 3 loops of 4 outputs, each 3 + 8 after the loop and 3 + 4 rows.
     assert gathered_partials_cycles(12, 5, HALF, "ADD") == \
-        tile_reduce_cycles(12, 5, True, HALF, "ADD")
+        WORKERS * (5 + 11 + 3 * (3 + 8 + 3 + 4))
 
 
 def test_one_long_row_is_shared_by_the_workers():
