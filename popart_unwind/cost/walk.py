@@ -53,18 +53,25 @@ OpPlans = Mapping[tuple[str, int], MatmulPlan]
 
 def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | None = None,
              registry: Any = REGISTRY, valuations: Any = None,
-             op_plans: OpPlans | None = None) -> CostReport:
+             op_plans: OpPlans | None = None, explain: bool = True) -> CostReport:
     """Cost ``ir`` under a plan: ``mappings`` (graph id, tensor id) -> tiles for every
     producer-less tensor, or, when None, each such tensor's ``tile_mapping`` (Poplar format);
     ``op_plans`` (graph id, op id) -> the matmul plan of each op the plan chose one for (the
     others are planned alone).
+
+    ``explain=False`` leaves out what only explains a plan — each op's avoidable bytes
+    (its rule's ``least_received``) and the planner's objective (the rules'
+    ``agreement``), a third of a walk at real size — for a caller that compares plans by
+    their cycles, exchange and memory alone, which come out the same (the memory search's
+    settings; ``tests/cost/test_unexplained_walk.py``). The report's ``objective`` and
+    ``upper_bound`` are then NaN and every op's avoidable bytes 0: not computed.
 
     Raises PlanError naming the first producer-less tensor without a valid mapping."""
     target = target if target is not None else TileTarget()
     valuations = valuations if valuations is not None else ir.options.unwind_valuations
     target = target.with_plans(op_plans or {})
     target.reset()  # the rotating linear mapper must give the same tiles on every run
-    walk = CostWalk(ir, target, mappings, registry, valuations)
+    walk = CostWalk(ir, target, mappings, registry, valuations, explain=explain)
     report = walk.report()
     if walk.found_throughout:
         # Buffers live for the whole program that the walk met only at their op (stashes,
@@ -72,7 +79,7 @@ def evaluate(ir: Ir, target: TileMachine | None = None, mappings: Mappings | Non
         # fullest moment is found among moments that hold them all.
         target.reset()
         report = CostWalk(ir, target, mappings, registry, valuations,
-                          walk.found_throughout).report()
+                          walk.found_throughout, explain=explain).report()
     return report
 
 
@@ -119,9 +126,11 @@ class CostWalk(Interpreter):
 
     def __init__(self, ir: Ir, target: TileMachine, mappings: Mappings | None,
                  registry: Any, valuations: Any,
-                 throughout: Mapping[Key, np.ndarray] | None = None) -> None:
+                 throughout: Mapping[Key, np.ndarray] | None = None,
+                 explain: bool = True) -> None:
         super().__init__()
         self.ir, self.target, self.mappings = ir, target, mappings
+        self.explain = explain
         self.registry, self.valuations = registry, valuations
         self.num_tiles = target.num_tiles
         self.placement = Placement(ir, target)
@@ -165,8 +174,8 @@ class CostWalk(Interpreter):
             bytes_per_tile=budget,
             received_bytes_per_tile=self.charges.received,
             resident_bytes_per_tile=resident,
-            objective=float(self.objective),
-            upper_bound=float(self.upper_bound),
+            objective=float(self.objective) if self.explain else float("nan"),
+            upper_bound=float(self.upper_bound) if self.explain else float("nan"),
             peak_bytes_per_tile=liveness.peak,
             always_live_bytes_per_tile=liveness.always_live,
             fullest_tile=liveness.fullest,
@@ -235,8 +244,11 @@ class CostWalk(Interpreter):
             input_tiles = self._inputs(op)
             outputs = self._outputs(op, output_layouts(rule, op, input_tiles, self.target))
             need = rule.exchange(op, input_tiles, outputs, self.target)
-            avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
-            score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
+            if self.explain:
+                avoidable = self._avoidable(op, rule, input_tiles, outputs, need)
+                score, bound = rule.agreement(op, input_tiles, self.target, self.valuations)
+            else:
+                score = bound = 0.0
             work = rule.work(op, input_tiles, outputs, self.target)
             link = rule.link_bytes(op, self.target)
             updated = rule.updated_weight(op) if self.pipelined else None

@@ -239,7 +239,7 @@ def _plan_setting(ir: Ir, options: SessionOptions, setting: tuple[str, ...], mod
     plan = plan_ir(ir, target, write=False)
     report = evaluate(ir, target, mappings={(p.graph_id, p.tensor_id): p.tiles
                                             for p in plan.tensors},
-                      op_plans=plan.op_plans)
+                      op_plans=plan.op_plans, explain=False)
     weight, budget = options.memory_weight, model.bytes_per_tile
     return _trial(", ".join(setting), report, weight, budget), baseline
 
