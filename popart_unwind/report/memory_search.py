@@ -4,8 +4,8 @@
 PopART's memory transforms. With ``SessionOptions.memory_weight`` above 0 and our plan's
 peak tile memory over the tile's bytes, the session plans the model again with each
 setting of ``MEMORY_SETTINGS`` on top of the user's options (recomputation, serialized
-matmuls, both, plans starting where the last ended), costs our plan of each, and keeps
-the one of least
+matmuls, both, plans starting where the last ended), costs our plan of each (cycles,
+exchange and memory only: ``evaluate(..., explain=False)``), and keeps the one of least
 
     cycles + memory_weight × (peak tile bytes − bytes per tile, if positive)
 
