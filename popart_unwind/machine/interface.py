@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from popart_unwind.errors import TargetError
+from popart_unwind.machine.transpose import swapped_last_axes
 from popart_unwind.validation import check_proportion
 
 #: The tensors of a grouped matmul [G, M, K] x [G, K, N] -> [G, M, N].
@@ -294,14 +295,14 @@ def rotated_per_tile(values: np.ndarray, start_tile: int) -> np.ndarray:
 
 def _cube_oriented(tiles: np.ndarray, plan: MatmulPlan, name: str, transposed: bool,
                    to_cube: bool) -> np.ndarray:
-    """A cube tensor's flat layout moved between the cube's orientation and the op's."""
+    """A cube tensor's flat layout moved between the cube's orientation and the op's (a
+    new array when they differ: ``swapped_last_axes``, in C++ at real sizes)."""
     if not transposed:
         return tiles
     rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
     if to_cube:
         rows, cols = cols, rows
-    return np.ascontiguousarray(
-        tiles.reshape(plan.cube[0], rows, cols).transpose(0, 2, 1)).reshape(-1)
+    return swapped_last_axes(tiles, plan.cube[0], rows, cols)
 
 
 class TileMachine(abc.ABC):
