@@ -98,6 +98,9 @@ def test_plan_operand_tiles_is_the_transposed_cube_layout(start_tile):
     expected = (numpy_swapped(cube, 1, 96, 256).astype(np.int64) + start_tile) % 1472
     first = plan_operand_tiles(TARGET, plan, "lhs", "float32")
     assert first.tobytes() == expected.astype(first.dtype).tobytes()
+    # while a reader holds it, asking again gives that same read-only array
+    assert plan_operand_tiles(TARGET, plan, "lhs", "float32") is first
+    assert not first.flags.writeable
 
 
 def test_plan_operand_readers_moves_the_layout_to_the_cube():
