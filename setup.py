@@ -23,6 +23,7 @@ hooks = Pybind11Extension(
         "cpp_hooks/linear_mapping.cpp",
         "cpp_hooks/matmul_mapping.cpp",
         "cpp_hooks/sliceable_mapping.cpp",
+        "cpp_hooks/transpose_bindings.cpp",
         "cpp_hooks/unwind_core/bindings.cpp",
         "cpp_hooks/unwind_core/canonical.cpp",
         "cpp_hooks/unwind_core/canonical_swaps.cpp",

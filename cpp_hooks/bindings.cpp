@@ -31,6 +31,8 @@ namespace py = pybind11;
 namespace popart_unwind {
 // counting_bindings.cpp: tile counts, the matmul readers' counts and each tile's runs.
 void bindCounting(py::module_ &m);
+// transpose_bindings.cpp: a grouped matrix of tile ids with its last two axes swapped.
+void bindTranspose(py::module_ &m);
 // unwind_core/bindings.cpp: the unwinding solver's C++ core.
 void bindUnwindCore(py::module_ &m);
 } // namespace popart_unwind
@@ -190,5 +192,6 @@ PYBIND11_MODULE(_hooks, m) {
   bindFills<std::int16_t>(m);
   bindFills<std::int32_t>(m);
   bindCounting(m);
+  bindTranspose(m);
   bindUnwindCore(m);
 }

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from popart_unwind.errors import TargetError
+from popart_unwind.machine.transpose import swapped_last_axes
 from popart_unwind.validation import check_proportion
 
 #: The tensors of a grouped matmul [G, M, K] x [G, K, N] -> [G, M, N].
@@ -225,11 +226,21 @@ def plan_operand_tiles(target: TileMachine, plan: MatmulPlan, operand: str,
                        dtype: str) -> np.ndarray:
     """Where ``plan`` wants its op's ``operand`` ("lhs", "rhs", "output"), flat, in the op's
     own grouped orientation ([G, M, K], [G, K, N] or [G, M, N] of ``plan.dims``): the cube
-    tensor it is, laid out by the cube's partition, transposed where the op holds it so."""
+    tensor it is, laid out by the cube's partition, transposed where the op holds it so.
+    A transposed or moved layout is a new array, which one op asks for several times: it
+    is remembered while a caller holds it (read-only, like every remembered answer)."""
     name, transposed = plan.cube_tensor(operand)
-    tiles = np.asarray(target.matmul_tiles(*plan.cube, dtype, name, plan.partition))
-    tiles = _cube_oriented(tiles.reshape(-1), plan, name, transposed, to_cube=False)
-    return rotated_tiles(tiles, plan.start_tile, target.num_tiles)
+
+    def cube_layout() -> np.ndarray:
+        return np.asarray(target.matmul_tiles(*plan.cube, dtype, name, plan.partition))
+
+    if not transposed and not plan.start_tile % target.num_tiles:
+        return cube_layout()
+    return target.remembered(  # type: ignore[return-value]
+        ("plan operand tiles", plan, operand, dtype),
+        lambda: rotated_tiles(_cube_oriented(cube_layout().reshape(-1), plan, name,
+                                             transposed, to_cube=False),
+                              plan.start_tile, target.num_tiles), kept=False)
 
 
 def plan_operand_readers(target: TileMachine, plan: MatmulPlan, operand: str, dtype: str,
@@ -294,14 +305,14 @@ def rotated_per_tile(values: np.ndarray, start_tile: int) -> np.ndarray:
 
 def _cube_oriented(tiles: np.ndarray, plan: MatmulPlan, name: str, transposed: bool,
                    to_cube: bool) -> np.ndarray:
-    """A cube tensor's flat layout moved between the cube's orientation and the op's."""
+    """A cube tensor's flat layout moved between the cube's orientation and the op's (a
+    new array when they differ: ``swapped_last_axes``, in C++ at real sizes)."""
     if not transposed:
         return tiles
     rows, cols = (plan.cube["mkn".index(axis) + 1] for axis in CUBE_TENSORS[name])
     if to_cube:
         rows, cols = cols, rows
-    return np.ascontiguousarray(
-        tiles.reshape(plan.cube[0], rows, cols).transpose(0, 2, 1)).reshape(-1)
+    return swapped_last_axes(tiles, plan.cube[0], rows, cols)
 
 
 class TileMachine(abc.ABC):
@@ -394,9 +405,12 @@ class TileMachine(abc.ABC):
         return 0
 
     @abc.abstractmethod
-    def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+    def remembered(self, key: tuple, compute: Callable[[], Answer],
+                   kept: bool = True) -> Answer:
         """``compute()``'s answer, computed once per key and read-only thereafter: rules
-        ask the same matmul, table and convolution questions for every layer."""
+        ask the same matmul, table and convolution questions for every layer. ``kept``
+        False: an array remembered only while a caller still holds it (one op asks for
+        it several times; a store of them would take too much memory)."""
 
     @abc.abstractmethod
     def forget(self) -> None:

@@ -126,10 +126,11 @@ class TileTarget(TileMachine):
                                  operation: str) -> int:
         return self.model.gathered_partials_cycles(outputs, partials, dtype, operation)
 
-    def remembered(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+    def remembered(self, key: tuple, compute: Callable[[], Answer],
+                   kept: bool = True) -> Answer:
         """Answers are read-only, so no caller can change what the next one gets; at most
         ``ANSWER_BYTES_KEPT`` bytes of them are kept."""
-        return self._answers.get(key, compute)
+        return self._answers.get(key, compute, kept)
 
     def forget(self) -> None:
         self._answers.clear()
@@ -511,7 +512,9 @@ class _Answers:
         self._held: weakref.WeakValueDictionary[tuple, np.ndarray] = \
             weakref.WeakValueDictionary()
 
-    def get(self, key: tuple, compute: Callable[[], Answer]) -> Answer:
+    def get(self, key: tuple, compute: Callable[[], Answer], kept: bool = True) -> Answer:
+        """The answer to ``key``, computed if it is not remembered; ``kept`` False: held
+        only while its readers hold it (a single array), never in the kept room."""
         found = self._kept.get(key)
         if found is not None:
             self._kept.move_to_end(key)
@@ -522,7 +525,7 @@ class _Answers:
         found = compute()
         for array in _arrays(found):
             array.flags.writeable = False
-        if _nbytes(found) > ANSWER_BYTES_KEPT // 4:
+        if not kept or _nbytes(found) > ANSWER_BYTES_KEPT // 4:
             # kept by its readers only: a few such answers would fill the room
             if isinstance(found, np.ndarray):
                 self._held[key] = found
