@@ -51,11 +51,25 @@ def test_never_quicker_than_the_peak_rate(groups, rows, inner, cols, dtype):
        st.integers(0, 3), st.integers(1, 40))
 def test_more_work_never_costs_less(groups, rows, inner, cols, axis, more):
     """Float operands on one tile (no cast, no reduction): the AMP estimate alone, which grows
-    with every axis of the block."""
+    with every axis of the block. On a tile whose memory holds the whole block: one too
+    large for it runs in serial steps (``MatmulCost.serial``), and a block a little larger
+    may divide into its steps better and cost less, in Poplibs as here."""
     dims = [groups, rows, inner, cols]
     bigger = list(dims)
     bigger[axis] += more
-    assert compute(tuple(bigger), "float32") >= compute(tuple(dims), "float32")
+    roomy = {"bytes_per_tile": 2**26}  # [2, 240, 240, 240] float operands and partials fit
+    assert compute(tuple(bigger), "float32", **roomy) >= compute(tuple(dims), "float32",
+                                                                 **roomy)
+
+
+def test_a_block_over_the_tile_memory_runs_in_serial_steps():
+    """The case that shows why the law above needs the room: [2, 193, K, 184] float on one
+    624 KiB tile runs in 4 steps of 49 rows at K = 162 and in 5 steps of 39 at K = 168:
+    28 output-channel groups of 8 against 25, so the larger block costs less."""
+    steps = {inner: TileTarget(IpuModel(tiles_per_ipu=64)).matmul_cost(
+        2, 193, inner, 184, "float32", WHOLE).serial for inner in (162, 168)}
+    assert (steps[162], steps[168]) == (4, 5)
+    assert compute((2, 193, 168, 184), "float32") < compute((2, 193, 162, 184), "float32")
 
 
 def test_a_split_inner_axis_adds_the_reduce_vertex():
