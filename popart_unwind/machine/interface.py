@@ -291,11 +291,23 @@ def layout_free_operand(target: TileMachine, plan: MatmulPlan, operand: str) -> 
 
 
 def rotated_tiles(tiles: np.ndarray, start_tile: int, num_tiles: int) -> np.ndarray:
-    """Tile ids moved ``start_tile`` tiles on, around the machine."""
-    if not start_tile % num_tiles:
+    """Tile ids moved ``start_tile`` tiles on, around the machine (in ``tiles``' dtype).
+
+    Ids of the machine, in a dtype that holds twice its tile count, move in that dtype: an
+    add and a subtraction where the sum passes the last tile (a 64-bit copy and a modulo
+    took a real embedding table's layout four times as long); any other ids through 64-bit
+    arithmetic."""
+    shift = start_tile % num_tiles
+    if not shift:
         return tiles
-    moved = (np.asarray(tiles, dtype=np.int64) + start_tile) % num_tiles
-    return moved.astype(np.asarray(tiles).dtype)
+    ids = np.asarray(tiles)
+    if ids.dtype.kind in "iu" and ids.size and np.iinfo(ids.dtype).max >= 2 * num_tiles \
+            and int(ids.min()) >= 0 and int(ids.max()) < num_tiles:
+        moved = ids + ids.dtype.type(shift)
+        moved -= (moved >= num_tiles) * ids.dtype.type(num_tiles)
+        return moved
+    moved = (np.asarray(ids, dtype=np.int64) + start_tile) % num_tiles
+    return moved.astype(ids.dtype)
 
 
 def rotated_per_tile(values: np.ndarray, start_tile: int) -> np.ndarray:
