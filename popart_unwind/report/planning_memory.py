@@ -87,10 +87,6 @@ def _size(num_bytes: int) -> str:
 #: own, and the size set here.
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 4 * 2**20
-#: glibc's ``mallopt`` parameter for the free bytes at the heap's top above which the heap
-#: shrinks, and the size set here (``return_freed_memory``).
-_M_TRIM_THRESHOLD = -1
-TRIM_THRESHOLD_BYTES = 2 * MMAP_THRESHOLD_BYTES
 
 
 #: Planned elements from which the command gives freed arrays back (``return_freed_memory``):
@@ -115,14 +111,10 @@ def return_freed_memory() -> None:
     freed (up to 32 MB), so the tile arrays of the next stages came from the heap and stayed
     in the process after use: planning VGG-19 peaks at 786 MiB with this, 971 MiB without
     (for about 8 % more time: fresh mappings are zeroed pages; on a small model such as the
-    demo far more, hence ``return_freed_memory_if_large``). Setting the threshold also
-    fixes the heap's trim threshold at glibc's 128 KiB, so the heap below the threshold
-    shrank and grew again between arrays, each time on fresh pages: it is raised to
-    ``TRIM_THRESHOLD_BYTES`` (real GPT-2's memory search: 28 → 21 s of system time, the
-    same peak). Does nothing where the C library has no ``mallopt``."""
+    demo far more, hence ``return_freed_memory_if_large``). Does nothing where the C
+    library has no ``mallopt``."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
     mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)

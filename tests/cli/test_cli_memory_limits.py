@@ -106,39 +106,6 @@ def test_freed_arrays_go_back_to_the_system():
     assert kept_kib("set") < 4 * 1024
 
 
-HEAP_REUSE = """
-import resource, sys
-import numpy as np
-from popart_unwind.report import planning_memory
-if sys.argv[1] == "glibc":  # what setting the mmap threshold alone leaves: 128 KiB
-    planning_memory.TRIM_THRESHOLD_BYTES = 128 * 1024
-planning_memory.return_freed_memory()
-first, second = np.ones(2**18), np.ones(2**18)  # the heap grown once
-del first, second
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):  # 2 MiB arrays: below the mmap threshold, from the heap's top
-    first, second = np.ones(2**18), np.ones(2**18)
-    del first, second
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not Path("/proc/self/status").exists(),
-                    reason="glibc's mallopt and Linux's /proc")
-def test_arrays_below_the_mmap_threshold_reuse_the_heap():
-    """Freed arrays below the mmap threshold stay in the heap for the next ones instead of
-    being trimmed and faulted in again on fresh pages (the system time of a real model's
-    memory search)."""
-    def page_faults(mode: str) -> int:
-        done = subprocess.run([sys.executable, "-P", "-c", HEAP_REUSE, mode],
-                              capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
-        return int(done.stdout.strip())
-
-    assert page_faults("glibc") > 20 * 512  # each round's 4 MiB faulted in again
-    assert page_faults("set") < 512
-
-
 def test_freed_arrays_are_given_back_only_for_a_large_model(model_path, out_dir, monkeypatch):
     calls = []
     monkeypatch.setattr(planning_memory, "return_freed_memory", lambda: calls.append(1))
