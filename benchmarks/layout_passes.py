@@ -1,14 +1,9 @@
-"""Two passes a cost walk makes many times over large layouts, timed against the plain
-numpy code they replace, on GPT-2 small's sizes (38.6 M ids: the [50257, 768] embedding
-table, as the [768, 50257] RHS of the LM head's matmul):
-
-- a matmul operand's layout moved between its plan's cube and the op's orientation
-  (``_cube_oriented``: ``swapped_last_axes``, the C++ banded copy) in int16 and int32,
-  both ways, and a plan's transposed operand asked for again while a reader holds it;
-- a layout held as runs (``TileIntervals``) expanded to a tile array (``tile_array``):
-  split by rows (linear, 1,472 runs) and by columns (the matmul RHS in 367 column parts,
-  281,856 runs), the first expansion (which sorts and checks the runs, then keeps them in
-  element order) and later ones.
+"""A pass a cost walk makes many times over large layouts, timed against the plain numpy
+code it replaces, on GPT-2 small's sizes (38.6 M ids: the [50257, 768] embedding table, as
+the [768, 50257] RHS of the LM head's matmul): a matmul operand's layout moved between its
+plan's cube and the op's orientation (``_cube_oriented``: ``swapped_last_axes``, the C++
+banded copy) in int16 and int32, both ways, and a plan's transposed operand asked for
+again while a reader holds it.
 
 Each figure is the best of five; every result is checked byte for byte against the plain
 code first. About ten seconds and 1 GB:
@@ -23,7 +18,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tiles_from_intervals
 from popart_unwind.machine import TileTarget
 from popart_unwind.machine.interface import (
     MatmulPartition,
@@ -78,24 +72,6 @@ def transposes(target: TileTarget, plan: MatmulPlan, cube_rhs: np.ndarray) -> No
           f"held {later * 1e3:.3f} ms (the same array: {again is held})")
 
 
-def expansions(target: TileTarget, layouts: dict[str, np.ndarray]) -> None:
-    size = ROWS * COLS
-    for label, tiles in layouts.items():
-        runs = TileIntervals.from_tiles(tiles, target.num_tiles)
-
-        def plain(runs: TileIntervals = runs) -> np.ndarray:
-            return tiles_from_intervals(*runs.owners(), size, target.num_tiles)
-
-        began = time.perf_counter()
-        first = tile_array(runs, size, target.num_tiles)
-        first_ms = (time.perf_counter() - began) * 1e3
-        assert first.tobytes() == plain().tobytes() == tiles.tobytes()
-        later = best_ms(lambda runs=runs: tile_array(runs, size, target.num_tiles))
-        kept = sum(array.nbytes for array in runs.element_order(size))
-        print(f"tile_array {label}, {runs.num_runs} runs: plain {best_ms(plain):.1f} ms, "
-              f"first {first_ms:.1f} ms, later {later:.1f} ms; {kept} bytes kept")
-
-
 def main() -> None:
     target = TileTarget()
     partition = MatmulPartition(1, 4, 1, 367)
@@ -103,8 +79,6 @@ def main() -> None:
     cube_rhs = np.asarray(target.matmul_tiles(1, 1024, ROWS, COLS, "float16", "rhs",
                                               partition))
     transposes(target, plan, cube_rhs)
-    by_rows = np.asarray(target.linear_tiles((COLS, ROWS), "float16"))
-    expansions(target, {"split by rows": by_rows, "split by columns": cube_rhs})
 
 
 if __name__ == "__main__":

@@ -36,12 +36,8 @@ def tile_array(mapping: TileMapping | TileIntervals, num_elements: int, num_tile
                 raise PlanError(f"{what}: the mapping covers {mapping.tiles.size} elements "
                                 f"(intervals must cover [0, {num_elements}) exactly once)")
             return mapping.tiles.astype(tile_dtype(num_tiles), copy=False)
-        kept = mapping.element_order(num_elements)
-        if kept is None:  # the runs do not cover [0, num_elements) exactly: say where
-            pairs, owners = mapping.owners()
-            return tiles_from_intervals(pairs, owners, num_elements, num_tiles, what)
-        owners, lengths = kept
-        return np.repeat(owners.astype(tile_dtype(num_tiles), copy=False), lengths)
+        pairs, owners = mapping.owners()
+        return tiles_from_intervals(pairs, owners, num_elements, num_tiles, what)
     counts = [len(intervals) for intervals in mapping]
     pairs = np.array([pair for intervals in mapping for pair in intervals],
                      dtype=np.int64).reshape(-1, 2)
@@ -62,15 +58,6 @@ def tiles_from_intervals(pairs: np.ndarray, owners: np.ndarray, num_elements: in
                          num_tiles: int, what: str = "tensor") -> np.ndarray:
     """Each element's tile from (begin, end) rows and the tile owning each row, checking
     that the non-empty rows tile [0, num_elements) exactly."""
-    owners, lengths = element_runs(pairs, owners, num_elements, what)
-    return np.repeat(owners.astype(tile_dtype(num_tiles)), lengths)
-
-
-def element_runs(pairs: np.ndarray, owners: np.ndarray, num_elements: int,
-                  what: str = "tensor") -> tuple[np.ndarray, np.ndarray]:
-    """The non-empty (begin, end) rows in element order, as (each row's owner, its
-    length): what ``np.repeat`` expands into each element's tile. PlanError naming
-    ``what`` unless the rows tile [0, num_elements) exactly."""
     begins, ends = pairs[:, 0], pairs[:, 1]
     bad = (begins < 0) | (ends < begins) | (ends > num_elements)
     if bad.any():
@@ -87,7 +74,7 @@ def element_runs(pairs: np.ndarray, owners: np.ndarray, num_elements: int,
         where = int(begins[gaps[0]]) if gaps.size else 0
         raise PlanError(f"{what}: elements are mapped twice or to no tile near element "
                         f"{where} (intervals must cover [0, {num_elements}) exactly once)")
-    return owners, ends - begins
+    return np.repeat(owners.astype(tile_dtype(num_tiles)), ends - begins)
 
 
 def tile_mapping(tiles: np.ndarray, num_tiles: int) -> TileIntervals:
@@ -109,14 +96,12 @@ class TileIntervals(Sequence):
     columns: about one run per two elements), the read-only tile array itself (2 bytes an
     element), from which the runs are built on first use and then kept."""
 
-    __slots__ = ("_begins_", "_bounds_", "_element_order", "_ends_", "_num_runs",
-                 "_num_tiles", "_tiles")
+    __slots__ = ("_begins_", "_bounds_", "_ends_", "_num_runs", "_num_tiles", "_tiles")
 
     def __init__(self, bounds: np.ndarray, begins: np.ndarray, ends: np.ndarray) -> None:
         """``begins[bounds[t]:bounds[t + 1]]`` and the same slice of ``ends`` are tile t's
         runs."""
         self._tiles: np.ndarray | None = None
-        self._element_order: tuple[np.ndarray, np.ndarray] | bool | None = None
         self._set_runs(bounds, begins, ends)
         self._num_tiles = self._bounds_.size - 1
         self._num_runs = int(self._begins_.size)
@@ -152,7 +137,7 @@ class TileIntervals(Sequence):
         if 2 * offset_bytes * num_runs + 8 * (num_tiles + 1) <= flat.nbytes:
             return cls(*_hooks.tile_runs(flat, num_tiles))
         made = cls.__new__(cls)
-        made._bounds_ = made._begins_ = made._ends_ = made._element_order = None
+        made._bounds_ = made._begins_ = made._ends_ = None
         if flat.flags.writeable:
             flat = flat.copy()  # the caller may change its own array later
         flat.flags.writeable = False
@@ -275,30 +260,6 @@ class TileIntervals(Sequence):
         ``begins[bounds[t]:bounds[t + 1]]`` and the same slice of ``ends`` (a writer
         taking a few tiles at a time slices them)."""
         return self._bounds, self._begins, self._ends
-
-    def element_order(self, num_elements: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The runs in element order, (each run's tile, its length), read-only, when they
-        cover [0, num_elements) exactly; else None. Made and checked once and kept (the
-        runs are immutable): a walk expands one layout many times, and each expansion is
-        then only ``np.repeat``'s fill. Kept: 2 or 4 bytes a run for the tile, 4 or 8 for
-        the length (about three quarters of the runs' own 8 bytes); a layout kept as its
-        tile array has nothing to expand, and keeps nothing."""
-        if self._tiles is not None:
-            return None
-        if self._element_order is None:
-            pairs, owners = self.owners()
-            try:
-                tiles, lengths = element_runs(pairs, owners, self.num_elements)
-            except PlanError:
-                self._element_order = False
-            else:
-                tiles = tiles.astype(tile_dtype(len(self)))
-                lengths = lengths.astype(self._ends.dtype)
-                tiles.flags.writeable = lengths.flags.writeable = False
-                self._element_order = tiles, lengths
-        if self._element_order is False or num_elements != self.num_elements:
-            return None
-        return self._element_order  # type: ignore[return-value]
 
     def owners(self) -> tuple[np.ndarray, np.ndarray]:
         """((begin, end) rows, the tile of each row), without building tuples."""

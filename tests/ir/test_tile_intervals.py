@@ -3,7 +3,6 @@ nested lists it stands for."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
@@ -12,13 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popart_unwind.errors import PlanError
-from popart_unwind.ir.tile_mapping import (
-    TileIntervals,
-    tile_array,
-    tile_dtype,
-    tile_mapping,
-    tiles_from_intervals,
-)
+from popart_unwind.ir.tile_mapping import TileIntervals, tile_array, tile_mapping
 
 
 def runs_oracle(tiles: list[int], num_tiles: int) -> list[list[tuple[int, int]]]:
@@ -122,106 +115,3 @@ def test_tile_intervals_are_immutable_and_checked():
         tile_mapping(np.array([0.0, 1.0]), 2)
     with pytest.raises(PlanError, match=r"cover \[0, 3\) exactly once"):
         tile_array(compact, 3, 2)
-
-
-def filled_oracle(runs: list[list[tuple[int, int]]], num_elements: int,
-                  num_tiles: int) -> np.ndarray:
-    """Each element's tile, written run by run (an unwritten element left -1)."""
-    tiles = np.full(num_elements, -1, dtype=tile_dtype(num_tiles))
-    for tile, tile_runs in enumerate(runs):
-        for begin, end in tile_runs:
-            tiles[begin:end] = tile
-    return tiles
-
-
-def intervals_of(runs: list[list[tuple[int, int]]]) -> TileIntervals:
-    """A TileIntervals holding exactly ``runs`` (empty ones and any order kept)."""
-    flat = [run for tile_runs in runs for run in tile_runs]
-    bounds = np.cumsum([0] + [len(tile_runs) for tile_runs in runs])
-    pairs = np.array(flat, dtype=np.int64).reshape(-1, 2)
-    return TileIntervals(bounds, pairs[:, 0], pairs[:, 1])
-
-
-@st.composite
-def run_layouts(draw: st.DrawFn) -> tuple[list[list[tuple[int, int]]], int]:
-    """Runs covering [0, n) exactly (n may be 0), each on a random tile, listed per tile
-    in a random order, with empty runs sprinkled in."""
-    num_tiles = draw(st.integers(1, 6))
-    cuts = sorted(set(draw(st.lists(st.integers(1, 80), max_size=12))))
-    n = draw(st.sampled_from([0, *cuts])) if cuts else draw(st.integers(0, 1))
-    edges = [0, *[c for c in cuts if c < n], n] if n else [0]
-    runs: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
-    for begin, end in itertools.pairwise(edges):
-        runs[draw(st.integers(0, num_tiles - 1))].append((begin, end))
-    for _ in range(draw(st.integers(0, 2))):
-        at = draw(st.integers(0, n))
-        runs[draw(st.integers(0, num_tiles - 1))].append((at, at))
-    for tile_runs in runs:
-        order = draw(st.permutations(range(len(tile_runs))))
-        tile_runs[:] = [tile_runs[i] for i in order]
-    return runs, n
-
-
-@settings(max_examples=200, deadline=None)
-@given(run_layouts(), st.sampled_from([None, 40_000]))
-def test_expanding_again_is_the_plain_expansion(case, many_tiles):
-    """Each expansion of one TileIntervals (the element order kept after the first) is,
-    byte for byte and in dtype (16-bit ids, or 32-bit on a machine of more tiles), the
-    plain expansion and the run-by-run fill; each is a new array of its own."""
-    runs, n = case
-    num_tiles = many_tiles or len(runs)
-    compact = intervals_of(runs)
-    plain = tiles_from_intervals(*compact.owners(), n, num_tiles)
-    oracle = filled_oracle(runs, n, num_tiles)
-    assert plain.tobytes() == oracle.tobytes() and plain.dtype == oracle.dtype
-    first = tile_array(compact, n, num_tiles)
-    again = tile_array(compact, n, num_tiles)
-    for expanded in (first, again):
-        assert expanded.dtype == oracle.dtype and expanded.tobytes() == oracle.tobytes()
-    if n:
-        assert not np.shares_memory(first, again)
-        first[0] = (int(first[0]) + 1) % num_tiles  # changing one changes no later one
-        assert tile_array(compact, n, num_tiles).tobytes() == oracle.tobytes()
-
-
-@settings(max_examples=150, deadline=None)
-@given(run_layouts(), st.integers(-2, 2), st.integers(0, 3))
-def test_a_bad_expansion_fails_as_the_plain_one(case, size_change, damage):
-    """Asked for another size, or with runs overlapping, missing or outside the tensor,
-    every expansion (first or later) raises the plain expansion's PlanError."""
-    runs, n = case
-    runs = [list(tile_runs) for tile_runs in runs]
-    if damage == 1:
-        runs[0].append((0, 1))  # overlaps whatever holds element 0 (or lies outside)
-    elif damage == 2 and n:
-        runs = [[run for run in tile_runs if run[0] != 0] for tile_runs in runs]  # a gap
-    elif damage == 3:
-        runs[-1].append((n, n + 1))  # past the end
-    size = max(0, n + size_change)
-    compact = intervals_of(runs)
-    try:
-        expected = tiles_from_intervals(*compact.owners(), size, len(runs), "t")
-    except PlanError as error:
-        for _ in range(2):
-            with pytest.raises(PlanError) as raised:
-                tile_array(compact, size, len(runs), "t")
-            assert str(raised.value) == str(error)
-    else:
-        for _ in range(2):
-            assert tile_array(compact, size, len(runs), "t").tobytes() == expected.tobytes()
-
-
-def test_the_element_order_is_kept_small_and_read_only():
-    """Kept once per TileIntervals: the tile and length of each non-empty run, 2 and 4
-    bytes each; a layout kept as its tile array keeps none."""
-    tiles = np.repeat(np.array([2, 0, 1, 2], dtype=np.int16), [300, 200, 100, 50])
-    compact = tile_mapping(tiles, 3)
-    assert compact.tiles is None
-    kept = compact.element_order(650)
-    assert kept is not None and compact.element_order(650) is kept
-    owners, lengths = kept
-    assert owners.tolist() == [2, 0, 1, 2] and lengths.tolist() == [300, 200, 100, 50]
-    assert owners.dtype == np.int16 and lengths.dtype == np.int32
-    assert not owners.flags.writeable and not lengths.flags.writeable
-    assert compact.element_order(649) is None
-    assert tile_mapping(np.arange(8, dtype=np.int16), 8).element_order(8) is None
