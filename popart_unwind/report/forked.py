@@ -5,7 +5,9 @@ so what the jobs share is made once, before, and never sent anywhere; only each 
 answer comes back (pickled). The objects made before the children part are frozen out of
 the cyclic collector's reach while they run (``gc.freeze``): a child's collections would
 otherwise walk the whole imported model at each pass and write to every page that holds
-it, which the system then copies for that child (real GPT-2's memory search: 6 CPU s).
+it, which the system then copies for that child (real GPT-2's memory search: 7 CPU s);
+they are given back to the collector after, unless something else had frozen objects
+before (``gc.unfreeze`` would give back those too).
 Each job runs in a fresh child, so no job sees what another left behind (caches, a
 mapper's state), as when they ran one after another in a fresh import each. The warnings
 a job raises come back with its answer, to be raised again here in the jobs' order. Fork
@@ -63,7 +65,9 @@ def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
     for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
         with contextlib.suppress(Exception):
             stream.flush()
-    gc.freeze()  # what exists now, each child's collector leaves alone
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()  # what exists now, each child's collector leaves alone
     try:
         while waiting or running:
             while waiting and len(running) < max(1, processes):
@@ -92,7 +96,8 @@ def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
             child.terminate()
             child.join()
             receive.close()
-        gc.unfreeze()
+        if freezing:
+            gc.unfreeze()
     found = []
     for index in range(len(jobs)):
         kind, value, raised = answers[index]

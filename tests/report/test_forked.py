@@ -85,7 +85,7 @@ def test_usable_cores_is_at_least_one():
 
 def test_what_the_parent_made_is_frozen_out_of_the_childrens_collector():
     """The parent's objects are out of each child's cyclic collector (``gc.freeze``) while
-    the jobs run, and back in it after, an error or not."""
+    the jobs run, and back in it after, an error or not (nothing was frozen before)."""
     import gc
 
     made = [[] for _ in range(1000)]  # objects the collector tracks, made before the fork
@@ -104,3 +104,20 @@ def test_what_the_parent_made_is_frozen_out_of_the_childrens_collector():
     with pytest.raises(PlanError):
         forked.run_forked([fails], 1)
     assert gc.get_freeze_count() == before
+
+
+def test_what_another_froze_stays_frozen():
+    """Objects frozen before the jobs (by the caller) stay frozen after them: the jobs
+    neither freeze more nor give those back."""
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        made = [[] for _ in range(1000)]  # after the caller's freeze: not frozen
+        found = forked.run_forked([gc.get_freeze_count], 1)
+        # a child may free some frozen objects as it starts; it froze none of ``made``
+        assert found[0][0] < frozen + len(made)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
