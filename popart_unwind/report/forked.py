@@ -7,11 +7,12 @@ the cyclic collector's reach while they run (``gc.freeze``): a child's collectio
 otherwise walk the whole imported model at each pass and write to every page that holds
 it, which the system then copies for that child (real GPT-2's memory search: 7 CPU s);
 they are given back to the collector after, unless something else had frozen objects
-before (``gc.unfreeze`` would give back those too).
-Each job runs in a fresh child, so no job sees what another left behind (caches, a
-mapper's state), as when they ran one after another in a fresh import each. The warnings
-a job raises come back with its answer, to be raised again here in the jobs' order. Fork
-is POSIX's: ``available()`` says whether this platform has it.
+before (``gc.unfreeze`` would give back those too). A child keeps the memory its job
+frees for the job's next arrays (``planning_memory.keep_freed_memory``): it ends after
+one job. Each job runs in a fresh child, so no job sees what another left behind (caches,
+a mapper's state), as when they ran one after another in a fresh import each. The
+warnings a job raises come back with its answer, to be raised again here in the jobs'
+order. Fork is POSIX's: ``available()`` says whether this platform has it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from popart_unwind.errors import ResourceError
+from popart_unwind.report.planning_memory import keep_freed_memory
 
 #: (category, message, file name, line) of a warning a job raised.
 WarningRecord = tuple[type[Warning], str, str, int]
@@ -118,6 +120,7 @@ def _child(job: Callable[[], Any], send: Any) -> None:
     belong to the parent)."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent ends its children
         signal.signal(signum, signal.SIG_DFL)
+    keep_freed_memory()
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # the parent's watchdog is not this process's
     status = 0

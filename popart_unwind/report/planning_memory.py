@@ -89,6 +89,15 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 4 * 2**20
 
 
+#: glibc's ``mallopt`` parameter for the free bytes at the heap's top above which the heap
+#: shrinks; and what a process that does one job and ends sets (``keep_freed_memory``):
+#: arrays up to glibc's largest mmap threshold on 64-bit systems come from the heap, which
+#: keeps up to 512 MiB free.
+_M_TRIM_THRESHOLD = -1
+KEEP_MMAP_THRESHOLD_BYTES = 32 * 2**20
+KEEP_TRIM_THRESHOLD_BYTES = 512 * 2**20
+
+
 #: Planned elements from which the command gives freed arrays back (``return_freed_memory``):
 #: below it the heap glibc keeps is small, and the fresh mappings cost time for nothing (the
 #: demo's 6.9 million elements: 15 to 40 % more CPU time, the same peak, 200 MiB).
@@ -118,3 +127,18 @@ def return_freed_memory() -> None:
     except (OSError, AttributeError):
         return
     mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
+def keep_freed_memory() -> None:
+    """Keep freed memory in the heap for the next arrays: for a process that does one job
+    and ends (a forked worker of the memory search), which gives everything back at once.
+    Arrays freed and made again then reuse the same pages instead of fresh mappings the
+    system zeroes and faults in page by page (real GPT-2's memory search: 5.4–5.8 M page
+    faults → 3.3 M, about 4 CPU s less system time; its peak, a worker's, 2.31 → 2.36
+    GB). Does nothing where the C library has no ``mallopt``."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, KEEP_MMAP_THRESHOLD_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, KEEP_TRIM_THRESHOLD_BYTES)

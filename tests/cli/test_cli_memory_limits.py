@@ -14,7 +14,7 @@ from test_cli_errors import assert_refused, outputs
 
 from popart_unwind.errors import ResourceError
 from popart_unwind.ir import Ir
-from popart_unwind.report import planning_memory
+from popart_unwind.report import forked, planning_memory
 from popart_unwind.report.planning_memory import (
     BASE_BYTES,
     BYTES_PER_PLANNED_ELEMENT,
@@ -104,6 +104,40 @@ def test_freed_arrays_go_back_to_the_system():
 
     assert kept_kib("raised") > 32 * 1024  # the heap keeps most of the 48 MiB
     assert kept_kib("set") < 4 * 1024
+
+
+WORKER_HEAP = """
+import resource
+import numpy as np
+from popart_unwind.report import forked
+from popart_unwind.report.planning_memory import return_freed_memory
+return_freed_memory()  # as the command does for a large model
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def rounds():
+    first = np.ones(2**20)  # 8 MiB: over the command's mmap threshold
+    del first
+    before = faults()
+    for _ in range(20):
+        again = np.ones(2**20)
+        del again
+    return faults() - before
+print(rounds(), forked.run_forked([rounds], 1)[0][0])
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not forked.available(),
+                    reason="glibc's mallopt and fork")
+def test_a_forked_worker_reuses_the_memory_it_frees():
+    """The command gives large freed arrays back to the system; a forked worker, which
+    ends after its job, keeps them for its next arrays instead of faulting fresh pages in
+    each time (``keep_freed_memory``)."""
+    done = subprocess.run([sys.executable, "-P", "-c", WORKER_HEAP],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    parent, worker = (int(word) for word in done.stdout.split())
+    assert parent > 20 * 256  # each round's 8 MiB a fresh mapping
+    assert worker < 256
 
 
 def test_freed_arrays_are_given_back_only_for_a_large_model(model_path, out_dir, monkeypatch):
