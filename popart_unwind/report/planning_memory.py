@@ -1,5 +1,6 @@
 """Whether this machine has the memory to plan a model, asked before the work starts, and
-how the process gives freed memory back.
+how the process gives freed memory back (and a forked worker, which ends after one job,
+keeps it for its next arrays).
 
 Planning keeps tile arrays per element of the tensors it plans while it works on them (the
 solver's realization, the baselines, the cost model's walk over each plan), so its memory
