@@ -510,7 +510,9 @@ def _plan(args: argparse.Namespace, model: Any, onnx_out: Path | None, outputs: 
                 if kept is not None:
                     run = plan_ours(kept[0], model, args.algo, progress)
                     baseline_ir = kept[1]
-            run = cost_plans(run, args.baseline, progress, baseline_ir)
+            # the search's workers forked already: the plans' walks run so too
+            run = cost_plans(run, args.baseline, progress, baseline_ir,
+                             side_by_side=search is not None)
         from popart_unwind.report.session import step_kind
 
         document = build_plan_document(run.model, run.decisions, run.summaries(),

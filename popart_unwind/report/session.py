@@ -36,6 +36,7 @@ from popart_unwind.ops.coverage import ops_without_rule
 from popart_unwind.ops.ipu_copy import tensor_ipus
 from popart_unwind.ops.linalg import MEMORY_PROPORTION_ATTRIBUTE
 from popart_unwind.options import SessionOptions
+from popart_unwind.report import forked
 from popart_unwind.report.plan_file import TensorDecision
 from popart_unwind.report.progress import StageProgress
 
@@ -234,10 +235,17 @@ def plan_ours(ir: Ir, model: IpuModel, algorithm: str | None,
 
 
 def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
-               baseline_ir: Ir | None = None) -> PlanRun:
+               baseline_ir: Ir | None = None, side_by_side: bool = False) -> PlanRun:
     """``run`` with the baselines ``baseline`` names planned and every plan not yet costed
     costed (``run``, changed in place); the PopART baseline plans ``baseline_ir``
-    (default ``run.ir``)."""
+    (default ``run.ir``).
+
+    With ``side_by_side`` (where the system can fork and this process has more than one
+    core) the plans are costed each in a child process forked from this one, as many at a
+    time as there are cores (``report/forked.py``): the same reports, in less time, for
+    each child's memory beside this process's. The command asks for it after a memory
+    search, whose settings were costed so already; otherwise the walks run here, one after
+    another, and count a layout two plans share once."""
     ir, model = run.ir, run.model
     planned_irs = {"popart": baseline_ir if baseline_ir is not None else ir}
     with progress.stage("baseline"):
@@ -245,14 +253,29 @@ def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
             run.layouts[name], run.methods[name], run.op_plans[name] = _baseline(
                 name, planned_irs.get(name, ir), model)
     todo = [name for name in run.layouts if name not in run.costs]
-    # the walks share what they count (``remembered_counts``): a tensor laid out alike in
-    # two plans is counted once
-    with progress.stage("evaluate"), remembered_counts():
-        for step, name in enumerate(todo):
-            progress.update(name, step, len(todo))
-            run.costs[name] = evaluate(planned_irs.get(name, ir), TileTarget(model),
-                                       mappings=run.layouts[name].held,
-                                       op_plans=run.op_plans[name])
+
+    def walk(name: str) -> Any:
+        return evaluate(planned_irs.get(name, ir), TileTarget(model),
+                        mappings=run.layouts[name].held, op_plans=run.op_plans[name])
+
+    with progress.stage("evaluate"):
+        if side_by_side and len(todo) > 1 and forked.available() \
+                and forked.usable_cores() > 1:
+            def started(index: int, done: int) -> None:
+                progress.update(todo[index], done, len(todo))
+
+            answers = forked.run_forked([functools.partial(walk, name) for name in todo],
+                                        forked.usable_cores(), started)
+            for name, (report, raised) in zip(todo, answers, strict=True):
+                forked.raise_again(raised)  # as if raised here, in the plans' order
+                run.costs[name] = report
+            return run
+        # the walks share what they count (``remembered_counts``): a tensor laid out alike
+        # in two plans is counted once
+        with remembered_counts():
+            for step, name in enumerate(todo):
+                progress.update(name, step, len(todo))
+                run.costs[name] = walk(name)
     return run
 
 
