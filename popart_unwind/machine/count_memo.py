@@ -41,6 +41,13 @@ KEPT_QUESTION_BYTES = 1 << 27
 #: bytes, not its runs (the runs would take more room).
 RUNS_KEPT_BELOW = 4
 
+#: Most bytes of an array a value key copies when its runs are many: a larger array's key
+#: is one equal to no other (``Unmatched``), and a question about it is worked out each
+#: time. A question whose key and answer take more than an eighth of the room is never
+#: kept anyway, so the copy bought nothing (VGG-19's [25088, 4096] weight layout: a copy
+#: of its 205 MB and an index per 8-byte word of as many bytes, at its planning's peak).
+KEY_BYTES_MAX = KEPT_QUESTION_BYTES // 8
+
 #: A read-only array's value key is kept beside it while it lives (``CountMemo.value_key``)
 #: when the key takes at most this share of the array's bytes: keys made from runs (at
 #: most half the bytes, ``RUNS_KEPT_BELOW``) are kept, a copy of every byte is not.
@@ -104,6 +111,8 @@ class CountMemo:
         if found is not None and found[0]() is owner:
             return found[1]
         made = value_key(flat)
+        if unmatched(made):
+            return made  # equal to no other key, for this memory or any
         if _key_bytes((None, made)) * KEY_KEPT_BELOW <= flat.nbytes:  # few runs: kept
             keys = self._keys
             self._keys[key] = (weakref.ref(owner, lambda _, k=key: keys.pop(k, None)), made)
@@ -121,6 +130,8 @@ class CountMemo:
     def remembered_key(self, key: tuple, make: Callable[[], T]) -> T:
         """``remembered`` of a question and its arrays' value keys, ``(question,
         *value_keys)``, made by the caller (who may use a key twice)."""
+        if any(unmatched(value) for value in key[1:]):
+            return make()  # about an array too large to key: never asked again
         found = self._asked.get(key)
         if found is not None:
             self._asked.move_to_end(key)
@@ -155,15 +166,32 @@ class CountMemo:
                                     counts)
 
 
+class Unmatched:
+    """What a value key holds in place of the bytes of an array too large to copy
+    (``KEY_BYTES_MAX``): equal to nothing but itself, so two such keys never match and
+    a question about such an array is never answered from a memo."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Unmatched()"
+
+
+def unmatched(key: object) -> bool:
+    """Whether ``key`` is a value key equal to no other (``Unmatched``)."""
+    return isinstance(key, tuple) and len(key) > 3 and isinstance(key[3], Unmatched)
+
+
 def value_key(array: np.ndarray | None) -> tuple | None:
-    """A hashable key equal for two arrays exactly when they hold the same bytes in the
-    same dtype (shape aside; for integers, the same values): the dtype, the size, and the
-    runs of equal 8-byte words of
-    the array's bytes (where each starts, and its value) with the bytes after the last
-    whole word, or all its bytes when runs are many (``RUNS_KEPT_BELOW``). The bytes say
-    the values, and a layout's runs of one tile make runs of equal words (four 16-bit
-    ids a word: a quarter of the elements to compare), so the key is small and quick to
-    make and compare."""
+    """A hashable key equal for two arrays only when they hold the same bytes in the same
+    dtype (shape aside; for integers, the same values): the dtype, the size, and the runs
+    of equal 8-byte words of the array's bytes (where each starts, and its value) with the
+    bytes after the last whole word, or all its bytes when runs are many
+    (``RUNS_KEPT_BELOW``). The bytes say the values, and a layout's runs of one tile make
+    runs of equal words (four 16-bit ids a word: a quarter of the elements to compare),
+    so the key is small and quick to make and compare. Equal arrays have equal keys
+    unless their runs are many and their bytes over ``KEY_BYTES_MAX``: such a key holds
+    an ``Unmatched`` instead of a copy, equal to no other key."""
     if array is None:
         return None
     flat = np.ascontiguousarray(np.asarray(array).reshape(-1))
@@ -171,13 +199,21 @@ def value_key(array: np.ndarray | None) -> tuple | None:
     whole = raw.size // 8 * 8
     words, tail = raw[:whole].view(np.int64), raw[whole:].tobytes()
     if words.size < 2:
-        return (flat.dtype.str, flat.size, None, raw.tobytes(), b"")
-    starts = np.flatnonzero(words[1:] != words[:-1])
-    if (starts.size + 1) * RUNS_KEPT_BELOW > words.size:
-        return (flat.dtype.str, flat.size, None, raw.tobytes(), b"")
-    starts += 1
+        return _bytes_key(flat, raw)
+    changes = words[1:] != words[:-1]
+    if (int(np.count_nonzero(changes)) + 1) * RUNS_KEPT_BELOW > words.size:
+        return _bytes_key(flat, raw)  # counted first: no index per word made for this
+    starts = np.flatnonzero(changes) + 1
     values = np.concatenate((words[:1], words[starts]))
     return (flat.dtype.str, flat.size, starts.tobytes(), values.tobytes(), tail)
+
+
+def _bytes_key(flat: np.ndarray, raw: np.ndarray) -> tuple:
+    """``value_key`` of an array keyed by all its bytes, or by an ``Unmatched`` when they
+    are over ``KEY_BYTES_MAX``."""
+    if raw.size > KEY_BYTES_MAX:
+        return (flat.dtype.str, flat.size, None, Unmatched(), b"")
+    return (flat.dtype.str, flat.size, None, raw.tobytes(), b"")
 
 
 def _key_bytes(key: tuple) -> int:

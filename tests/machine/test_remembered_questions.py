@@ -10,6 +10,7 @@ from __future__ import annotations
 from math import prod
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,21 +31,55 @@ def layouts(draw, size=None):
 
 
 @settings(max_examples=400, deadline=None)
-@given(layouts(), layouts(), st.booleans(), st.integers(1, 8), st.integers(0, 40))
-def test_value_keys_are_equal_exactly_when_the_arrays_are(a, b, related, runs_below, at):
+@given(layouts(), layouts(), st.booleans(), st.integers(1, 8), st.integers(0, 40),
+       st.sampled_from([count_memo.KEY_BYTES_MAX, 0, 16, 64]))
+def test_value_keys_are_equal_exactly_when_the_arrays_are(a, b, related, runs_below, at,
+                                                          bytes_max):
+    """Equal keys only for equal arrays; equal arrays have equal keys unless their bytes
+    would be copied and are over ``KEY_BYTES_MAX`` (a key equal to no other)."""
     if related and a.size:  # mostly equal: a copy, or one element changed (in a whole
         b = a.copy()        # 8-byte word or among the bytes after the last)
         if runs_below % 2:
             b[at % b.size] = (b[at % b.size] + 1) % 6
-    saved = count_memo.RUNS_KEPT_BELOW
-    count_memo.RUNS_KEPT_BELOW = runs_below  # runs kept, or all values
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(count_memo, "RUNS_KEPT_BELOW", runs_below)  # runs kept, or all values
+        patched.setattr(count_memo, "KEY_BYTES_MAX", bytes_max)
+        a_key, b_key = value_key(a), value_key(b)
+        same_shape_key = value_key(a.reshape(1, -1))
+    equal = a.dtype == b.dtype and np.array_equal(a, b)
+    if count_memo.unmatched(a_key):
+        assert a.nbytes > bytes_max and a_key[3] is not value_key(a)[3]
+        assert a_key != b_key and a_key != same_shape_key
+    else:
+        assert (a_key == b_key) == equal
+        assert same_shape_key == a_key  # the shape is the question's
+    hash(a_key)
+
+
+def test_a_large_array_of_many_runs_is_keyed_without_a_copy_and_never_remembered():
+    """Over ``KEY_BYTES_MAX`` an array of many runs is not copied into its key (VGG-19's
+    205 MB weight layout was, at its planning's peak): the key is equal to no other and
+    the memo works the question out each time."""
+    import tracemalloc
+
+    scattered = np.random.default_rng(0).integers(0, 1472, count_memo.KEY_BYTES_MAX,
+                                                  dtype=np.int16)  # twice the bytes
+    tracemalloc.start()
     try:
-        same_keys = value_key(a) == value_key(b)
+        key = value_key(scattered)
+        _, peak = tracemalloc.get_traced_memory()
     finally:
-        count_memo.RUNS_KEPT_BELOW = saved
-    assert same_keys == (a.dtype == b.dtype and np.array_equal(a, b))
-    assert value_key(a.reshape(1, -1)) == value_key(a)  # the shape is the question's
-    hash(value_key(a))
+        tracemalloc.stop()
+    assert count_memo.unmatched(key) and key != value_key(scattered.copy())
+    assert peak < scattered.nbytes // 4  # a mask of its 8-byte words, not a copy
+    memo, asked = count_memo.CountMemo(), []
+    for _ in range(2):
+        memo.remembered(("question",), [scattered], lambda: asked.append(1) or 7)
+    assert asked == [1, 1] and not memo._asked
+    small = scattered[:1000].copy()  # keyed by its bytes: asked once
+    for _ in range(2):
+        memo.remembered(("question",), [small], lambda: asked.append(2) or 7)
+    assert asked == [1, 1, 2]
 
 
 @st.composite
