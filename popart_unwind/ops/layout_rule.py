@@ -374,3 +374,14 @@ def count_equal(a: np.ndarray, b: np.ndarray) -> int:
         return int(np.count_nonzero(a == b))
     return sum(int(np.count_nonzero(a[begin:begin + COUNT_CHUNK] == b[begin:begin + COUNT_CHUNK]))
                for begin in range(0, a.size, COUNT_CHUNK))
+
+
+def count_equal_rows(a: np.ndarray, b: np.ndarray) -> int:
+    """``count_equal`` of two matrices of one shape, ``b`` perhaps a strided view (a
+    transposed grid), compared a band of rows at a time: no whole copy or mask is made."""
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"count_equal_rows compares two matrices of one shape, got "
+                         f"{a.shape} and {b.shape}")
+    band = max(1, COUNT_CHUNK // max(1, a.shape[1]))
+    return sum(int(np.count_nonzero(a[row:row + band] == b[row:row + band]))
+               for row in range(0, a.shape[0], band))

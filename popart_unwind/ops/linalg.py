@@ -54,6 +54,7 @@ from popart_unwind.ops.layout_rule import (
     OpWork,
     UnwindEmitter,
     count_equal,
+    count_equal_rows,
     flat_tiles,
     known_shape,
 )
@@ -473,7 +474,7 @@ class MatMulRule(LayoutRule):
             return count_equal(tiles, wanted)
         _, m, k, n = self.dims(op)  # type: ignore[misc]
         grid = wanted.reshape((m, k) if index == 0 else (k, n))
-        return int(np.count_nonzero(np.asarray(tiles).reshape(grid.shape[::-1]) == grid.T))
+        return count_equal_rows(np.asarray(tiles).reshape(grid.shape[::-1]), grid.T)
 
     def _grouped(self, op: Op, index: int, tiles: np.ndarray) -> np.ndarray:
         """Operand tiles in the grouped [G, M, K] / [G, K, N] order (undo a transpose)."""

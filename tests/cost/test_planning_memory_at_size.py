@@ -102,6 +102,19 @@ def test_count_equal_in_chunks_equals_numpy(pairs, chunk):
         assert layout_rule.count_equal(a, b) == int(np.count_nonzero(a == b))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 7), st.integers(1, 7), st.integers(1, 30), st.integers(0, 2**31))
+def test_count_equal_rows_of_a_transposed_view_equals_numpy(rows, cols, chunk, seed):
+    """A layout against a matmul grid's transpose (a strided view), a band of rows at a
+    time, bands of one row or of several, or the whole."""
+    rng = np.random.default_rng(seed)
+    layout = rng.integers(0, 3, (rows, cols)).astype(np.int16)
+    grid = rng.integers(0, 3, (cols, rows)).astype(np.int16)
+    with _set(layout_rule, "COUNT_CHUNK", chunk):
+        assert layout_rule.count_equal_rows(layout, grid.T) == \
+            int(np.count_nonzero(layout == grid.T))
+
+
 def _costs(ir, target, mappings):
     report = evaluate(ir, target, mappings)
     return (report.summary(), [tuple(vars(row).values()) if hasattr(row, "__dict__") else row
