@@ -54,12 +54,20 @@ class JobFailed(Exception):
 
 
 def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
-               started: Callable[[int, int], None] | None = None
+               started: Callable[[int, int], None] | None = None,
+               meanwhile: Callable[[], None] | None = None
                ) -> list[tuple[Any, list[WarningRecord]]]:
     """Each job's answer and the warnings it raised, in the jobs' order, running at most
     ``processes`` children at a time. ``started(index, done)`` is told when a job starts.
-    An exception a job raises is raised here (after every child has ended); a child that
-    ends without an answer (killed) is a ResourceError."""
+    ``meanwhile`` runs here once the first children have started, beside them (its
+    warnings are raised here as it raises them; an exception it raises ends the
+    children; a job started after it is forked from what it left). An exception a job
+    raises is raised here (after every child has ended); a child that ends without an
+    answer (killed) is a ResourceError."""
+    if not jobs:
+        if meanwhile is not None:
+            meanwhile()
+        return []
     context = multiprocessing.get_context("fork")
     waiting = list(enumerate(jobs))
     running: dict[Any, tuple[int, Any]] = {}
@@ -81,6 +89,9 @@ def run_forked(jobs: Sequence[Callable[[], Any]], processes: int,
                 child.start()
                 send.close()
                 running[receive] = (index, child)
+            if meanwhile is not None:  # the children forked before it: none sees its work
+                meanwhile, work = None, meanwhile
+                work()
             for receive in multiprocessing.connection.wait(list(running)):
                 index, child = running.pop(receive)
                 try:

@@ -241,11 +241,12 @@ def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
     (default ``run.ir``).
 
     With ``side_by_side`` (where the system can fork and this process has more than one
-    core) the plans are costed each in a child process forked from this one, as many at a
-    time as there are cores (``report/forked.py``): the same reports, in less time, for
-    each child's memory beside this process's. The command asks for it after a memory
-    search, whose settings were costed so already; otherwise the walks run here, one after
-    another, and count a layout two plans share once."""
+    core) the first plan is costed here while each other is costed in a child process
+    forked from this one, as many at a time as there are cores (``report/forked.py``):
+    the same reports, in less time, for each child's memory beside this process's. The
+    command asks for it after a memory search, whose settings were costed so already;
+    otherwise the walks run here, one after another, and count a layout two plans share
+    once."""
     ir, model = run.ir, run.model
     planned_irs = {"popart": baseline_ir if baseline_ir is not None else ir}
     with progress.stage("baseline"):
@@ -261,14 +262,21 @@ def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
     with progress.stage("evaluate"):
         if side_by_side and len(todo) > 1 and forked.available() \
                 and forked.usable_cores() > 1:
-            def started(index: int, done: int) -> None:
-                progress.update(todo[index], done, len(todo))
+            here, apart = todo[0], todo[1:]
 
-            answers = forked.run_forked([functools.partial(walk, name) for name in todo],
-                                        forked.usable_cores(), started)
-            for name, (report, raised) in zip(todo, answers, strict=True):
+            def started(index: int, done: int) -> None:
+                progress.update(apart[index], done + 1, len(todo))
+
+            def meanwhile() -> None:
+                progress.update(here, 0, len(todo))
+                run.costs[here] = walk(here)
+
+            answers = forked.run_forked([functools.partial(walk, name) for name in apart],
+                                        forked.usable_cores(), started, meanwhile)
+            for name, (report, raised) in zip(apart, answers, strict=True):
                 forked.raise_again(raised)  # as if raised here, in the plans' order
                 run.costs[name] = report
+            run.costs = {name: run.costs[name] for name in run.layouts}  # the plans' order
             return run
         # the walks share what they count (``remembered_counts``): a tensor laid out alike
         # in two plans is counted once

@@ -52,6 +52,44 @@ def test_warnings_come_back_in_the_jobs_order():
         [(TransformWarning, f"job {k}") for k in range(3)]
 
 
+def test_meanwhile_runs_here_beside_the_children_that_started_first(tmp_path):
+    """The children started before ``meanwhile`` run while it does (each waits for a file
+    it writes here) and do not see what it made; a job beyond ``processes`` starts after
+    it, forked from this process as it is then."""
+    made = {}
+    signal_file = tmp_path / "meanwhile ran"
+
+    def waiting(k):
+        def run():
+            for _ in range(500):  # up to 5 s: a child that cannot see the file fails
+                if signal_file.exists():
+                    return k, "value" in made
+                time.sleep(0.01)
+            return k, "timed out"
+        return run
+
+    def meanwhile():
+        made["value"] = os.getpid()
+        signal_file.write_text("")
+
+    found = forked.run_forked([waiting(k) for k in range(3)], 2, meanwhile=meanwhile)
+    assert [value for value, _ in found] == [(0, False), (1, False), (2, True)]
+    assert made == {"value": os.getpid()}
+    assert forked.run_forked([], 2, meanwhile=meanwhile) == []  # no jobs: it runs alone
+    assert made == {"value": os.getpid()}
+
+
+def test_an_exception_meanwhile_ends_the_children_and_is_raised_here():
+    began = time.monotonic()
+
+    def fails():
+        raise PlanError("the parent's own walk")
+
+    with pytest.raises(PlanError, match="own walk"):
+        forked.run_forked([lambda: time.sleep(30)] * 2, 2, meanwhile=fails)
+    assert time.monotonic() - began < 10  # the sleeping children were ended, not awaited
+
+
 def test_a_jobs_exception_is_raised_in_the_parent():
     def fails():
         raise PlanError("op x: no plan")

@@ -1,6 +1,7 @@
-"""``cost_plans(..., side_by_side=True)`` costs each plan in a forked child: the reports
-are the ones the walks give one after another in this process, figure for figure, for a
-model with and without recomputation, on one IPU and on two."""
+"""``cost_plans(..., side_by_side=True)`` costs our plan here while the baselines are
+costed in forked children: the reports are the ones the walks give one after another in
+this process, figure for figure, in the same order, for a model with and without
+recomputation, on one IPU and on two."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_walks_in_forked_children_give_the_reports_of_walks_in_this_process(
     here = _costed(setting, ipus, side_by_side=False)
     assert forks == []
     apart = _costed(setting, ipus, side_by_side=True)
-    assert forks == [3]  # ours, PopART's and the linear plan, each in a child
+    assert forks == [2]  # PopART's plan and the linear plan in children, ours here
     assert list(apart) == list(here) == ["ours", "popart", "linear"]
     for name, report in here.items():
         assert apart[name].summary() == report.summary(), name
