@@ -203,7 +203,9 @@ def value_key(array: np.ndarray | None) -> tuple | None:
     changes = words[1:] != words[:-1]
     if (int(np.count_nonzero(changes)) + 1) * RUNS_KEPT_BELOW > words.size:
         return _bytes_key(flat, raw)  # counted first: no index per word made for this
-    starts = np.flatnonzero(changes) + 1
+    starts = np.flatnonzero(changes)
+    del changes  # not held beside what follows
+    starts += 1
     values = np.concatenate((words[:1], words[starts]))
     return (flat.dtype.str, flat.size, starts.tobytes(), values.tobytes(), tail)
 
