@@ -265,7 +265,7 @@ def cost_plans(run: PlanRun, baseline: str, progress: StageProgress,
             here, apart = todo[0], todo[1:]
 
             def started(index: int, done: int) -> None:
-                progress.update(apart[index], done + 1, len(todo))
+                progress.update(apart[index], done, len(todo))
 
             def meanwhile() -> None:
                 progress.update(here, 0, len(todo))
